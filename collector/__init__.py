@@ -1,0 +1,1 @@
+"""statetrail collector: the receiving side and the data model."""

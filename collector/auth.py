@@ -1,0 +1,59 @@
+"""Ingestion API keys: where a request carries one, and whether it is accepted.
+
+Keys are compared by their SHA-256 digest, so a lookup takes the same time
+whatever the presented key shares with a real one, and the plain key need not
+be kept in memory longer than it takes to hash it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+
+JUNJO_KEY_HEADER = "x-junjo-api-key"
+AUTHORIZATION_HEADER = "authorization"
+BEARER_PREFIX = "bearer "
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def presented_key(headers: Iterable[tuple[str, str | bytes]]) -> str | None:
+    """The key a request carries, as Junjo's header or an `authorization: Bearer`."""
+    for name, value in headers:
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        lowered = name.lower()
+        if lowered == JUNJO_KEY_HEADER and text:
+            return text
+        if lowered == AUTHORIZATION_HEADER and text.lower().startswith(BEARER_PREFIX):
+            return text[len(BEARER_PREFIX):].strip() or None
+    return None
+
+
+class KeyChecker:
+    """Accepts the configured keys, plus any that `extra` (the key store) vouches for.
+
+    With no configured keys and no `extra`, every request is accepted: the
+    server refuses to bind beyond loopback in that state unless told otherwise.
+    """
+
+    def __init__(
+        self, keys: Iterable[str], extra: Callable[[str], bool] | None = None
+    ) -> None:
+        self._digests = frozenset(digest(key) for key in keys)
+        self._extra = extra
+
+    @property
+    def required(self) -> bool:
+        return bool(self._digests) or self._extra is not None
+
+    def accepts(self, key: str | None) -> bool:
+        if not self.required:
+            return True
+        if key is None:
+            return False
+        key_digest = digest(key)
+        if key_digest in self._digests:
+            return True
+        return self._extra is not None and self._extra(key_digest)

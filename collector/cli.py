@@ -1,0 +1,125 @@
+"""The `statetrail` command line: serve, and inspect what arrived."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from collector.config import ConfigError, add_db_argument, add_serve_arguments, serve_config
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    parser = _parser(environ)
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command is None:
+        parser.print_help()
+        return 2
+    result: int = args.handler(args)
+    return result
+
+
+def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="statetrail",
+        description="Collect Junjo/OpenTelemetry traces and inspect workflow state histories.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", help="run the OTLP receiver and the studio on one DuckDB file"
+    )
+    add_serve_arguments(serve, environ)
+    serve.add_argument("--log-level", default=environ.get("STATETRAIL_LOG_LEVEL", "info"))
+    serve.set_defaults(handler=_serve)
+
+    executions = commands.add_parser("executions", help="list the executions that arrived")
+    add_db_argument(executions, environ)
+    executions.add_argument("--json", action="store_true", help="print JSON lines")
+    executions.add_argument("--limit", type=int, default=50)
+    executions.set_defaults(handler=_executions)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from studio.app import create_app
+
+    try:
+        config = serve_config(args)
+    except ConfigError as exc:
+        print(f"statetrail: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        create_app(config),
+        host=config.host,
+        port=config.http_port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _executions(args: argparse.Namespace) -> int:
+    try:
+        rows = _executions_from_file(args.db, args.limit)
+    except _Locked:
+        rows = _executions_from_server(args.db, args.limit)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    columns = ("id", "workflow", "service", "status", "started_at", "transition_count", "store_id")
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    return 0
+
+
+class _Locked(Exception):
+    pass
+
+
+def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
+    from collector.store import Store, StoreLocked
+    from studio.views import execution_json
+
+    if not db.exists():
+        raise SystemExit(f"statetrail: no database at {db}")
+    try:
+        store = Store(db, read_only=True)
+    except StoreLocked as exc:
+        raise _Locked from exc
+    try:
+        return [execution_json(s) for s in store.list_executions(limit=limit)]
+    finally:
+        store.close()
+
+
+def _executions_from_server(db: Path, limit: int) -> list[dict[str, Any]]:
+    """The file is locked by a running server: ask it over HTTP instead."""
+    from studio.app import sidecar_path
+
+    try:
+        url = json.loads(sidecar_path(db).read_text(encoding="utf-8"))["url"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(
+            f"statetrail: {db} is locked by another process that is not a statetrail server"
+        ) from exc
+    try:
+        with urllib.request.urlopen(f"{url}/api/executions?limit={limit}", timeout=30) as reply:
+            body: dict[str, Any] = json.load(reply)
+    except (urllib.error.URLError, ValueError) as exc:
+        raise SystemExit(f"statetrail: the server at {url} did not answer: {exc}") from exc
+    executions: list[dict[str, Any]] = body["executions"]
+    return executions

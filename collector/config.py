@@ -1,0 +1,151 @@
+"""The frozen configuration, built once at the edge from flags and environment.
+
+Nothing else in statetrail reads `os.environ`: every component receives the
+`Config` (or the few values it needs) from whoever built it. Each flag has a
+`STATETRAIL_*` environment equivalent; a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DB = "statetrail.duckdb"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_GRPC_PORT = 4317
+DEFAULT_HTTP_PORT = 4318
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A setting is invalid or unsafe; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    db_path: Path = Path(DEFAULT_DB)
+    host: str = DEFAULT_HOST
+    grpc_port: int = DEFAULT_GRPC_PORT
+    http_port: int = DEFAULT_HTTP_PORT
+    api_keys: tuple[str, ...] = ()
+    keys_file: Path | None = None
+    insecure: bool = False
+    max_receive_bytes: int = 64 * MIB
+    # Overload protection: past either bound an export is refused with a retry
+    # delay instead of queueing without limit (memory stays bounded).
+    max_inflight_requests: int = 32
+    max_inflight_bytes: int = 256 * MIB
+    retry_after_seconds: int = 2
+    grpc_workers: int = 16
+    # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
+    checkpoint_threshold: str = "256MB"
+
+    def load_api_keys(self) -> frozenset[str]:
+        """The configured keys: flags plus the keys file (one per line, # comments)."""
+        keys = set(self.api_keys)
+        if self.keys_file is not None:
+            for line in self.keys_file.read_text(encoding="utf-8").splitlines():
+                key = line.split("#", 1)[0].strip()
+                if key:
+                    keys.add(key)
+        return frozenset(keys)
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond loopback with no key unless told to, and say why."""
+        if self.insecure or self.api_keys or self.keys_file is not None:
+            return
+        if not is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without API keys: anyone who can reach "
+                "it could write telemetry. Give --api-key (or --keys-file), or --insecure "
+                "if the network is trusted."
+            )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Flags for `statetrail serve`; defaults come from STATETRAIL_* variables."""
+
+    def env(name: str, default: str) -> str:
+        return environ.get(f"STATETRAIL_{name}", default)
+
+    add_db_argument(parser, environ)
+    parser.add_argument(
+        "--host", default=env("HOST", DEFAULT_HOST),
+        help="address for both listeners (env STATETRAIL_HOST; default %(default)s)",
+    )
+    parser.add_argument(
+        "--grpc-port", type=int, default=int(env("GRPC_PORT", str(DEFAULT_GRPC_PORT))),
+        help="OTLP/gRPC port (env STATETRAIL_GRPC_PORT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--http-port", type=int, default=int(env("HTTP_PORT", str(DEFAULT_HTTP_PORT))),
+        help="studio and OTLP/HTTP port (env STATETRAIL_HTTP_PORT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--api-key", action="append", dest="api_keys",
+        default=[k for k in env("API_KEY", "").split(",") if k],
+        help="accept exports carrying this key; repeatable "
+        "(env STATETRAIL_API_KEY, comma-separated)",
+    )
+    parser.add_argument(
+        "--keys-file", type=Path, default=_optional_path(env("KEYS_FILE", "")),
+        help="file of accepted keys, one per line (env STATETRAIL_KEYS_FILE)",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true",
+        default=env("INSECURE", "") not in ("", "0", "false"),
+        help="allow listening beyond loopback without keys (env STATETRAIL_INSECURE)",
+    )
+    parser.add_argument(
+        "--max-receive-mib", type=int, default=int(env("MAX_RECEIVE_MIB", "64")),
+        help="largest accepted export request (env STATETRAIL_MAX_RECEIVE_MIB; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-inflight", type=int, default=int(env("MAX_INFLIGHT", "32")),
+        help="exports processed at once before refusing with a retry delay "
+        "(env STATETRAIL_MAX_INFLIGHT; default %(default)s)",
+    )
+
+
+def add_db_argument(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    parser.add_argument(
+        "--db", type=Path, default=Path(environ.get("STATETRAIL_DB", DEFAULT_DB)),
+        help="DuckDB file (env STATETRAIL_DB; default %(default)s)",
+    )
+
+
+def serve_config(args: argparse.Namespace) -> Config:
+    config = Config(
+        db_path=args.db,
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        api_keys=tuple(args.api_keys),
+        keys_file=args.keys_file,
+        insecure=args.insecure,
+        max_receive_bytes=args.max_receive_mib * MIB,
+        max_inflight_requests=args.max_inflight,
+    )
+    config.check_exposure()
+    return config
+
+
+def _optional_path(value: str) -> Path | None:
+    return Path(value) if value else None
+
+
+def parse(argv: Sequence[str], parser: argparse.ArgumentParser) -> argparse.Namespace:
+    return parser.parse_args(list(argv))

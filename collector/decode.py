@@ -1,0 +1,225 @@
+"""Decode stage: OTLP protobuf -> plain span records.
+
+Invariant: nothing here touches storage or the network, and every id leaves as
+lowercase hex and every time as integer nanoseconds. Turning every attribute of
+every span into Python objects costs ~25 us a span, so a span is kept whole as
+its serialized protobuf (decoded again lazily when someone looks at it) and only
+the columns that are queried, plus the attributes of the spans and events that
+carry state evidence, are decoded here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, assert_never, cast
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
+SpanPB2: TypeAlias = trace_pb2.Span
+AnyValuePB2: TypeAlias = common_pb2.AnyValue
+KeyValuePB2: TypeAlias = common_pb2.KeyValue
+
+AttributeValue: TypeAlias = (
+    str | bool | int | float | bytes | list["AttributeValue"] | dict[str, "AttributeValue"] | None
+)
+Attributes: TypeAlias = dict[str, AttributeValue]
+
+_ValueCase = Literal[
+    "string_value",
+    "bool_value",
+    "int_value",
+    "double_value",
+    "bytes_value",
+    "array_value",
+    "kvlist_value",
+]
+
+SERVICE_NAME_KEY = "service.name"
+UNKNOWN_SERVICE = "unknown_service"
+TRACE_ID_BYTES = 16
+SPAN_ID_BYTES = 8
+
+
+class DecodeError(ValueError):
+    """The request body is not an OTLP ExportTraceServiceRequest."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRecord:
+    """A resource + scope pair, content-addressed so repeats are stored once."""
+
+    key: str
+    service_name: str
+    scope_name: str
+    scope_version: str
+    attributes_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One span's queryable columns, plus the span itself as protobuf bytes."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    kind: int
+    start_unix_nano: int
+    end_unix_nano: int
+    status_code: int
+    status_message: str
+    resource: ResourceRecord
+    dropped_attributes_count: int
+    dropped_events_count: int
+    dropped_links_count: int
+    event_count: int
+    raw: bytes
+    pb: SpanPB2
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedSpan:
+    """A span that cannot be stored, with the reason reported to the exporter."""
+
+    name: str
+    reason: str
+
+
+def parse_request(body: bytes) -> ExportRequestPB2:
+    """Parse protobuf bytes, turning the library's error into ours."""
+    request = ExportRequestPB2()
+    try:
+        request.ParseFromString(body)
+    except Exception as exc:  # protobuf raises DecodeError or RuntimeWarning subclasses
+        raise DecodeError(f"body is not an ExportTraceServiceRequest: {exc}") from exc
+    return request
+
+
+def iter_spans(request: ExportRequestPB2) -> Iterator[SpanRecord | RejectedSpan]:
+    """Yield a record for every span in the request, in request order."""
+    for resource_spans in request.resource_spans:
+        resource_attributes = decode_attributes(resource_spans.resource.attributes)
+        service = resource_attributes.get(SERVICE_NAME_KEY)
+        service_name = service if isinstance(service, str) and service else UNKNOWN_SERVICE
+        for scope_spans in resource_spans.scope_spans:
+            resource = _resource_record(
+                service_name,
+                scope_spans.scope.name,
+                scope_spans.scope.version,
+                resource_attributes,
+            )
+            for span in scope_spans.spans:
+                yield _span_record(span, resource)
+
+
+def _resource_record(
+    service_name: str, scope_name: str, scope_version: str, attributes: Attributes
+) -> ResourceRecord:
+    attributes_json = json.dumps(attributes, sort_keys=True, default=_json_default)
+    digest = hashlib.blake2b(
+        "\x00".join((attributes_json, scope_name, scope_version)).encode(), digest_size=12
+    ).hexdigest()
+    return ResourceRecord(digest, service_name, scope_name, scope_version, attributes_json)
+
+
+def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | RejectedSpan:
+    if len(span.trace_id) != TRACE_ID_BYTES or not any(span.trace_id):
+        return RejectedSpan(span.name, "trace_id must be 16 bytes and not all zero")
+    if len(span.span_id) != SPAN_ID_BYTES or not any(span.span_id):
+        return RejectedSpan(span.name, "span_id must be 8 bytes and not all zero")
+    if span.parent_span_id and len(span.parent_span_id) != SPAN_ID_BYTES:
+        return RejectedSpan(span.name, "parent_span_id must be empty or 8 bytes")
+    return SpanRecord(
+        trace_id=span.trace_id.hex(),
+        span_id=span.span_id.hex(),
+        parent_span_id=span.parent_span_id.hex(),
+        name=span.name,
+        kind=span.kind,
+        start_unix_nano=span.start_time_unix_nano,
+        end_unix_nano=span.end_time_unix_nano,
+        status_code=span.status.code,
+        status_message=span.status.message,
+        resource=resource,
+        dropped_attributes_count=span.dropped_attributes_count,
+        dropped_events_count=span.dropped_events_count,
+        dropped_links_count=span.dropped_links_count,
+        event_count=len(span.events),
+        raw=span.SerializeToString(),
+        pb=span,
+    )
+
+
+def decode_value(value: AnyValuePB2) -> AttributeValue:
+    """One OTLP AnyValue as a plain Python value (bytes stay bytes)."""
+    case = cast(_ValueCase | None, value.WhichOneof("value"))
+    if case is None:
+        return None
+    if case == "string_value":
+        return value.string_value
+    if case == "bool_value":
+        return value.bool_value
+    if case == "int_value":
+        return value.int_value
+    if case == "double_value":
+        return value.double_value
+    if case == "bytes_value":
+        return value.bytes_value
+    if case == "array_value":
+        return [decode_value(item) for item in value.array_value.values]
+    if case == "kvlist_value":
+        return decode_attributes(value.kvlist_value.values)
+    assert_never(case)
+
+
+def decode_attributes(attributes: Any) -> Attributes:
+    """A repeated KeyValue field as a dict; a repeated key keeps its last value."""
+    return {kv.key: decode_value(kv.value) for kv in attributes}
+
+
+def decode_span(raw: bytes) -> SpanPB2:
+    """A stored span back into protobuf, for the pages that show every detail."""
+    span = SpanPB2()
+    span.ParseFromString(raw)
+    return span
+
+
+def span_details(raw: bytes) -> dict[str, Any]:
+    """Everything about a stored span that the studio shows, as plain JSON values."""
+    span = decode_span(raw)
+    return {
+        "attributes": json_safe(decode_attributes(span.attributes)),
+        "events": [
+            {
+                "name": event.name,
+                "time_unix_nano": event.time_unix_nano,
+                "attributes": json_safe(decode_attributes(event.attributes)),
+                "dropped_attributes_count": event.dropped_attributes_count,
+            }
+            for event in span.events
+        ],
+        "links": [
+            {
+                "trace_id": link.trace_id.hex(),
+                "span_id": link.span_id.hex(),
+                "attributes": json_safe(decode_attributes(link.attributes)),
+            }
+            for link in span.links
+        ],
+    }
+
+
+def json_safe(value: AttributeValue | Mapping[str, AttributeValue]) -> Any:
+    """Attribute values with bytes shown as hex, so they serialize as JSON."""
+    return json.loads(json.dumps(value, default=_json_default))
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot serialize {type(value).__name__}")

@@ -1,0 +1,219 @@
+"""Junjo producer adapter: Junjo's attribute keys, and extraction of its evidence.
+
+Pure stage. Given decoded span records, it finds the owner spans (workflow,
+subflow, agent) that become executions, and every `set_state` event, wherever it
+sits (node, subflow, RunConcurrent child, a non-Junjo span, another trace), that
+becomes a transition. Nothing is joined here: transitions are grouped later by
+store id and sequence, because the owner span arrives last, often in a later
+request (SCHEMA.md section 7). Another framework's conventions belong in a
+sibling module, not in edits here.
+
+Values of the wrong type are treated as absent rather than coerced, so replay
+reports the hole instead of trusting a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from collector.decode import Attributes, SpanRecord, decode_attributes
+from collector.model import Execution, ExecutionKind, ExecutionStatus, Transition
+
+SPAN_TYPE: Final = "junjo.span_type"
+CONTRACT_VERSION: Final = "junjo.telemetry.contract_version"
+RUNTIME_ID: Final = "junjo.executable_runtime_id"
+RUNTIME_ID_V1: Final = "junjo.id"
+DEFINITION_ID: Final = "junjo.executable_definition_id"
+STRUCTURAL_ID: Final = "junjo.executable_structural_id"
+PARENT_RUNTIME_ID: Final = "junjo.parent_executable_runtime_id"
+PARENT_TYPE: Final = "junjo.parent_executable_type"
+CANCELLED: Final = "junjo.cancelled"
+CANCELLED_REASON: Final = "junjo.cancelled_reason"
+ERROR_TYPE: Final = "error.type"
+
+WORKFLOW_STATE_START: Final = "junjo.workflow.state.start"
+WORKFLOW_STATE_END: Final = "junjo.workflow.state.end"
+WORKFLOW_STORE_ID: Final = "junjo.workflow.store.id"
+WORKFLOW_PARENT_STORE_ID: Final = "junjo.workflow.parent_store.id"
+GRAPH_SNAPSHOT: Final = "junjo.workflow.execution_graph_snapshot"
+AGENT_STATE_START: Final = "junjo.agent.state.start"
+AGENT_STATE_END: Final = "junjo.agent.state.end"
+AGENT_STORE_ID: Final = "junjo.agent.store.id"
+
+REVISION_START: Final = "junjo.store.revision.start"
+REVISION_END: Final = "junjo.store.revision.end"
+TRANSITION_START: Final = "junjo.store.transition.start"
+TRANSITION_END: Final = "junjo.store.transition.end"
+TRANSITION_COUNT: Final = "junjo.store.transition.count"
+RECONSTRUCTABLE: Final = "junjo.store.reconstructable"
+
+MODE_SUFFIX: Final = ".mode"
+POLICY_SUFFIX: Final = ".policy"
+
+SET_STATE_EVENT: Final = "set_state"
+EVENT_ID: Final = "id"
+STORE_NAME: Final = "junjo.store.name"
+STORE_ID: Final = "junjo.store.id"
+STORE_ACTION: Final = "junjo.store.action"
+SEQUENCE: Final = "junjo.store.transition.sequence"
+REVISION_BEFORE: Final = "junjo.store.revision.before"
+REVISION_AFTER: Final = "junjo.store.revision.after"
+PATCH: Final = "junjo.state_json_patch"
+
+STATUS_CODE_ERROR: Final = 2
+
+_OWNER_KINDS: Final[dict[str, ExecutionKind]] = {
+    "workflow": "workflow",
+    "subflow": "subflow",
+    "agent": "agent",
+}
+# Where each kind of owner keeps (start state, end state, store id). On an agent
+# span the junjo.store.* bounds describe the agent's private AgentStore.
+_STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {
+    "workflow": (WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
+    "subflow": (WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
+    "agent": (AGENT_STATE_START, AGENT_STATE_END, AGENT_STORE_ID),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one batch of spans says about executions and store transitions."""
+
+    executions: list[Execution]
+    transitions: list[Transition]
+    span_types: dict[tuple[str, str], str]
+
+
+def extract(spans: Iterable[SpanRecord]) -> Evidence:
+    """Pull executions and transitions out of decoded spans."""
+    executions: list[Execution] = []
+    transitions: list[Transition] = []
+    span_types: dict[tuple[str, str], str] = {}
+    for span in spans:
+        attributes = _junjo_attributes(span)
+        if attributes is None and not _has_set_state(span):
+            continue
+        attributes = attributes if attributes is not None else decode_attributes(span.pb.attributes)
+        span_type = _str(attributes, SPAN_TYPE)
+        if span_type is not None:
+            span_types[(span.trace_id, span.span_id)] = span_type
+        if span_type in _OWNER_KINDS:
+            execution = _execution(span, attributes, span_type)
+            if execution is not None:
+                executions.append(execution)
+        transitions.extend(_transitions(span, _int(attributes, CONTRACT_VERSION)))
+    return Evidence(executions, transitions, span_types)
+
+
+def _junjo_attributes(span: SpanRecord) -> Attributes | None:
+    """Decode a span's attributes only if it is a Junjo span (cheap key scan first)."""
+    for kv in span.pb.attributes:
+        if kv.key == SPAN_TYPE or kv.key == CONTRACT_VERSION:
+            return decode_attributes(span.pb.attributes)
+    return None
+
+
+def _has_set_state(span: SpanRecord) -> bool:
+    return any(event.name == SET_STATE_EVENT for event in span.pb.events)
+
+
+def _execution(span: SpanRecord, attrs: Attributes, span_type: str) -> Execution | None:
+    run_id = _str(attrs, RUNTIME_ID) or _str(attrs, RUNTIME_ID_V1)
+    if not run_id:
+        return None
+    kind = _OWNER_KINDS[span_type]
+    state_start_key, state_end_key, store_key = _STATE_KEYS[kind]
+    parent_type = _str(attrs, PARENT_TYPE)
+    return Execution(
+        run_id=run_id,
+        kind=kind,
+        name=span.name,
+        service=span.resource.service_name,
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_span_id=span.parent_span_id,
+        parent_run_id=(
+            _str(attrs, PARENT_RUNTIME_ID) if parent_type in _OWNER_KINDS else None
+        ),
+        status=_status(span, attrs),
+        status_message=span.status_message,
+        error_type=_str(attrs, ERROR_TYPE),
+        start_unix_nano=span.start_unix_nano,
+        end_unix_nano=span.end_unix_nano,
+        store_id=_str(attrs, store_key),
+        parent_store_id=_str(attrs, WORKFLOW_PARENT_STORE_ID),
+        state_start=_str(attrs, state_start_key),
+        state_start_mode=_str(attrs, state_start_key + MODE_SUFFIX),
+        state_start_policy=_str(attrs, state_start_key + POLICY_SUFFIX),
+        state_end=_str(attrs, state_end_key),
+        state_end_mode=_str(attrs, state_end_key + MODE_SUFFIX),
+        state_end_policy=_str(attrs, state_end_key + POLICY_SUFFIX),
+        revision_start=_int(attrs, REVISION_START),
+        revision_end=_int(attrs, REVISION_END),
+        transition_start=_int(attrs, TRANSITION_START),
+        transition_end=_int(attrs, TRANSITION_END),
+        transition_count=_int(attrs, TRANSITION_COUNT),
+        reconstructable=_bool(attrs, RECONSTRUCTABLE),
+        graph_snapshot=_str(attrs, GRAPH_SNAPSHOT),
+        contract_version=_int(attrs, CONTRACT_VERSION),
+        definition_id=_str(attrs, DEFINITION_ID),
+        structural_id=_str(attrs, STRUCTURAL_ID),
+        cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
+    )
+
+
+def _status(span: SpanRecord, attrs: Attributes) -> ExecutionStatus:
+    if span.status_code == STATUS_CODE_ERROR:
+        return "error"
+    if _bool(attrs, CANCELLED):
+        return "cancelled"
+    return "ok"
+
+
+def _transitions(span: SpanRecord, contract_version: int | None) -> Iterable[Transition]:
+    for index, event in enumerate(span.pb.events):
+        if event.name != SET_STATE_EVENT:
+            continue
+        attrs = decode_attributes(event.attributes)
+        store_id = _str(attrs, STORE_ID)
+        if not store_id:
+            # Without a store id the event cannot be grouped with anything; the span
+            # itself is still stored, so nothing is lost.
+            continue
+        yield Transition(
+            store_id=store_id,
+            sequence=_int(attrs, SEQUENCE),
+            store_name=_str(attrs, STORE_NAME) or "",
+            action=_str(attrs, STORE_ACTION) or "",
+            revision_before=_int(attrs, REVISION_BEFORE),
+            revision_after=_int(attrs, REVISION_AFTER),
+            patch_json=_str(attrs, PATCH) or "",
+            patch_mode=_str(attrs, PATCH + MODE_SUFFIX) or "full",
+            patch_policy=_str(attrs, PATCH + POLICY_SUFFIX) or "",
+            event_id=_str(attrs, EVENT_ID) or "",
+            trace_id=span.trace_id,
+            span_id=span.span_id,
+            event_index=index,
+            time_unix_nano=event.time_unix_nano,
+            contract_version=contract_version,
+            span_name=span.name,
+        )
+
+
+def _str(attrs: Attributes, key: str) -> str | None:
+    value = attrs.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(attrs: Attributes, key: str) -> int | None:
+    value = attrs.get(key)
+    # bool is an int subclass in Python, but never a valid counter on the wire.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(attrs: Attributes, key: str) -> bool | None:
+    value = attrs.get(key)
+    return value if isinstance(value, bool) else None

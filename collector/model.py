@@ -1,0 +1,102 @@
+"""Plain records passed between the stages (decode -> extract -> store -> replay).
+
+Everything here is immutable and free of I/O. Ids are lowercase hex strings and
+times are integer nanoseconds since the Unix epoch, end to end; nothing is
+divided into floats before it reaches a template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ExecutionKind = Literal["workflow", "subflow", "agent"]
+ExecutionStatus = Literal["ok", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One committed store update: a `set_state` span event, wherever it sat.
+
+    `patch_json` is the payload exactly as received; it may be cut or invalid
+    JSON, which replay reports rather than hides. `sequence` is None for
+    contract v1 producers, which are ordered by event time instead.
+    """
+
+    store_id: str
+    sequence: int | None
+    store_name: str
+    action: str
+    revision_before: int | None
+    revision_after: int | None
+    patch_json: str
+    patch_mode: str
+    patch_policy: str
+    event_id: str
+    trace_id: str
+    span_id: str
+    event_index: int
+    time_unix_nano: int
+    contract_version: int | None
+    span_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One owner span (Junjo workflow, subflow or agent) keyed by its run id.
+
+    State payloads are kept as received text; `state_*_mode` says whether the
+    producer withheld them (anything but "full" is redacted, excluded or a
+    reference). Bounds are Junjo's: transitions with
+    `transition_start < sequence <= transition_end` belong to this run.
+    """
+
+    run_id: str
+    kind: ExecutionKind
+    name: str
+    service: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    parent_run_id: str | None
+    status: ExecutionStatus
+    status_message: str
+    error_type: str | None
+    start_unix_nano: int
+    end_unix_nano: int
+    store_id: str | None
+    parent_store_id: str | None
+    state_start: str | None
+    state_start_mode: str | None
+    state_start_policy: str | None
+    state_end: str | None
+    state_end_mode: str | None
+    state_end_policy: str | None
+    revision_start: int | None
+    revision_end: int | None
+    transition_start: int | None
+    transition_end: int | None
+    transition_count: int | None
+    reconstructable: bool | None
+    graph_snapshot: str | None
+    contract_version: int | None
+    definition_id: str | None
+    structural_id: str | None
+    cancelled_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceSpan:
+    """What replay needs to know about a span that carried evidence.
+
+    The OTLP loss counters matter: the SDK silently keeps only the last 128
+    events of a span and says so only in `dropped_events_count`.
+    """
+
+    trace_id: str
+    span_id: str
+    name: str
+    span_type: str | None
+    dropped_attributes_count: int
+    dropped_events_count: int
+    dropped_links_count: int

@@ -1,0 +1,173 @@
+"""OTLP/gRPC transport: auth, limits, status codes and partial success; nothing else.
+
+The Export method is registered with a pass-through deserializer so that this
+module, not grpcio, decides what an undecodable body means (INVALID_ARGUMENT
+with a message) and so that an overloaded server can refuse a request before
+paying to parse it. Status codes follow the OTLP specification:
+
+- UNAUTHENTICATED: no accepted key;
+- INVALID_ARGUMENT: the body is not an ExportTraceServiceRequest (not retryable);
+- UNAVAILABLE + RetryInfo: overload, storage failure or shutdown (retryable);
+- RESOURCE_EXHAUSTED: over the receive limit (grpcio answers this itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from collector.auth import KeyChecker, presented_key
+from collector.decode import DecodeError, parse_request
+from collector.ingest import Ingestor, IngestorClosed
+from collector.store import StoreError
+
+logger = logging.getLogger(__name__)
+
+EXPORT_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
+EXPORT_METHOD: Final = "Export"
+# The OpenTelemetry Collector reads RetryInfo from the status details; the Python
+# SDK reads this trailer. Send both so every exporter backs off as told.
+RETRY_INFO_TRAILER: Final = "google.rpc.retryinfo-bin"
+STATUS_DETAILS_TRAILER: Final = "grpc-status-details-bin"
+
+ExportResponsePB2 = trace_service_pb2.ExportTraceServiceResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_receive_bytes: int
+    max_inflight_requests: int
+    max_inflight_bytes: int
+    retry_after_seconds: int
+
+
+class _Status(grpc.Status):  # type: ignore[misc]
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: Sequence[Any]) -> None:
+        self.code = code
+        self.details = details
+        self.trailing_metadata = tuple(trailers)
+
+
+class Admission:
+    """Bounds the requests and bytes being processed at once (memory stays bounded)."""
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self._max_requests = max_requests
+        self._max_bytes = max_bytes
+        self._requests = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def try_enter(self, size: int) -> bool:
+        with self._lock:
+            # One request larger than the byte budget is still admitted when the
+            # server is idle: the receive limit, not this, bounds a single request.
+            too_many_bytes = self._bytes + size > self._max_bytes and self._requests > 0
+            if self._requests >= self._max_requests or too_many_bytes:
+                return False
+            self._requests += 1
+            self._bytes += size
+            return True
+
+    def leave(self, size: int) -> None:
+        with self._lock:
+            self._requests -= 1
+            self._bytes -= size
+
+
+class TraceExportHandler:
+    """The Export RPC, written against grpcio's raw-bytes handler interface."""
+
+    def __init__(self, ingestor: Ingestor, keys: KeyChecker, limits: Limits) -> None:
+        self._ingestor = ingestor
+        self._keys = keys
+        self._limits = limits
+        self._admission = Admission(limits.max_inflight_requests, limits.max_inflight_bytes)
+
+    def export(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        if not self._keys.accepts(presented_key(context.invocation_metadata())):
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or unknown API key: send it as x-junjo-api-key or "
+                "'authorization: Bearer <key>'",
+            )
+        if not self._admission.try_enter(len(body)):
+            self._abort_retryable(context, "statetrail is at capacity; retry after the delay")
+        try:
+            return self._export_admitted(body, context)
+        finally:
+            self._admission.leave(len(body))
+
+    def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            request = parse_request(body)
+        except DecodeError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            outcome = self._ingestor.ingest(request)
+        except (StoreError, IngestorClosed) as exc:
+            self._abort_retryable(context, f"not stored, retry: {exc}")
+        response = ExportResponsePB2()
+        if outcome.rejected_spans:
+            response.partial_success.rejected_spans = outcome.rejected_spans
+            response.partial_success.error_message = outcome.error_message
+        serialized: bytes = response.SerializeToString()
+        return serialized
+
+    def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:
+        retry_info = error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(seconds=self._limits.retry_after_seconds)
+        )
+        detail = any_pb2.Any()
+        detail.Pack(retry_info)
+        status = status_pb2.Status(
+            code=code_pb2.UNAVAILABLE, message=message, details=[detail]
+        )
+        context.abort_with_status(
+            _Status(
+                grpc.StatusCode.UNAVAILABLE,
+                message,
+                (
+                    (STATUS_DETAILS_TRAILER, status.SerializeToString()),
+                    (RETRY_INFO_TRAILER, retry_info.SerializeToString()),
+                ),
+            )
+        )
+
+
+class GrpcReceiver:
+    """A grpcio server exposing TraceService/Export on one address."""
+
+    def __init__(
+        self, handler: TraceExportHandler, address: str, *, workers: int, max_receive_bytes: int
+    ) -> None:
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="statetrail-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", max_receive_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        method = grpc.unary_unary_rpc_method_handler(handler.export)
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(EXPORT_SERVICE, {EXPORT_METHOD: method}),)
+        )
+        self.port = self._server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot listen for OTLP/gRPC on {address}")
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self, grace_seconds: float) -> None:
+        """Refuse new RPCs and let in-flight exports finish (up to the grace period)."""
+        self._server.stop(grace_seconds).wait()

@@ -1,0 +1,316 @@
+"""Storage stage: the one object that owns every read and write of the DuckDB file.
+
+Every SQL statement in statetrail lives in this package (this module, the
+migrations, and the filter compiler), so moving to DuckLake with a PostgreSQL
+catalog touches nothing else. Values are always bound parameters; identifiers
+come only from allow-lists.
+
+Writes: `write` stores a group of decoded batches in one transaction and returns
+only after COMMIT, which is what lets the receivers acknowledge an export as
+durable. Duplicated deliveries are normal in OTLP, so every table is keyed by
+its natural identity and inserted with OR IGNORE: a repeat is stored once.
+
+Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
+not safe to share between threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from collector.decode import ResourceRecord, SpanRecord
+from collector.junjo import Evidence
+from collector.model import Execution, Transition
+from collector.store.migrations import apply_migrations
+
+logger = logging.getLogger(__name__)
+
+
+class StoreError(RuntimeError):
+    """The database could not do what was asked; data already committed is intact."""
+
+
+class StoreLocked(StoreError):
+    """Another process (usually a running `statetrail serve`) holds the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestBatch:
+    """One export request, decoded and extracted, ready to be written."""
+
+    spans: list[SpanRecord]
+    evidence: Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a committed write touched: the replay stage re-reads these stores."""
+
+    store_ids: frozenset[str]
+    run_ids: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionSummary:
+    run_id: str
+    kind: str
+    name: str
+    service: str
+    status: str
+    start_unix_nano: int
+    end_unix_nano: int
+    trace_id: str
+    store_id: str | None
+    transition_count: int | None
+    received_transitions: int
+
+
+_T = TypeVar("_T")
+_EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
+_TRANSITION_COLUMNS = tuple(field.name for field in fields(Transition))
+# The dataclass says `patch_json` (text as received); the column is `patch`.
+_TRANSITION_SELECT = ", ".join(
+    "patch AS patch_json" if name == "patch_json" else name for name in _TRANSITION_COLUMNS
+)
+
+
+class Store:
+    """A DuckDB file opened by this process, with its schema migrated."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        checkpoint_threshold: str = "256MB",
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        try:
+            self._connection = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
+        if not read_only:
+            self._connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
+            apply_migrations(self._connection)
+        self._write_lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Checkpoint and close, so the next open does not replay a long WAL."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._connection.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                # Read-only or invalidated databases cannot checkpoint; what was
+                # committed is in the WAL and is replayed on the next open.
+                logger.warning("checkpoint on close failed: %s", exc)
+            finally:
+                self._connection.close()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        cursor = self._connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    # -- writes -------------------------------------------------------------
+
+    def write(self, batches: Sequence[IngestBatch]) -> WriteResult:
+        """Store several batches in one transaction; return after COMMIT.
+
+        Raises StoreError if anything fails; then nothing of these batches is
+        stored and the caller must not acknowledge them.
+        """
+        now = time.time_ns()
+        spans = _unique({(s.trace_id, s.span_id): s for b in batches for s in b.spans})
+        resources = _unique({s.resource.key: s.resource for s in spans})
+        executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
+        transitions = _unique(
+            {
+                (t.trace_id, t.span_id, t.event_index): t
+                for b in batches
+                for t in b.evidence.transitions
+            }
+        )
+        span_types = {key: value for b in batches for key, value in b.evidence.span_types.items()}
+        with self._write_lock, self._cursor() as cursor:
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                _insert(cursor, "resources", _resources_table(resources))
+                _insert(cursor, "spans", _spans_table(spans, span_types, now))
+                _insert(cursor, "executions", _executions_table(executions, now))
+                _insert(cursor, "transitions", _transitions_table(transitions, now))
+                cursor.execute("COMMIT")
+            except duckdb.Error as exc:
+                _rollback_quietly(cursor)
+                raise StoreError(f"could not store the export: {exc}") from exc
+        return WriteResult(
+            store_ids=frozenset(
+                {t.store_id for t in transitions}
+                | {e.store_id for e in executions if e.store_id}
+            ),
+            run_ids=frozenset(e.run_id for e in executions),
+        )
+
+    # -- reads --------------------------------------------------------------
+
+    def list_executions(self, *, limit: int = 100) -> list[ExecutionSummary]:
+        """Newest first, with how many of each execution's transitions arrived."""
+        with self._cursor() as cursor:
+            rows = cursor.execute(
+                """
+                SELECT e.run_id, e.kind, e.name, e.service, e.status, e.start_unix_nano,
+                       e.end_unix_nano, e.trace_id, e.store_id, e.transition_count,
+                       (SELECT count(*) FROM transitions t
+                        WHERE t.store_id = e.store_id
+                          AND t.sequence > e.transition_start
+                          AND t.sequence <= e.transition_end) AS received
+                FROM executions e
+                ORDER BY e.start_unix_nano DESC, e.run_id
+                LIMIT ?
+                """,
+                [limit],
+            ).fetchall()
+        return [ExecutionSummary(*row) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self._cursor() as cursor:
+            row = cursor.execute(
+                "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM executions),"
+                " (SELECT count(*) FROM transitions)"
+            ).fetchone()
+        assert row is not None
+        return {"spans": row[0], "executions": row[1], "transitions": row[2]}
+
+    def get_execution(self, run_id: str) -> Execution | None:
+        with self._cursor() as cursor:
+            row = cursor.execute(
+                f"SELECT {', '.join(_EXECUTION_COLUMNS)} FROM executions WHERE run_id = ?",
+                [run_id],
+            ).fetchone()
+        return Execution(*row) if row else None
+
+    def transitions_for_store(self, store_id: str) -> list[Transition]:
+        with self._cursor() as cursor:
+            rows = cursor.execute(
+                f"SELECT {_TRANSITION_SELECT} FROM transitions WHERE store_id = ?"
+                " ORDER BY sequence NULLS LAST, time_unix_nano, trace_id, span_id, event_index",
+                [store_id],
+            ).fetchall()
+        return [_transition(row) for row in rows]
+
+
+def _transition(row: tuple[Any, ...]) -> Transition:
+    return Transition(*row)
+
+
+def _unique(by_key: dict[Any, _T]) -> list[_T]:
+    return list(by_key.values())
+
+
+def _insert(cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
+    if data.num_rows == 0:
+        return
+    cursor.register("_batch", data)
+    try:
+        columns = ", ".join(data.column_names)
+        cursor.execute(f"INSERT OR IGNORE INTO {table} ({columns}) SELECT {columns} FROM _batch")
+    finally:
+        cursor.unregister("_batch")
+
+
+def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
+    try:
+        cursor.execute("ROLLBACK")
+    except duckdb.Error:
+        # The transaction may already be gone (the failure aborted it); the
+        # original error is the one worth reporting.
+        return
+
+
+def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
+    return pa.table(
+        {
+            "resource_key": [r.key for r in resources],
+            "service_name": [r.service_name for r in resources],
+            "scope_name": [r.scope_name for r in resources],
+            "scope_version": [r.scope_version for r in resources],
+            "attributes": [r.attributes_json for r in resources],
+        }
+    )
+
+
+def _spans_table(
+    spans: list[SpanRecord], span_types: dict[tuple[str, str], str], now: int
+) -> pa.Table:
+    return pa.table(
+        {
+            "trace_id": [s.trace_id for s in spans],
+            "span_id": [s.span_id for s in spans],
+            "parent_span_id": [s.parent_span_id for s in spans],
+            "name": [s.name for s in spans],
+            "kind": pa.array([s.kind for s in spans], pa.int8()),
+            "start_unix_nano": pa.array([s.start_unix_nano for s in spans], pa.int64()),
+            "end_unix_nano": pa.array([s.end_unix_nano for s in spans], pa.int64()),
+            "status_code": pa.array([s.status_code for s in spans], pa.int8()),
+            "status_message": [s.status_message for s in spans],
+            "resource_key": [s.resource.key for s in spans],
+            "service_name": [s.resource.service_name for s in spans],
+            "scope_name": [s.resource.scope_name for s in spans],
+            "span_type": pa.array(
+                [span_types.get((s.trace_id, s.span_id)) for s in spans], pa.string()
+            ),
+            "dropped_attributes_count": [s.dropped_attributes_count for s in spans],
+            "dropped_events_count": [s.dropped_events_count for s in spans],
+            "dropped_links_count": [s.dropped_links_count for s in spans],
+            "event_count": [s.event_count for s in spans],
+            "received_unix_nano": pa.array([now] * len(spans), pa.int64()),
+            "raw": pa.array([s.raw for s in spans], pa.binary()),
+        }
+    )
+
+
+def _executions_table(executions: list[Execution], now: int) -> pa.Table:
+    columns: dict[str, Any] = {
+        name: [getattr(e, name) for e in executions] for name in _EXECUTION_COLUMNS
+    }
+    for name in ("start_unix_nano", "end_unix_nano", "revision_start", "revision_end",
+                 "transition_start", "transition_end", "transition_count"):
+        columns[name] = pa.array(columns[name], pa.int64())
+    for name in ("parent_run_id", "error_type", "store_id", "parent_store_id", "state_start",
+                 "state_start_mode", "state_start_policy", "state_end", "state_end_mode",
+                 "state_end_policy", "graph_snapshot", "definition_id", "structural_id",
+                 "cancelled_reason"):
+        columns[name] = pa.array(columns[name], pa.string())
+    columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
+    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
+    columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())
+    return pa.table(columns)
+
+
+def _transitions_table(transitions: list[Transition], now: int) -> pa.Table:
+    columns: dict[str, Any] = {
+        name: [getattr(t, name) for t in transitions] for name in _TRANSITION_COLUMNS
+    }
+    columns["patch"] = columns.pop("patch_json")
+    for name in ("sequence", "revision_before", "revision_after", "time_unix_nano"):
+        columns[name] = pa.array(columns[name], pa.int64())
+    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
+    columns["event_index"] = pa.array(columns["event_index"], pa.int32())
+    columns["received_unix_nano"] = pa.array([now] * len(transitions), pa.int64())
+    return pa.table(columns)

@@ -1,0 +1,154 @@
+"""Numbered schema migrations, applied in order and recorded in `_migrations`.
+
+A released migration is never edited: a change to the schema is a new function
+at the end of the list. Each runs inside the transaction that records it, so a
+crash leaves either the old schema or the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(function: Migration) -> Migration:
+    MIGRATIONS.append(function)
+    return function
+
+
+def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply every migration not yet recorded; return the names applied now."""
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS _migrations ("
+        " name VARCHAR PRIMARY KEY, applied_at TIMESTAMP WITH TIME ZONE DEFAULT now())"
+    )
+    applied = {row[0] for row in connection.execute("SELECT name FROM _migrations").fetchall()}
+    done = []
+    for function in MIGRATIONS:
+        name = function.__name__
+        if name in applied:
+            continue
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            function(connection)
+            connection.execute("INSERT INTO _migrations (name) VALUES (?)", [name])
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        done.append(name)
+    return done
+
+
+@migration
+def m001_spans_executions_transitions(connection: duckdb.DuckDBPyConnection) -> None:
+    connection.execute(
+        """
+        CREATE TABLE resources (
+            resource_key VARCHAR PRIMARY KEY,
+            service_name VARCHAR NOT NULL,
+            scope_name VARCHAR NOT NULL,
+            scope_version VARCHAR NOT NULL,
+            attributes JSON NOT NULL
+        )
+        """
+    )
+    # Every span, Junjo or not. The queryable columns are decoded at ingest; the
+    # rest (attributes, events, links) stays as the span's own protobuf bytes.
+    connection.execute(
+        """
+        CREATE TABLE spans (
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            parent_span_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            kind TINYINT NOT NULL,
+            start_unix_nano BIGINT NOT NULL,
+            end_unix_nano BIGINT NOT NULL,
+            status_code TINYINT NOT NULL,
+            status_message VARCHAR NOT NULL,
+            resource_key VARCHAR NOT NULL,
+            service_name VARCHAR NOT NULL,
+            scope_name VARCHAR NOT NULL,
+            span_type VARCHAR,
+            dropped_attributes_count UINTEGER NOT NULL,
+            dropped_events_count UINTEGER NOT NULL,
+            dropped_links_count UINTEGER NOT NULL,
+            event_count UINTEGER NOT NULL,
+            received_unix_nano BIGINT NOT NULL,
+            raw BLOB NOT NULL,
+            PRIMARY KEY (trace_id, span_id)
+        )
+        """
+    )
+    connection.execute(
+        """
+        CREATE TABLE executions (
+            run_id VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            service VARCHAR NOT NULL,
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            parent_span_id VARCHAR NOT NULL,
+            parent_run_id VARCHAR,
+            status VARCHAR NOT NULL,
+            status_message VARCHAR NOT NULL,
+            error_type VARCHAR,
+            start_unix_nano BIGINT NOT NULL,
+            end_unix_nano BIGINT NOT NULL,
+            store_id VARCHAR,
+            parent_store_id VARCHAR,
+            state_start VARCHAR,
+            state_start_mode VARCHAR,
+            state_start_policy VARCHAR,
+            state_end VARCHAR,
+            state_end_mode VARCHAR,
+            state_end_policy VARCHAR,
+            revision_start BIGINT,
+            revision_end BIGINT,
+            transition_start BIGINT,
+            transition_end BIGINT,
+            transition_count BIGINT,
+            reconstructable BOOLEAN,
+            graph_snapshot VARCHAR,
+            contract_version INTEGER,
+            definition_id VARCHAR,
+            structural_id VARCHAR,
+            cancelled_reason VARCHAR,
+            received_unix_nano BIGINT NOT NULL
+        )
+        """
+    )
+    # One row per set_state event wherever it sat; joined to its owner execution
+    # by store id and sequence interval when read, so arrival order never matters.
+    connection.execute(
+        """
+        CREATE TABLE transitions (
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            event_index INTEGER NOT NULL,
+            store_id VARCHAR NOT NULL,
+            sequence BIGINT,
+            store_name VARCHAR NOT NULL,
+            action VARCHAR NOT NULL,
+            revision_before BIGINT,
+            revision_after BIGINT,
+            patch VARCHAR NOT NULL,
+            patch_mode VARCHAR NOT NULL,
+            patch_policy VARCHAR NOT NULL,
+            event_id VARCHAR NOT NULL,
+            time_unix_nano BIGINT NOT NULL,
+            contract_version INTEGER,
+            span_name VARCHAR NOT NULL,
+            received_unix_nano BIGINT NOT NULL,
+            PRIMARY KEY (trace_id, span_id, event_index)
+        )
+        """
+    )
+    connection.execute("CREATE INDEX transitions_by_store ON transitions (store_id, sequence)")
+    connection.execute("CREATE INDEX executions_by_store ON executions (store_id)")

@@ -1,0 +1,1 @@
+"""statetrail studio: the reading side (web pages and JSON API)."""

@@ -1,0 +1,568 @@
+"""The field-filter language: query text -> a typed, immutable AST.
+
+Stage: pure parsing. No SQL and no I/O live here; `collector.store.filters`
+compiles the AST into a parameterised SQL expression.
+
+Invariant: `parse_query` either returns an AST or raises `QueryError` carrying
+a 0-based character offset into the text. Any input, however hostile (huge,
+deeply nested, control characters, SQL fragments), ends in one of the two;
+string values stay plain Python values in the AST and are only ever bound as
+SQL parameters downstream.
+
+Grammar (lowest precedence first)::
+
+    query      := or EOF
+    or         := and ("or" and)*
+    and        := not ("and" not)*
+    not        := "not" not | primary
+    primary    := "(" or ")" | comparison
+    comparison := ["final" | "ever"] path (OP value | "contains" value | "exists" | "missing")
+    path       := pointer | head tail*
+    head       := identifier | string | "[" index "]"
+    tail       := "." (identifier | keyword | string) | "[" index "]"
+    OP         := "=" | "!=" | "<" | "<=" | ">" | ">="
+    value      := JSON literal: true | false | null | number | "string"
+
+`final` (the default) looks at the end state; `ever` at every state the
+execution's history passed through. `a.b[0]`, `a."b.c"` and `/a/b~1c/0` are
+all paths; each becomes a tuple of RFC 6901 reference tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+MAX_QUERY_LENGTH: Final = 4096
+"""Longest accepted query text, in characters."""
+
+MAX_DEPTH: Final = 32
+"""Deepest nesting of parentheses and `not`; keeps recursion far from Python's limit."""
+
+MAX_COMPARISONS: Final = 64
+"""Most comparisons in one query; each compiles to a subquery."""
+
+Scope: TypeAlias = Literal["final", "ever"]
+CompareOp: TypeAlias = Literal["=", "!=", "<", "<=", ">", ">=", "contains"]
+Scalar: TypeAlias = bool | int | float | str | None
+"""A JSON literal. Note `bool` before `int` when switching: `True` is an `int`."""
+
+TokenKind: TypeAlias = Literal[
+    "(", ")", "[", "]", ".", "op", "word", "string", "number", "pointer", "eof"
+]
+
+
+ORDERING_OPS: Final[frozenset[str]] = frozenset({"<", "<=", ">", ">="})
+KEYWORDS: Final[frozenset[str]] = frozenset(
+    {"and", "or", "not", "final", "ever", "contains", "exists", "missing", "true", "false", "null"}
+)
+
+_IDENTIFIER = re.compile(r"[^\W\d][\w-]*")
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_WORD = re.compile(r"[\w-]+")
+_POINTER = re.compile(r"/[^\s()=!<>\"']*")
+_BAD_POINTER_ESCAPE = re.compile(r"~(?![01])")
+_WHITESPACE = frozenset(" \t\r\n")
+_STRING_ESCAPES = frozenset('"\\/bfnrtu')
+_PUNCTUATION: Final[dict[str, TokenKind]] = {"(": "(", ")": ")", "[": "[", "]": "]", ".": "."}
+
+
+class QueryError(ValueError):
+    """A query the user must fix; `position` is a 0-based offset into the text.
+
+    Views answer these with HTTP 400 and `render(text)` so the user sees where.
+    """
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message, position)
+        self.message = message
+        self.position = position
+
+    def __str__(self) -> str:
+        return f"{self.message} (at character {self.position})"
+
+    def render(self, text: str) -> str:
+        """Return the offending line, a caret under `position`, then the message.
+
+        Tabs before the caret are copied so the caret lines up in a terminal
+        or a `<pre>` block; multi-line queries show only the offending line.
+        """
+        position = min(max(self.position, 0), len(text))
+        line_start = text.rfind("\n", 0, position) + 1
+        line_end = text.find("\n", position)
+        line = text[line_start : len(text) if line_end == -1 else line_end]
+        padding = "".join("\t" if c == "\t" else " " for c in text[line_start:position])
+        return f"{line}\n{padding}^\n{self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """A location in a JSON document as RFC 6901 reference tokens (unescaped)."""
+
+    tokens: tuple[str, ...]
+
+    @property
+    def pointer(self) -> str:
+        """The RFC 6901 pointer, e.g. `("a/b", "0")` -> `/a~1b/0`."""
+        return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in self.tokens)
+
+    @property
+    def parent(self) -> Path:
+        return Path(self.tokens[:-1])
+
+    def __str__(self) -> str:
+        return format_path(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """`[scope] path op value`: some row at `path` (in scope) satisfies `op value`."""
+
+    scope: Scope
+    path: Path
+    op: CompareOp
+    value: Scalar
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """`[scope] path exists` (present=True) or `... missing` (present=False)."""
+
+    scope: Scope
+    path: Path
+    present: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    operand: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    """Two or more operands; chains like `a and b and c` stay flat."""
+
+    operands: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    """Two or more operands; chains like `a or b or c` stay flat."""
+
+    operands: tuple[Expr, ...]
+
+
+Expr: TypeAlias = Compare | Presence | Not | And | Or
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: TokenKind
+    text: str
+    """The source text of the token (for strings, including the quotes)."""
+    position: int
+    value: str = ""
+    """The decoded value of string tokens; empty otherwise."""
+
+
+def parse_query(text: str) -> Expr:
+    """Parse filter text into an AST, or raise `QueryError` pointing at the problem.
+
+    Blank text is an error (there is nothing to filter on); callers that treat
+    an empty box as "no filter" should check for that before calling.
+    """
+    return _Parser(tokenize(text)).parse()
+
+
+# --- tokenizer ---------------------------------------------------------------
+
+
+def tokenize(text: str) -> list[Token]:
+    """Split query text into tokens ending with an `eof` token.
+
+    Raises `QueryError` for over-long text, control characters, unpaired
+    surrogates (they cannot be encoded for the database), and malformed strings,
+    numbers or pointers.
+    """
+    if len(text) > MAX_QUERY_LENGTH:
+        raise QueryError(
+            f"query is too long ({len(text)} characters; the limit is {MAX_QUERY_LENGTH})",
+            MAX_QUERY_LENGTH,
+        )
+    _reject_unprintable(text)
+    tokens: list[Token] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c in _WHITESPACE:
+            i += 1
+            continue
+        token = _next_token(text, i)
+        tokens.append(token)
+        i += len(token.text)
+    tokens.append(Token("eof", "", len(text)))
+    return tokens
+
+
+def _reject_unprintable(text: str) -> None:
+    for i, c in enumerate(text):
+        code = ord(c)
+        if (code < 0x20 and c not in _WHITESPACE) or code == 0x7F or 0x80 <= code < 0xA0:
+            raise QueryError(f"control character U+{code:04X} is not allowed", i)
+        if 0xD800 <= code <= 0xDFFF:
+            raise QueryError(f"unpaired surrogate U+{code:04X} is not allowed", i)
+
+
+def _next_token(text: str, i: int) -> Token:
+    c = text[i]
+    punctuation = _PUNCTUATION.get(c)
+    if punctuation is not None:
+        return Token(punctuation, c, i)
+    if c in "=!<>":
+        return _operator(text, i)
+    if c == '"':
+        return _string(text, i)
+    if c == "'":
+        raise QueryError('strings use double quotes, e.g. "done"', i)
+    if c == "-" or c.isdigit():
+        return _number(text, i)
+    if c == "/":
+        return _pointer(text, i)
+    match = _WORD.match(text, i)
+    if match is not None:
+        return Token("word", match.group(), i)
+    raise QueryError(f"unexpected character {c!r}", i)
+
+
+def _operator(text: str, i: int) -> Token:
+    two = text[i : i + 2]
+    if two == "==":
+        raise QueryError("use '=' for equality", i)
+    if two in ("!=", "<=", ">="):
+        return Token("op", two, i)
+    if text[i] == "!":
+        raise QueryError("expected '!='; use 'not' to negate a comparison", i)
+    return Token("op", text[i], i)
+
+
+def _string(text: str, start: int) -> Token:
+    """Scan a JSON string literal; `json.loads` then decodes the escapes."""
+    i = start + 1
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            raw = text[start : i + 1]
+            return Token("string", raw, start, _decode_string(raw, start))
+        if c == "\\":
+            escape = text[i + 1 : i + 2]
+            if escape not in _STRING_ESCAPES or escape == "":
+                raise QueryError("invalid escape in string; JSON escapes are \\\" \\\\ \\/ "
+                                 "\\b \\f \\n \\r \\t \\uXXXX", i)
+            if escape == "u" and not re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
+                raise QueryError("\\u must be followed by four hex digits", i)
+            i += 2
+            continue
+        if c in "\r\n\t":
+            raise QueryError("line breaks and tabs inside strings must be escaped", i)
+        i += 1
+    raise QueryError("unterminated string; add a closing '\"'", start)
+
+
+def _decode_string(raw: str, start: int) -> str:
+    value: str = json.loads(raw)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise QueryError("string contains an unpaired \\u surrogate escape", start) from exc
+    return value
+
+
+def _number(text: str, i: int) -> Token:
+    match = _NUMBER.match(text, i)
+    end = match.end() if match else i
+    if match is None or (end < len(text) and (text[end].isalnum() or text[end] in "._")):
+        tail = _WORD.match(text, end)
+        bad = text[i : tail.end() if tail else end + 1]
+        raise QueryError(f"invalid number {bad!r}; numbers are JSON numbers like 3, -1.5, 2e3", i)
+    return Token("number", match.group(), i)
+
+
+def _pointer(text: str, i: int) -> Token:
+    match = _POINTER.match(text, i)
+    assert match is not None  # text[i] == "/" always matches
+    bad = _BAD_POINTER_ESCAPE.search(match.group())
+    if bad is not None:
+        raise QueryError("in a JSON pointer '~' must be written '~0' and '/' as '~1'",
+                         i + bad.start())
+    return Token("pointer", match.group(), i)
+
+
+# --- parser ------------------------------------------------------------------
+
+
+class _Parser:
+    """Recursive descent over a token list; one instance parses one query."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self._tokens = tokens
+        self._index = 0
+        self._comparisons = 0
+
+    def parse(self) -> Expr:
+        expr = self._or(depth=0)
+        token = self._peek()
+        if token.kind == ")":
+            raise QueryError("unbalanced ')'", token.position)
+        if token.kind != "eof":
+            raise QueryError(
+                f"unexpected {_describe(token)}; join comparisons with 'and' or 'or'",
+                token.position,
+            )
+        return expr
+
+    def _peek(self) -> Token:
+        return self._tokens[self._index]
+
+    def _advance(self) -> Token:
+        token = self._tokens[self._index]
+        if token.kind != "eof":
+            self._index += 1
+        return token
+
+    def _at_word(self, *words: str) -> bool:
+        token = self._peek()
+        return token.kind == "word" and token.text in words
+
+    def _or(self, depth: int) -> Expr:
+        operands = [self._and(depth)]
+        while self._at_word("or"):
+            self._advance()
+            operands.append(self._and(depth))
+        return operands[0] if len(operands) == 1 else Or(tuple(operands))
+
+    def _and(self, depth: int) -> Expr:
+        operands = [self._not(depth)]
+        while self._at_word("and"):
+            self._advance()
+            operands.append(self._not(depth))
+        return operands[0] if len(operands) == 1 else And(tuple(operands))
+
+    def _not(self, depth: int) -> Expr:
+        if self._at_word("not"):
+            token = self._advance()
+            _check_depth(depth + 1, token)
+            return Not(self._not(depth + 1))
+        return self._primary(depth)
+
+    def _primary(self, depth: int) -> Expr:
+        token = self._peek()
+        if token.kind != "(":
+            return self._comparison()
+        self._advance()
+        _check_depth(depth + 1, token)
+        expr = self._or(depth + 1)
+        closing = self._peek()
+        if closing.kind != ")":
+            if closing.kind == "eof":
+                raise QueryError("unclosed '('", token.position)
+            raise QueryError(f"expected ')' but found {_describe(closing)}", closing.position)
+        self._advance()
+        return expr
+
+    def _comparison(self) -> Expr:
+        start = self._peek()
+        self._comparisons += 1
+        if self._comparisons > MAX_COMPARISONS:
+            raise QueryError(f"too many comparisons (the limit is {MAX_COMPARISONS})",
+                             start.position)
+        scope: Scope = "final"
+        if self._at_word("final", "ever"):
+            scope_token = self._advance()
+            scope = "ever" if scope_token.text == "ever" else "final"
+            following = self._peek()
+            if following.kind == "op" or following.text in ("contains", "exists", "missing"):
+                raise QueryError(
+                    f"'{scope_token.text}' is a keyword; to use it as a field name quote it: "
+                    f'"{scope_token.text}"',
+                    scope_token.position,
+                )
+        path = self._path()
+        token = self._advance()
+        if token.kind == "word" and token.text in ("exists", "missing"):
+            return Presence(scope, path, token.text == "exists")
+        if token.kind == "op" or (token.kind == "word" and token.text == "contains"):
+            op: CompareOp = _as_op(token.text)
+            value = self._value(token)
+            if op in ORDERING_OPS and (value is None or isinstance(value, bool)):
+                raise QueryError(f"'{op}' compares numbers or strings, not {_literal(value)}",
+                                 self._tokens[self._index - 1].position)
+            return Compare(scope, path, op, value)
+        raise QueryError(
+            f"expected an operator (= != < <= > >= contains exists missing) after the path "
+            f"'{path}', found {_describe(token)}",
+            token.position,
+        )
+
+    def _path(self) -> Path:
+        token = self._advance()
+        if token.kind == "pointer":
+            return Path(_pointer_tokens(token.text))
+        if token.kind == "word" and token.text in KEYWORDS:
+            raise QueryError(
+                f"expected a field path, found the keyword '{token.text}'; to use it as a "
+                f'field name quote it: "{token.text}"',
+                token.position,
+            )
+        if token.kind == "eof":
+            raise QueryError("expected a field path, e.g. refund.eligible", token.position)
+        tokens = [self._segment(token, after_dot=False)]
+        while self._peek().kind in (".", "["):
+            separator = self._advance()
+            if separator.kind == "[":
+                tokens.append(self._index_segment(separator))
+            else:
+                tokens.append(self._segment(self._advance(), after_dot=True))
+        return Path(tuple(tokens))
+
+    def _segment(self, token: Token, *, after_dot: bool) -> str:
+        if token.kind == "string":
+            return token.value
+        if token.kind == "[" and not after_dot:
+            return self._index_segment(token)
+        if token.kind == "word" and _IDENTIFIER.fullmatch(token.text):
+            return token.text
+        where = " after '.'" if after_dot else ""
+        raise QueryError(
+            f"expected a field name{where}, found {_describe(token)}; quote names that are "
+            'not identifiers, e.g. metadata."extra/key"',
+            token.position,
+        )
+
+    def _index_segment(self, bracket: Token) -> str:
+        token = self._advance()
+        if token.kind != "number" or not _INDEX.fullmatch(token.text):
+            raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'",
+                             token.position)
+        closing = self._advance()
+        if closing.kind != "]":
+            raise QueryError("expected ']'", closing.position)
+        return token.text
+
+    def _value(self, op: Token) -> Scalar:
+        token = self._advance()
+        if token.kind == "string":
+            return token.value
+        if token.kind == "number":
+            return _number_value(token)
+        if token.kind == "word":
+            return _word_value(token)
+        raise QueryError(f"expected a JSON value after '{op.text}', found {_describe(token)}",
+                         token.position)
+
+
+def _check_depth(depth: int, token: Token) -> None:
+    if depth > MAX_DEPTH:
+        raise QueryError(f"nesting is too deep (the limit is {MAX_DEPTH} levels)",
+                         token.position)
+
+
+def _as_op(text: str) -> CompareOp:
+    ops: dict[str, CompareOp] = {
+        "=": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "contains": "contains"
+    }
+    return ops[text]
+
+
+def _number_value(token: Token) -> int | float:
+    value: int | float = json.loads(token.text)
+    # Floats are what the index stores; refuse what would overflow to infinity.
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = float("inf")
+    if as_float in (float("inf"), float("-inf")):
+        raise QueryError(f"number {token.text} is out of range", token.position)
+    return value
+
+
+def _word_value(token: Token) -> Scalar:
+    literals: dict[str, Scalar] = {"true": True, "false": False, "null": None}
+    if token.text in literals:
+        return literals[token.text]
+    if token.text.lower() in literals:
+        raise QueryError(f"JSON literals are lowercase: did you mean {token.text.lower()}?",
+                         token.position)
+    raise QueryError(
+        f'expected a JSON value; write strings in double quotes: "{token.text}"',
+        token.position,
+    )
+
+
+def _pointer_tokens(pointer: str) -> tuple[str, ...]:
+    # Order matters (RFC 6901 section 4): "~1" first, so "~01" decodes to "~1".
+    return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
+
+
+def _describe(token: Token) -> str:
+    if token.kind == "eof":
+        return "the end of the query"
+    return f"'{token.text}'" if len(token.text) <= 40 else f"'{token.text[:37]}...'"
+
+
+def _literal(value: Scalar) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --- printer -----------------------------------------------------------------
+
+
+def format_query(expr: Expr) -> str:
+    """Print an AST as query text that parses back to an equal AST.
+
+    `final` is left implicit; operands of the same or lower precedence are
+    parenthesised so `And((a, And((b, c))))` survives the round trip.
+    """
+    match expr:
+        case Compare(scope=scope, path=path, op=op, value=value):
+            return f"{_scope_prefix(scope)}{format_path(path)} {op} {_format_scalar(value)}"
+        case Presence(scope=scope, path=path, present=present):
+            word = "exists" if present else "missing"
+            return f"{_scope_prefix(scope)}{format_path(path)} {word}"
+        case Not(operand=operand):
+            inner = format_query(operand)
+            return f"not ({inner})" if isinstance(operand, And | Or) else f"not {inner}"
+        case And(operands=operands):
+            return " and ".join(_operand(o, isinstance(o, And | Or)) for o in operands)
+        case Or(operands=operands):
+            return " or ".join(_operand(o, isinstance(o, Or)) for o in operands)
+
+
+def _operand(expr: Expr, parenthesise: bool) -> str:
+    text = format_query(expr)
+    return f"({text})" if parenthesise else text
+
+
+def _scope_prefix(scope: Scope) -> str:
+    return "ever " if scope == "ever" else ""
+
+
+def format_path(path: Path) -> str:
+    """Dotted form: identifiers bare, indices as `[n]`, anything else quoted."""
+    parts: list[str] = []
+    for position, token in enumerate(path.tokens):
+        if _INDEX.fullmatch(token):
+            parts.append(f"[{token}]")
+        elif _IDENTIFIER.fullmatch(token) and (position > 0 or token not in KEYWORDS):
+            parts.append(token if position == 0 else f".{token}")
+        else:
+            quoted = json.dumps(token, ensure_ascii=False)
+            parts.append(quoted if position == 0 else f".{quoted}")
+    return "".join(parts)
+
+
+def _format_scalar(value: Scalar) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return _literal(value)

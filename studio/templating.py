@@ -1,0 +1,47 @@
+"""The one Jinja environment: autoescape everywhere, undefined names are errors.
+
+Telemetry is hostile input. Nothing rendered from it is ever marked safe; the
+filters here return plain strings that autoescape then escapes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.templating import Jinja2Templates
+
+from studio.assets import TEMPLATES_DIR
+
+
+def rfc3339(unix_nano: int | None) -> str:
+    """Nanoseconds as RFC 3339 UTC with microseconds (integer math, no float drift)."""
+    if not unix_nano:
+        return ""
+    seconds, nanos = divmod(unix_nano, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos // 1000:06d}Z"
+
+
+def duration(nanos: int | None) -> str:
+    if nanos is None or nanos < 0:
+        return ""
+    if nanos < 1_000_000:
+        return f"{nanos // 1000} µs"
+    if nanos < 1_000_000_000:
+        return f"{nanos / 1_000_000:.1f} ms"
+    return f"{nanos / 1_000_000_000:.2f} s"
+
+
+def _environment() -> Environment:
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES_DIR),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+    )
+    environment.filters["rfc3339"] = rfc3339
+    environment.filters["duration"] = duration
+    return environment
+
+
+templates = Jinja2Templates(env=_environment())
