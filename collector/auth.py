@@ -36,17 +36,28 @@ class KeyChecker:
 
     With no configured keys and no `extra`, every request is accepted: the
     server refuses to bind beyond loopback in that state unless told otherwise.
+    `extra_required`, when given, says whether `extra` currently has any keys
+    (the key store may be empty); without it, giving `extra` requires a key.
     """
 
     def __init__(
-        self, keys: Iterable[str], extra: Callable[[str], bool] | None = None
+        self,
+        keys: Iterable[str],
+        extra: Callable[[str], bool] | None = None,
+        *,
+        extra_required: Callable[[], bool] | None = None,
     ) -> None:
         self._digests = frozenset(digest(key) for key in keys)
         self._extra = extra
+        self._extra_required = extra_required
 
     @property
     def required(self) -> bool:
-        return bool(self._digests) or self._extra is not None
+        if self._digests:
+            return True
+        if self._extra is None:
+            return False
+        return self._extra_required is None or self._extra_required()
 
     def accepts(self, key: str | None) -> bool:
         if not self.required:

@@ -14,7 +14,6 @@ paying to parse it. Status codes follow the OTLP specification:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
 from collector.decode import DecodeError, parse_request
 from collector.ingest import Ingestor, IngestorClosed
@@ -55,33 +55,6 @@ class _Status(grpc.Status):  # type: ignore[misc]
         self.code = code
         self.details = details
         self.trailing_metadata = tuple(trailers)
-
-
-class Admission:
-    """Bounds the requests and bytes being processed at once (memory stays bounded)."""
-
-    def __init__(self, max_requests: int, max_bytes: int) -> None:
-        self._max_requests = max_requests
-        self._max_bytes = max_bytes
-        self._requests = 0
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def try_enter(self, size: int) -> bool:
-        with self._lock:
-            # One request larger than the byte budget is still admitted when the
-            # server is idle: the receive limit, not this, bounds a single request.
-            too_many_bytes = self._bytes + size > self._max_bytes and self._requests > 0
-            if self._requests >= self._max_requests or too_many_bytes:
-                return False
-            self._requests += 1
-            self._bytes += size
-            return True
-
-    def leave(self, size: int) -> None:
-        with self._lock:
-            self._requests -= 1
-            self._bytes -= size
 
 
 class TraceExportHandler:

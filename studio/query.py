@@ -66,6 +66,7 @@ _WORD = re.compile(r"[\w-]+")
 _POINTER = re.compile(r"/[^\s()=!<>\"']*")
 _BAD_POINTER_ESCAPE = re.compile(r"~(?![01])")
 _WHITESPACE = frozenset(" \t\r\n")
+_C1_CONTROLS = re.compile("[\x7f-\x9f]")
 _STRING_ESCAPES = frozenset('"\\/bfnrtu')
 _PUNCTUATION: Final[dict[str, TokenKind]] = {"(": "(", ")": ")", "[": "[", "]": "]", ".": "."}
 
@@ -512,7 +513,9 @@ def _describe(token: Token) -> str:
 
 
 def _literal(value: Scalar) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """JSON text for a literal; DEL and C1 controls escaped too, as the tokenizer rejects them."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _C1_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 # --- printer -----------------------------------------------------------------
@@ -557,7 +560,7 @@ def format_path(path: Path) -> str:
         elif _IDENTIFIER.fullmatch(token) and (position > 0 or token not in KEYWORDS):
             parts.append(token if position == 0 else f".{token}")
         else:
-            quoted = json.dumps(token, ensure_ascii=False)
+            quoted = _literal(token)
             parts.append(quoted if position == 0 else f".{quoted}")
     return "".join(parts)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -31,6 +31,9 @@ import pyarrow as pa
 from collector.decode import ResourceRecord, SpanRecord
 from collector.junjo import Evidence
 from collector.model import Execution, Transition
+from collector.store import keys
+from collector.store.keys import ApiKey as ApiKey
+from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
 
 logger = logging.getLogger(__name__)
@@ -102,6 +105,9 @@ class Store:
         if not read_only:
             self._connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
             apply_migrations(self._connection)
+            # Start from a checkpointed file: whatever an earlier crash left in
+            # the WAL is folded in now rather than on some later write.
+            self._connection.execute("CHECKPOINT")
         self._write_lock = threading.Lock()
         self._closed = False
 
@@ -214,6 +220,40 @@ class Store:
             ).fetchall()
         return [_transition(row) for row in rows]
 
+
+    # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
+    # Writes take the write lock so they never race `close`; they are rare
+    # (an operator command, or a key's last-used time at most once a minute).
+
+    def create_api_key(self, name: str, key_digest: str) -> ApiKey:
+        """Raises KeyNameTaken if an active key already has this name."""
+        return self._keys_write(lambda c: keys.insert_key(c, name, key_digest, time.time_ns()))
+
+    def revoke_api_key(self, name: str) -> ApiKey | None:
+        return self._keys_write(lambda c: keys.revoke_key(c, name, time.time_ns()))
+
+    def touch_api_key(self, key_digest: str) -> None:
+        self._keys_write(lambda c: keys.touch_key(c, key_digest, time.time_ns()))
+
+    def list_api_keys(self) -> list[ApiKey]:
+        return self._keys_read(keys.select_keys)
+
+    def api_key_digests(self) -> tuple[frozenset[str], int]:
+        """Digests of the active keys, and the number of keys ever created."""
+        return self._keys_read(keys.select_digests)
+
+    def _keys_write(self, statement: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        with self._write_lock:
+            return self._keys_read(statement)
+
+    def _keys_read(self, statement: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        try:
+            with self._cursor() as cursor:
+                return statement(cursor)
+        except duckdb.Error as exc:
+            raise StoreError(f"could not read or write the API keys: {exc}") from exc
+
+    # -- end of managed ingestion keys ----------------------------------------
 
 def _transition(row: tuple[Any, ...]) -> Transition:
     return Transition(*row)

@@ -152,3 +152,19 @@ def m001_spans_executions_transitions(connection: duckdb.DuckDBPyConnection) -> 
     )
     connection.execute("CREATE INDEX transitions_by_store ON transitions (store_id, sequence)")
     connection.execute("CREATE INDEX executions_by_store ON executions (store_id)")
+
+
+@migration
+def m002_api_keys(connection: duckdb.DuckDBPyConnection) -> None:
+    # Managed ingestion keys (`statetrail keys`): only the SHA-256 digest is kept.
+    connection.execute(
+        """
+        CREATE TABLE api_keys (
+            key_digest VARCHAR PRIMARY KEY,
+            name VARCHAR NOT NULL,
+            created_unix_nano BIGINT NOT NULL,
+            last_used_unix_nano BIGINT,
+            revoked_unix_nano BIGINT
+        )
+        """
+    )

@@ -1,0 +1,41 @@
+# Two entry points for a fresh machine: `make serve` and `make test`.
+# Everything they need is installed here, into .venv, on first use.
+
+VENV := .venv
+PY := $(VENV)/bin/python
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: serve test lint install
+
+serve: $(VENV)/.installed
+	$(VENV)/bin/statetrail serve
+
+test: $(VENV)/.installed-test $(CHROMIUM) lint
+	$(VENV)/bin/pytest
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+install: $(VENV)/.installed
+
+$(VENV)/.created:
+	"$$(scripts/find-python)" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+# Browser tests drive Debian's Chromium through Playwright (no browser download).
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "Install Debian's chromium package (sudo apt-get install chromium)" >&2; exit 1; \
+	fi

@@ -1,0 +1,142 @@
+"""Test support: a real `statetrail serve` on free loopback ports, and the fixtures.
+
+Nothing here is a mock: the server is the installed command in a subprocess,
+the database a real DuckDB file, and clients talk to it over real sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fixtures"
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+FIXTURE_API_KEY = "test-junjo-api-key-0123456789"
+STARTUP_TIMEOUT_SECONDS = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A running `statetrail serve` subprocess and how to reach it."""
+
+    db: Path
+    grpc_port: int
+    http_port: int
+    args: Sequence[str]
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self) -> Server:
+        assert self.process is None or self.process.poll() is not None
+        self.log = self.db.with_suffix(f".{time.monotonic_ns()}.log")
+        command = [
+            sys.executable, "-m", "collector", "serve",
+            "--db", str(self.db),
+            "--grpc-port", str(self.grpc_port),
+            "--http-port", str(self.http_port),
+            "--log-level", "warning",
+            *self.args,
+        ]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"statetrail serve exited early:\n{self.output()}")
+            try:
+                self.get_json("/healthz")
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"statetrail serve did not start:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
+
+    def get_json(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as reply:
+            return json.load(reply)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=60)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def export_raw(
+    target: str,
+    body: bytes,
+    metadata: Sequence[tuple[str, str]] = (),
+    *,
+    compression: grpc.Compression | None = None,
+    timeout: float = 30.0,
+) -> bytes:
+    """One Export RPC with exactly these bytes, as a real gRPC client sends them."""
+    with grpc.insecure_channel(
+        target, options=[("grpc.max_send_message_length", 512 * 1024 * 1024)]
+    ) as channel:
+        call = channel.unary_unary(EXPORT_METHOD)
+        reply: bytes = call(body, metadata=tuple(metadata), compression=compression,
+                            timeout=timeout)
+        return reply
+
+
+def fixture_requests(scenario: str) -> list[tuple[bytes, list[tuple[str, str]]]]:
+    """The captured request bytes of a scenario with the metadata they arrived with."""
+    folder = FIXTURES / scenario
+    requests = []
+    for body_path in sorted(folder.glob("request_*.pb")):
+        meta = json.loads(body_path.with_suffix(".meta.json").read_text())
+        metadata = [
+            (key, value) for key, value in meta["invocation_metadata"] if key != "user-agent"
+        ]
+        requests.append((body_path.read_bytes(), metadata))
+    return requests
+
+
+def scenarios() -> list[str]:
+    return sorted(p.name for p in FIXTURES.iterdir() if (p / "manifest.json").exists())
+
+
+def manifest(scenario: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FIXTURES / scenario / "manifest.json").read_text())
+    return loaded
