@@ -79,19 +79,33 @@ _STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class SpanRole:
+    """Where a Junjo span sits: its type and the run ids that link it to its owner.
+
+    Node spans name their enclosing workflow/subflow run (or RunConcurrent) in
+    `parent_runtime_id`, which is how an execution whose owner span has not
+    arrived yet can be listed as in flight.
+    """
+
+    span_type: str
+    runtime_id: str | None
+    parent_runtime_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """What one batch of spans says about executions and store transitions."""
 
     executions: list[Execution]
     transitions: list[Transition]
-    span_types: dict[tuple[str, str], str]
+    roles: dict[tuple[str, str], SpanRole]
 
 
 def extract(spans: Iterable[SpanRecord]) -> Evidence:
     """Pull executions and transitions out of decoded spans."""
     executions: list[Execution] = []
     transitions: list[Transition] = []
-    span_types: dict[tuple[str, str], str] = {}
+    roles: dict[tuple[str, str], SpanRole] = {}
     for span in spans:
         attributes = _junjo_attributes(span)
         if attributes is None and not _has_set_state(span):
@@ -99,13 +113,17 @@ def extract(spans: Iterable[SpanRecord]) -> Evidence:
         attributes = attributes if attributes is not None else decode_attributes(span.pb.attributes)
         span_type = _str(attributes, SPAN_TYPE)
         if span_type is not None:
-            span_types[(span.trace_id, span.span_id)] = span_type
+            roles[(span.trace_id, span.span_id)] = SpanRole(
+                span_type,
+                _str(attributes, RUNTIME_ID) or _str(attributes, RUNTIME_ID_V1),
+                _str(attributes, PARENT_RUNTIME_ID),
+            )
         if span_type in _OWNER_KINDS:
             execution = _execution(span, attributes, span_type)
             if execution is not None:
                 executions.append(execution)
         transitions.extend(_transitions(span, _int(attributes, CONTRACT_VERSION)))
-    return Evidence(executions, transitions, span_types)
+    return Evidence(executions, transitions, roles)
 
 
 def _junjo_attributes(span: SpanRecord) -> Attributes | None:

@@ -29,7 +29,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.decode import ResourceRecord, SpanRecord
-from collector.junjo import Evidence
+from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.store import keys
 from collector.store.keys import ApiKey as ApiKey
@@ -153,12 +153,12 @@ class Store:
                 for t in b.evidence.transitions
             }
         )
-        span_types = {key: value for b in batches for key, value in b.evidence.span_types.items()}
+        roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
         with self._write_lock, self._cursor() as cursor:
             try:
                 cursor.execute("BEGIN TRANSACTION")
                 _insert(cursor, "resources", _resources_table(resources))
-                _insert(cursor, "spans", _spans_table(spans, span_types, now))
+                _insert(cursor, "spans", _spans_table(spans, roles, now))
                 _insert(cursor, "executions", _executions_table(executions, now))
                 _insert(cursor, "transitions", _transitions_table(transitions, now))
                 cursor.execute("COMMIT")
@@ -296,8 +296,9 @@ def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
 
 
 def _spans_table(
-    spans: list[SpanRecord], span_types: dict[tuple[str, str], str], now: int
+    spans: list[SpanRecord], roles: dict[tuple[str, str], SpanRole], now: int
 ) -> pa.Table:
+    span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
     return pa.table(
         {
             "trace_id": [s.trace_id for s in spans],
@@ -312,8 +313,10 @@ def _spans_table(
             "resource_key": [s.resource.key for s in spans],
             "service_name": [s.resource.service_name for s in spans],
             "scope_name": [s.resource.scope_name for s in spans],
-            "span_type": pa.array(
-                [span_types.get((s.trace_id, s.span_id)) for s in spans], pa.string()
+            "span_type": pa.array([r and r.span_type for r in span_roles], pa.string()),
+            "junjo_runtime_id": pa.array([r and r.runtime_id for r in span_roles], pa.string()),
+            "junjo_parent_runtime_id": pa.array(
+                [r and r.parent_runtime_id for r in span_roles], pa.string()
             ),
             "dropped_attributes_count": [s.dropped_attributes_count for s in spans],
             "dropped_events_count": [s.dropped_events_count for s in spans],

@@ -75,6 +75,8 @@ def m001_spans_executions_transitions(connection: duckdb.DuckDBPyConnection) -> 
             service_name VARCHAR NOT NULL,
             scope_name VARCHAR NOT NULL,
             span_type VARCHAR,
+            junjo_runtime_id VARCHAR,
+            junjo_parent_runtime_id VARCHAR,
             dropped_attributes_count UINTEGER NOT NULL,
             dropped_events_count UINTEGER NOT NULL,
             dropped_links_count UINTEGER NOT NULL,
@@ -165,6 +167,25 @@ def m002_api_keys(connection: duckdb.DuckDBPyConnection) -> None:
             created_unix_nano BIGINT NOT NULL,
             last_used_unix_nano BIGINT,
             revoked_unix_nano BIGINT
+        )
+        """
+    )
+
+
+@migration
+def m003_replays(connection: duckdb.DuckDBPyConnection) -> None:
+    # The outcome of replaying each execution (rewritten whenever late evidence
+    # arrives): what lists and filters show without replaying at query time.
+    connection.execute(
+        """
+        CREATE TABLE execution_replays (
+            run_id VARCHAR PRIMARY KEY,
+            verdict VARCHAR NOT NULL,
+            diagnostics JSON NOT NULL,
+            error_count INTEGER NOT NULL,
+            warning_count INTEGER NOT NULL,
+            received_transitions INTEGER NOT NULL,
+            replayed_unix_nano BIGINT NOT NULL
         )
         """
     )
