@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import ConfigError, add_db_argument, add_serve_arguments, serve_config
+from collector.keys_cli import add_keys_command
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -46,6 +47,8 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     executions.add_argument("--json", action="store_true", help="print JSON lines")
     executions.add_argument("--limit", type=int, default=50)
     executions.set_defaults(handler=_executions)
+
+    add_keys_command(commands, environ)
     return parser
 
 
@@ -92,7 +95,8 @@ class _Locked(Exception):
 
 def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
     from collector.store import Store, StoreLocked
-    from studio.views import execution_json
+    from collector.store.listing import ExecutionQuery
+    from studio.api import execution_json
 
     if not db.exists():
         raise SystemExit(f"statetrail: no database at {db}")
@@ -101,7 +105,7 @@ def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
     except StoreLocked as exc:
         raise _Locked from exc
     try:
-        return [execution_json(s) for s in store.list_executions(limit=limit)]
+        return [execution_json(row) for row in store.search(ExecutionQuery(limit=limit))][:limit]
     finally:
         store.close()
 

@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal, TypeAlias
 
-JsonValue: TypeAlias = (
-    dict[str, "JsonValue"] | list["JsonValue"] | str | int | float | bool | None
-)
+JsonValue: TypeAlias = dict[str, "JsonValue"] | list["JsonValue"] | str | int | float | bool | None
 Kind: TypeAlias = Literal["null", "bool", "number", "string", "object", "array"]
 
 MAX_ROWS: Final = 50_000

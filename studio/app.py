@@ -12,21 +12,29 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from collector.admission import Admission
 from collector.auth import KeyChecker
 from collector.config import Config
 from collector.ingest import Ingestor
+from collector.keyring import ManagedKeys
 from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
+from collector.replayer import Replayer
 from collector.store import Store
-from studio import views
+from studio import admin, api, views
 from studio.assets import STATIC_DIR
+from studio.inspect import Inspector
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,12 @@ class Services:
     store: Store
     ingestor: Ingestor
     keys: KeyChecker
+    managed_keys: ManagedKeys
+    otlp_http: HttpTraceReceiver
+    # Proves a caller of the admin routes can read the sidecar file (mode 0600).
+    admin_token: str
+    replayer: Replayer
+    inspector: Inspector
 
 
 def sidecar_path(db_path: Path) -> Path:
@@ -54,21 +68,48 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
         with contextlib.ExitStack() as stack:
             store = Store(config.db_path, checkpoint_threshold=config.checkpoint_threshold)
             stack.callback(store.close)
-            ingestor = Ingestor(store)
+            replayer = Replayer(store)
+            stack.callback(replayer.close)
+            ingestor = Ingestor(store, on_commit=replayer.notify)
             stack.callback(ingestor.close)
-            keys = KeyChecker(config.load_api_keys())
+            managed_keys = ManagedKeys(store)
+            keys = KeyChecker(
+                config.load_api_keys(),
+                managed_keys.accepts,
+                extra_required=managed_keys.any_exist,
+            )
             if grpc:
                 receiver = _start_grpc(config, ingestor, keys)
                 stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
-            app.state.services = Services(config, store, ingestor, keys)
-            stack.enter_context(_sidecar(config))
+            admin_token = secrets.token_urlsafe(32)
+            app.state.services = Services(
+                config, store, ingestor, keys, managed_keys,
+                _otlp_http(config, ingestor, keys), admin_token,
+                replayer, Inspector(store),
+            )
+            stack.enter_context(_sidecar(config, admin_token))
             logger.info("statetrail ready: db=%s", config.db_path)
             yield
 
     routes = [
         Route("/", views.executions_page, name="executions"),
-        Route("/api/executions", views.executions_api, name="api_executions"),
+        Route("/api/executions", api.list_executions, name="api_executions"),
+        Route("/api/executions/{run_id}", api.execution_detail, name="api_execution"),
+        Route(
+            "/api/executions/{run_id}/timeline", api.execution_timeline, name="api_timeline"
+        ),
+        Route("/api/executions/{run_id}/state", api.execution_state, name="api_state"),
+        Route(
+            "/api/executions/{run_id}/provenance",
+            api.execution_provenance,
+            name="api_provenance",
+        ),
         Route("/healthz", views.healthz, name="healthz"),
+        Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
+        Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
+        Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
+        Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
+              name="admin_revoke_key"),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
@@ -96,14 +137,36 @@ def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcRec
     return receiver
 
 
+def _otlp_http(config: Config, ingestor: Ingestor, keys: KeyChecker) -> HttpTraceReceiver:
+    return HttpTraceReceiver(
+        ingestor,
+        keys,
+        Admission(config.max_inflight_requests, config.max_inflight_bytes),
+        max_receive_bytes=config.max_receive_bytes,
+        retry_after_seconds=config.retry_after_seconds,
+    )
+
+
+async def _export_traces(request: Request) -> Response:
+    services: Services = request.app.state.services
+    return await services.otlp_http.export(request)
+
+
 @contextlib.contextmanager
-def _sidecar(config: Config) -> Iterator[None]:
+def _sidecar(config: Config, admin_token: str) -> Iterator[None]:
     path = sidecar_path(config.db_path)
     host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-    path.write_text(
-        json.dumps({"url": f"http://{host}:{config.http_port}", "pid": os.getpid()}),
-        encoding="utf-8",
-    )
+    sidecar = {
+        "url": f"http://{host}:{config.http_port}",
+        "pid": os.getpid(),
+        "admin_token": admin_token,
+    }
+    # Created afresh and exclusively with mode 0600: the token in it is what
+    # lets `statetrail keys` change keys, so only the operator may read it.
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        json.dump(sidecar, file)
     try:
         yield
     finally:

@@ -1,59 +1,21 @@
-"""Thin request handlers: parse the request, ask the store, render."""
+"""Thin HTML handlers: parse the request, ask the store, render a template."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.store import ExecutionSummary, Store
-from studio.templating import rfc3339, templates
-
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
-
-
-def _store(request: Request) -> Store:
-    store: Store = request.app.state.services.store
-    return store
-
-
-def _limit(request: Request) -> int:
-    try:
-        limit = int(request.query_params.get("limit", DEFAULT_PAGE_SIZE))
-    except ValueError:
-        return DEFAULT_PAGE_SIZE
-    return max(1, min(limit, MAX_PAGE_SIZE))
-
-
-def execution_json(summary: ExecutionSummary) -> dict[str, Any]:
-    return {
-        "id": summary.run_id,
-        "kind": summary.kind,
-        "workflow": summary.name,
-        "service": summary.service,
-        "status": summary.status,
-        "started_at": rfc3339(summary.start_unix_nano),
-        "ended_at": rfc3339(summary.end_unix_nano),
-        "start_unix_nano": summary.start_unix_nano,
-        "end_unix_nano": summary.end_unix_nano,
-        "transition_count": summary.transition_count,
-        "received_transitions": summary.received_transitions,
-        "trace_id": summary.trace_id,
-        "store_id": summary.store_id,
-    }
-
-
-async def executions_api(request: Request) -> Response:
-    summaries = _store(request).list_executions(limit=_limit(request))
-    return JSONResponse({"executions": [execution_json(s) for s in summaries], "next": None})
+from collector.store.listing import ExecutionQuery
+from studio.api import store_of
+from studio.templating import templates
 
 
 async def executions_page(request: Request) -> Response:
-    summaries = _store(request).list_executions(limit=_limit(request))
-    return templates.TemplateResponse(request, "executions.html", {"executions": summaries})
+    rows = store_of(request).search(ExecutionQuery(limit=50))
+    return templates.TemplateResponse(request, "executions.html", {"executions": rows[:50]})
 
 
 async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok", **_store(request).counts()})
+    """Liveness plus counts; `replaying` says stored verdicts may still change."""
+    replaying = not request.app.state.services.replayer.wait_idle(0)
+    return JSONResponse({"status": "ok", "replaying": replaying, **store_of(request).counts()})

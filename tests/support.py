@@ -92,6 +92,16 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=30) as reply:
             return json.load(reply)
 
+    def wait_replayed(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until every committed execution has been replayed; return /healthz."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            health: dict[str, Any] = self.get_json("/healthz")
+            if not health["replaying"]:
+                return health
+            time.sleep(0.05)
+        raise AssertionError("replays did not finish in time")
+
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None
         if self.process.poll() is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -29,9 +29,10 @@ import duckdb
 import pyarrow as pa
 
 from collector.decode import ResourceRecord, SpanRecord
+from collector.fieldindex import FieldIndex
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
-from collector.store import keys
+from collector.store import keys, listing, replays
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
@@ -63,28 +64,9 @@ class WriteResult:
     run_ids: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutionSummary:
-    run_id: str
-    kind: str
-    name: str
-    service: str
-    status: str
-    start_unix_nano: int
-    end_unix_nano: int
-    trace_id: str
-    store_id: str | None
-    transition_count: int | None
-    received_transitions: int
-
-
 _T = TypeVar("_T")
 _EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
 _TRANSITION_COLUMNS = tuple(field.name for field in fields(Transition))
-# The dataclass says `patch_json` (text as received); the column is `patch`.
-_TRANSITION_SELECT = ", ".join(
-    "patch AS patch_json" if name == "patch_json" else name for name in _TRANSITION_COLUMNS
-)
 
 
 class Store:
@@ -175,25 +157,6 @@ class Store:
 
     # -- reads --------------------------------------------------------------
 
-    def list_executions(self, *, limit: int = 100) -> list[ExecutionSummary]:
-        """Newest first, with how many of each execution's transitions arrived."""
-        with self._cursor() as cursor:
-            rows = cursor.execute(
-                """
-                SELECT e.run_id, e.kind, e.name, e.service, e.status, e.start_unix_nano,
-                       e.end_unix_nano, e.trace_id, e.store_id, e.transition_count,
-                       (SELECT count(*) FROM transitions t
-                        WHERE t.store_id = e.store_id
-                          AND t.sequence > e.transition_start
-                          AND t.sequence <= e.transition_end) AS received
-                FROM executions e
-                ORDER BY e.start_unix_nano DESC, e.run_id
-                LIMIT ?
-                """,
-                [limit],
-            ).fetchall()
-        return [ExecutionSummary(*row) for row in rows]
-
     def counts(self) -> dict[str, int]:
         with self._cursor() as cursor:
             row = cursor.execute(
@@ -205,20 +168,69 @@ class Store:
 
     def get_execution(self, run_id: str) -> Execution | None:
         with self._cursor() as cursor:
-            row = cursor.execute(
-                f"SELECT {', '.join(_EXECUTION_COLUMNS)} FROM executions WHERE run_id = ?",
-                [run_id],
-            ).fetchone()
-        return Execution(*row) if row else None
+            return replays.execution(cursor, run_id)
 
     def transitions_for_store(self, store_id: str) -> list[Transition]:
         with self._cursor() as cursor:
-            rows = cursor.execute(
-                f"SELECT {_TRANSITION_SELECT} FROM transitions WHERE store_id = ?"
-                " ORDER BY sequence NULLS LAST, time_unix_nano, trace_id, span_id, event_index",
-                [store_id],
-            ).fetchall()
-        return [_transition(row) for row in rows]
+            return replays.transitions_for_store(cursor, store_id)
+
+    # -- finding executions -------------------------------------------------------
+
+    def search(self, query: listing.ExecutionQuery) -> list[listing.ExecutionRow]:
+        with self._cursor() as cursor:
+            return listing.search(cursor, query)
+
+    def facets(
+        self, query: listing.ExecutionQuery, name: listing.FacetName
+    ) -> list[tuple[str, int]]:
+        with self._cursor() as cursor:
+            return listing.facets(cursor, query, name)
+
+    def execution_row(self, run_id: str) -> listing.ExecutionRow | None:
+        with self._cursor() as cursor:
+            return listing.row(cursor, run_id)
+
+    def child_executions(self, run_id: str) -> list[listing.ExecutionRow]:
+        with self._cursor() as cursor:
+            return listing.children(cursor, run_id)
+
+    def in_flight(self, limit: int = 50, run_id: str | None = None) -> list[listing.InFlightRow]:
+        with self._cursor() as cursor:
+            return listing.in_flight(cursor, limit, run_id)
+
+    def evidence_version(self, store_ids: Sequence[str], trace_id: str) -> tuple[int, int]:
+        """Changes whenever evidence for these stores or this trace arrives (cache key)."""
+        with self._cursor() as cursor:
+            row = cursor.execute(
+                "SELECT (SELECT count(*) FROM transitions WHERE list_contains(?, store_id)),"
+                " (SELECT count(*) FROM spans WHERE trace_id = ?)",
+                [list(store_ids), trace_id],
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    # -- replay inputs and outputs ----------------------------------------------
+
+    def executions_for_stores(self, store_ids: Iterable[str]) -> list[Execution]:
+        with self._cursor() as cursor:
+            return replays.executions_for_stores(cursor, store_ids)
+
+    def evidence_spans(self, trace_id: str, store_id: str | None) -> list[replays.SpanLink]:
+        with self._cursor() as cursor:
+            return replays.evidence_spans(cursor, trace_id, store_id)
+
+    def save_replays(
+        self, records: Sequence[replays.ReplayRecord], indexes: Sequence[FieldIndex]
+    ) -> None:
+        """Replace what is stored about these executions' replays, atomically."""
+        with self._write_lock, self._cursor() as cursor:
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                replays.save(cursor, records, indexes)
+                cursor.execute("COMMIT")
+            except duckdb.Error as exc:
+                _rollback_quietly(cursor)
+                raise StoreError(f"could not save replay results: {exc}") from exc
 
 
     # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
@@ -254,10 +266,6 @@ class Store:
             raise StoreError(f"could not read or write the API keys: {exc}") from exc
 
     # -- end of managed ingestion keys ----------------------------------------
-
-def _transition(row: tuple[Any, ...]) -> Transition:
-    return Transition(*row)
-
 
 def _unique(by_key: dict[Any, _T]) -> list[_T]:
     return list(by_key.values())

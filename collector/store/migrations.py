@@ -185,7 +185,33 @@ def m003_replays(connection: duckdb.DuckDBPyConnection) -> None:
             error_count INTEGER NOT NULL,
             warning_count INTEGER NOT NULL,
             received_transitions INTEGER NOT NULL,
+            index_truncated BOOLEAN NOT NULL,
             replayed_unix_nano BIGINT NOT NULL
+        )
+        """
+    )
+
+
+@migration
+def m004_field_index(connection: duckdb.DuckDBPyConnection) -> None:
+    # The field-value index behind `where` filters (collector/store/filters.py
+    # explains the hashed sort keys). Rows are rebuilt whenever an execution is
+    # replayed again.
+    connection.execute(
+        """
+        CREATE TABLE field_values (
+            run_id VARCHAR NOT NULL,
+            parent_key BIGINT NOT NULL,
+            path_key BIGINT NOT NULL,
+            kind VARCHAR NOT NULL CHECK (kind IN ('null', 'bool', 'number', 'string',
+                                                  'object', 'array')),
+            num DOUBLE,
+            str_key BIGINT,
+            str VARCHAR,
+            bool_val BOOLEAN,
+            is_final BOOLEAN NOT NULL,
+            path VARCHAR NOT NULL,
+            parent VARCHAR NOT NULL
         )
         """
     )

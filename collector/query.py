@@ -158,6 +158,7 @@ class Or:
 
 Expr: TypeAlias = Compare | Presence | Not | And | Or
 
+
 @dataclass(frozen=True, slots=True)
 class Token:
     kind: TokenKind
@@ -175,6 +176,17 @@ def parse_query(text: str) -> Expr:
     an empty box as "no filter" should check for that before calling.
     """
     return _Parser(tokenize(text)).parse()
+
+
+def parse_path(text: str) -> Path:
+    """Parse a lone path (dotted, quoted or JSON pointer), e.g. for a `?path=` parameter.
+
+    Keywords are accepted as the first name here, since no comparison follows.
+    """
+    parser = _Parser(tokenize(text))
+    path = parser.path(allow_keyword=True)
+    parser.expect_end()
+    return path
 
 
 # --- tokenizer ---------------------------------------------------------------
@@ -227,7 +239,7 @@ def _next_token(text: str, i: int) -> Token:
         return _string(text, i)
     if c == "'":
         raise QueryError('strings use double quotes, e.g. "done"', i)
-    if c == "-" or c.isdigit():
+    if c in "-0123456789":
         return _number(text, i)
     if c == "/":
         return _pointer(text, i)
@@ -259,8 +271,11 @@ def _string(text: str, start: int) -> Token:
         if c == "\\":
             escape = text[i + 1 : i + 2]
             if escape not in _STRING_ESCAPES or escape == "":
-                raise QueryError("invalid escape in string; JSON escapes are \\\" \\\\ \\/ "
-                                 "\\b \\f \\n \\r \\t \\uXXXX", i)
+                raise QueryError(
+                    'invalid escape in string; JSON escapes are \\" \\\\ \\/ '
+                    "\\b \\f \\n \\r \\t \\uXXXX",
+                    i,
+                )
             if escape == "u" and not re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
                 raise QueryError("\\u must be followed by four hex digits", i)
             i += 2
@@ -295,8 +310,9 @@ def _pointer(text: str, i: int) -> Token:
     assert match is not None  # text[i] == "/" always matches
     bad = _BAD_POINTER_ESCAPE.search(match.group())
     if bad is not None:
-        raise QueryError("in a JSON pointer '~' must be written '~0' and '/' as '~1'",
-                         i + bad.start())
+        raise QueryError(
+            "in a JSON pointer '~' must be written '~0' and '/' as '~1'", i + bad.start()
+        )
     return Token("pointer", match.group(), i)
 
 
@@ -313,6 +329,10 @@ class _Parser:
 
     def parse(self) -> Expr:
         expr = self._or(depth=0)
+        self.expect_end()
+        return expr
+
+    def expect_end(self) -> None:
         token = self._peek()
         if token.kind == ")":
             raise QueryError("unbalanced ')'", token.position)
@@ -321,7 +341,6 @@ class _Parser:
                 f"unexpected {_describe(token)}; join comparisons with 'and' or 'or'",
                 token.position,
             )
-        return expr
 
     def _peek(self) -> Token:
         return self._tokens[self._index]
@@ -376,8 +395,9 @@ class _Parser:
         start = self._peek()
         self._comparisons += 1
         if self._comparisons > MAX_COMPARISONS:
-            raise QueryError(f"too many comparisons (the limit is {MAX_COMPARISONS})",
-                             start.position)
+            raise QueryError(
+                f"too many comparisons (the limit is {MAX_COMPARISONS})", start.position
+            )
         scope: Scope = "final"
         if self._at_word("final", "ever"):
             scope_token = self._advance()
@@ -389,7 +409,7 @@ class _Parser:
                     f'"{scope_token.text}"',
                     scope_token.position,
                 )
-        path = self._path()
+        path = self.path()
         token = self._advance()
         if token.kind == "word" and token.text in ("exists", "missing"):
             return Presence(scope, path, token.text == "exists")
@@ -397,8 +417,10 @@ class _Parser:
             op: CompareOp = _as_op(token.text)
             value = self._value(token)
             if op in ORDERING_OPS and (value is None or isinstance(value, bool)):
-                raise QueryError(f"'{op}' compares numbers or strings, not {_literal(value)}",
-                                 self._tokens[self._index - 1].position)
+                raise QueryError(
+                    f"'{op}' compares numbers or strings, not {_literal(value)}",
+                    self._tokens[self._index - 1].position,
+                )
             return Compare(scope, path, op, value)
         raise QueryError(
             f"expected an operator (= != < <= > >= contains exists missing) after the path "
@@ -406,11 +428,11 @@ class _Parser:
             token.position,
         )
 
-    def _path(self) -> Path:
+    def path(self, *, allow_keyword: bool = False) -> Path:
         token = self._advance()
         if token.kind == "pointer":
             return Path(_pointer_tokens(token.text))
-        if token.kind == "word" and token.text in KEYWORDS:
+        if token.kind == "word" and token.text in KEYWORDS and not allow_keyword:
             raise QueryError(
                 f"expected a field path, found the keyword '{token.text}'; to use it as a "
                 f'field name quote it: "{token.text}"',
@@ -444,8 +466,7 @@ class _Parser:
     def _index_segment(self, bracket: Token) -> str:
         token = self._advance()
         if token.kind != "number" or not _INDEX.fullmatch(token.text):
-            raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'",
-                             token.position)
+            raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'", token.position)
         closing = self._advance()
         if closing.kind != "]":
             raise QueryError("expected ']'", closing.position)
@@ -459,19 +480,25 @@ class _Parser:
             return _number_value(token)
         if token.kind == "word":
             return _word_value(token)
-        raise QueryError(f"expected a JSON value after '{op.text}', found {_describe(token)}",
-                         token.position)
+        raise QueryError(
+            f"expected a JSON value after '{op.text}', found {_describe(token)}", token.position
+        )
 
 
 def _check_depth(depth: int, token: Token) -> None:
     if depth > MAX_DEPTH:
-        raise QueryError(f"nesting is too deep (the limit is {MAX_DEPTH} levels)",
-                         token.position)
+        raise QueryError(f"nesting is too deep (the limit is {MAX_DEPTH} levels)", token.position)
 
 
 def _as_op(text: str) -> CompareOp:
     ops: dict[str, CompareOp] = {
-        "=": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "contains": "contains"
+        "=": "=",
+        "!=": "!=",
+        "<": "<",
+        "<=": "<=",
+        ">": ">",
+        ">=": ">=",
+        "contains": "contains",
     }
     return ops[text]
 
@@ -493,8 +520,9 @@ def _word_value(token: Token) -> Scalar:
     if token.text in literals:
         return literals[token.text]
     if token.text.lower() in literals:
-        raise QueryError(f"JSON literals are lowercase: did you mean {token.text.lower()}?",
-                         token.position)
+        raise QueryError(
+            f"JSON literals are lowercase: did you mean {token.text.lower()}?", token.position
+        )
     raise QueryError(
         f'expected a JSON value; write strings in double quotes: "{token.text}"',
         token.position,

@@ -1,0 +1,825 @@
+"""Durable OTLP/gRPC ingest throughput of `statetrail serve` against a parse-only baseline.
+
+What is measured, and why:
+
+- Two servers run in the same run, on the same machine, under the same load, so the ratio
+  between them means something even on a noisy box:
+  1. *baseline*: a grpcio server (started here in a subprocess) whose TraceService/Export
+     parses the ExportTraceServiceRequest and throws it away. It is the cost every
+     OTLP/gRPC receiver in Python pays before doing anything useful.
+  2. *statetrail*: `statetrail serve` on a fresh DuckDB file. An export is acknowledged
+     only after the spans, executions and transitions it carries are committed.
+- The load is Junjo-shaped (SCHEMA.md sections 1-4): executions of about 10 spans (a
+  workflow span carrying ~2 KB `junjo.workflow.state.start`/`.end`, the execution graph
+  snapshot, store ids and transition bounds; node spans carrying `set_state` events with
+  JSON Patch attributes; one non-Junjo LLM client span), packed 512 spans per request
+  (~1 MB), which is what the OTel BatchSpanProcessor sends under load.
+- Requests are serialized once, up front. Each send only stamps a per-request number into
+  the id bytes (trace ids, span ids, run/store/event ids), so the exporters cost almost
+  nothing and nothing is deduplicated by the collector's primary keys.
+- Exporters are threads, each with its own channel (one HTTP/2 connection per exporter,
+  like separate processes running the OTel exporter), sending raw bytes over a unary-unary
+  call to `/opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+- Reported per target: acknowledged spans/s, RPC latency p50/p99, peak RSS of the server
+  process (VmHWM from /proc/<pid>/status) and failed RPCs. Then the statetrail/baseline
+  ratio against the targets (durable ingest >= 25% of the baseline's spans/s; peak RSS
+  <= 400 MB), printed as PASS/FAIL; this script never asserts on them.
+- After statetrail is stopped with SIGTERM, its DuckDB file is opened read-only and the
+  number of stored spans is compared with the number acknowledged: an acknowledged span
+  that is not there would be a durability bug.
+
+glibc: a ~1 MB message is above malloc's mmap threshold, so every request buffer is a fresh
+mmap/munmap with page faults, and glibc's dynamic threshold moves as buffers are freed. That
+makes the baseline's figure swing between runs. Both servers therefore get the same
+`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` (see `MALLOC_ENV`; `--no-malloc-env`
+turns it off), which keeps such buffers on the heap for both, so neither is favoured.
+
+Run: `.venv/bin/python bench/bench_ingest.py` (about 2 x 20 s), or `--quick` for a smoke run.
+Loopback only; every loop is bounded by a deadline or a request count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, TypeAlias
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
+ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
+SpanPB2: TypeAlias = trace_pb2.Span
+KeyValuePB2: TypeAlias = common_pb2.KeyValue
+
+EXPORT_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
+EXPORT_METHOD: Final = f"/{EXPORT_SERVICE}/Export"
+LOOPBACK: Final = "127.0.0.1"
+MIB: Final = 1024 * 1024
+MAX_MESSAGE_BYTES: Final = 64 * MIB
+SERVER_WORKERS: Final = 16  # statetrail's default gRPC worker count
+RPC_TIMEOUT_SECONDS: Final = 120.0  # the Junjo/OTel exporter's deadline
+STARTUP_TIMEOUT_SECONDS: Final = 60.0
+STOP_TIMEOUT_SECONDS: Final = 120.0
+FAILURE_BACKOFF_SECONDS: Final = 0.05
+
+TARGET_RATIO: Final = 0.25
+TARGET_RSS_MB: Final = 400.0
+
+# Same values for both servers; above every request buffer, below glibc's 32 MiB cap.
+MALLOC_ENV: Final[dict[str, str]] = {
+    "MALLOC_MMAP_THRESHOLD_": str(16 * MIB),
+    "MALLOC_TRIM_THRESHOLD_": str(128 * MIB),
+}
+
+# A placeholder stamped with the request's own token on every send: the first 5 bytes of
+# every trace id and span id and the first 5 characters of every Junjo run/store/event id.
+# `~` is kept out of all generated JSON, and `RequestTemplate` checks that the serialized
+# template holds exactly as many placeholders as were put in, so none is accidental.
+MARK: Final = "~REQ~"
+TOKEN_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+SPANS_PER_EXECUTION: Final = 10
+NODES_PER_EXECUTION: Final = 8
+STATE_ITEMS: Final = 12  # list items in the workflow state; sized for ~2 KB of JSON
+
+
+# -- request shapes -----------------------------------------------------------------------
+
+
+def _kv(key: str, value: str | int | bool) -> KeyValuePB2:
+    if isinstance(value, bool):
+        return KeyValuePB2(key=key, value=common_pb2.AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValuePB2(key=key, value=common_pb2.AnyValue(int_value=value))
+    return KeyValuePB2(key=key, value=common_pb2.AnyValue(string_value=value))
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _state(execution: int, items: int) -> dict[str, object]:
+    return {
+        "conversation_id": f"conv-{execution:08d}",
+        "items": [
+            {
+                "index": i,
+                "role": "assistant" if i % 2 else "user",
+                "text": f"message {i} of execution {execution}: a reasonably sized chat turn "
+                "that the workflow appended to its store",
+            }
+            for i in range(items)
+        ],
+        "metadata": {"model": "gpt-bench", "temperature": 0.2, "tenant": "acme"},
+        "status": "done" if items == STATE_ITEMS else "running",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Ids:
+    """Ids of one execution inside one request; the marks are stamped on each send."""
+
+    execution: int
+    first_span: int
+
+    @property
+    def trace_id(self) -> bytes:
+        return MARK.encode() + struct.pack(">xxxQ", self.execution + 1)
+
+    def span_id(self, offset: int) -> bytes:
+        return MARK.encode() + struct.pack(">I", self.first_span + offset + 1)[1:]
+
+    def text(self, kind: str, number: int = 0) -> str:
+        return f"{MARK}{kind}{self.execution:05d}{number:010d}"
+
+
+def _graph_snapshot(ids: _Ids) -> str:
+    nodes = [
+        {
+            "nodeLabel": f"Node{n}",
+            "nodeRuntimeId": ids.text("N", n),
+            "nodeStructuralId": f"node_{n:032x}",
+            "nodeType": f"Node{n}",
+        }
+        for n in range(NODES_PER_EXECUTION)
+    ]
+    edges = [
+        {
+            "edgeConditionLabel": None if n % 3 else "CountBelow(4)",
+            "edgeScope": "explicit",
+            "edgeStructuralId": f"edge_{n:032x}",
+            "headNodeRuntimeId": ids.text("N", n + 1),
+            "headNodeStructuralId": f"node_{n + 1:032x}",
+            "parentSubflowRuntimeId": None,
+            "tailNodeRuntimeId": ids.text("N", n),
+            "tailNodeStructuralId": f"node_{n:032x}",
+        }
+        for n in range(NODES_PER_EXECUTION - 1)
+    ]
+    return _compact({"edges": edges, "graphStructuralId": "graph_" + "ab" * 16, "nodes": nodes,
+                     "v": 2})
+
+
+def _execution_spans(ids: _Ids, start_ns: int, node_count: int) -> list[SpanPB2]:
+    """One Junjo execution, children before the parent (span-end order, as exported).
+
+    With `node_count` < NODES_PER_EXECUTION the execution is cut off: its workflow span
+    would come in a later request (SCHEMA.md section 7.6), so only node spans are built.
+    """
+    run_id = ids.text("R")
+    store_id = ids.text("S")
+    workflow_span_id = ids.span_id(0)
+    common = [_kv("junjo.telemetry.contract_version", 3)]
+    spans: list[SpanPB2] = []
+    sequence = 0
+    clock = start_ns + 1_000
+    for node in range(node_count):
+        events = []
+        for _ in range(2 + node % 2):  # 2 or 3 set_state calls per node
+            sequence += 1
+            patch = _compact(
+                [
+                    {"op": "add", "path": f"/items/{sequence}",
+                     "value": {"index": sequence, "role": "assistant",
+                               "text": f"reply {sequence}: the model said something useful"}},
+                    {"op": "replace", "path": "/status", "value": "running"},
+                ]
+            )
+            events.append(
+                trace_pb2.Span.Event(
+                    time_unix_nano=clock + sequence,
+                    name="set_state",
+                    attributes=[
+                        _kv("id", ids.text("E", sequence)),
+                        _kv("junjo.store.name", "ConversationStore"),
+                        _kv("junjo.store.id", store_id),
+                        _kv("junjo.store.action", "append_item"),
+                        _kv("junjo.store.transition.sequence", sequence),
+                        _kv("junjo.store.revision.before", sequence - 1),
+                        _kv("junjo.store.revision.after", sequence),
+                        _kv("junjo.state_json_patch", patch),
+                        _kv("junjo.state_json_patch.mode", "full"),
+                        _kv("junjo.state_json_patch.policy", "junjo.full.v1"),
+                    ],
+                )
+            )
+        node_runtime_id = ids.text("N", node)
+        spans.append(
+            SpanPB2(
+                trace_id=ids.trace_id,
+                span_id=ids.span_id(1 + node),
+                parent_span_id=workflow_span_id,
+                flags=256,
+                name=f"Node{node}",
+                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=clock,
+                end_time_unix_nano=clock + 900_000,
+                attributes=[
+                    *common,
+                    _kv("junjo.span_type", "node"),
+                    _kv("junjo.executable_definition_id", node_runtime_id),
+                    _kv("junjo.executable_runtime_id", node_runtime_id),
+                    _kv("junjo.parent_executable_definition_id", ids.text("D")),
+                    _kv("junjo.parent_executable_runtime_id", run_id),
+                    _kv("junjo.parent_executable_structural_id", "graph_" + "ab" * 16),
+                    _kv("junjo.executable_structural_id", f"node_{node:032x}"),
+                    _kv("junjo.enclosing_graph_structural_id", "graph_" + "ab" * 16),
+                ],
+                events=events,
+            )
+        )
+        clock += 1_000_000
+    if node_count < NODES_PER_EXECUTION:
+        return spans
+    spans.append(
+        SpanPB2(
+            trace_id=ids.trace_id,
+            span_id=ids.span_id(1 + NODES_PER_EXECUTION),
+            parent_span_id=ids.span_id(1),
+            flags=256,
+            name="llm.chat_completion",
+            kind=trace_pb2.Span.SPAN_KIND_CLIENT,
+            start_time_unix_nano=start_ns + 2_000,
+            end_time_unix_nano=start_ns + 800_000,
+            attributes=[
+                _kv("gen_ai.system", "openai"),
+                _kv("gen_ai.request.model", "gpt-bench"),
+                _kv("gen_ai.usage.input_tokens", 812),
+                _kv("gen_ai.usage.output_tokens", 96),
+            ],
+        )
+    )
+    spans.append(
+        SpanPB2(
+            trace_id=ids.trace_id,
+            span_id=workflow_span_id,
+            flags=256,
+            name="ConversationWorkflow",
+            kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=start_ns,
+            end_time_unix_nano=clock + 1_000,
+            attributes=[
+                _kv(
+                    "junjo.workflow.state.start",
+                    _compact(_state(ids.execution, STATE_ITEMS // 2)),
+                ),
+                _kv("junjo.workflow.state.start.mode", "full"),
+                _kv("junjo.workflow.state.start.policy", "junjo.full.v1"),
+                _kv("junjo.store.revision.start", 0),
+                _kv("junjo.store.transition.start", 0),
+                _kv("junjo.workflow.execution_graph_snapshot", _graph_snapshot(ids)),
+                _kv("junjo.workflow.store.id", store_id),
+                *common,
+                _kv("junjo.span_type", "workflow"),
+                _kv("junjo.executable_definition_id", ids.text("D")),
+                _kv("junjo.executable_runtime_id", run_id),
+                _kv("junjo.executable_structural_id", "graph_" + "ab" * 16),
+                _kv("junjo.enclosing_graph_structural_id", "graph_" + "ab" * 16),
+                _kv("junjo.store.transition.end", sequence),
+                _kv("junjo.workflow.state.end", _compact(_state(ids.execution, STATE_ITEMS))),
+                _kv("junjo.workflow.state.end.mode", "full"),
+                _kv("junjo.workflow.state.end.policy", "junjo.full.v1"),
+                _kv("junjo.store.revision.end", sequence),
+                _kv("junjo.store.transition.count", sequence),
+                _kv("junjo.store.reconstructable", True),
+                _kv("junjo.workflow.node.count", NODES_PER_EXECUTION),
+            ],
+        )
+    )
+    return spans
+
+
+def build_request(spans_per_request: int) -> ExportRequestPB2:
+    """One export of `spans_per_request` spans: whole executions, then a cut-off one."""
+    junjo_spans: list[SpanPB2] = []
+    llm_spans: list[SpanPB2] = []
+    start_ns = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+    for execution in itertools.count():
+        left = spans_per_request - len(junjo_spans) - len(llm_spans)
+        if left <= 0:
+            break
+        ids = _Ids(execution, execution * SPANS_PER_EXECUTION)
+        nodes = NODES_PER_EXECUTION if left >= SPANS_PER_EXECUTION else left
+        for span in _execution_spans(ids, start_ns + execution * 50_000_000, nodes):
+            (llm_spans if span.kind == trace_pb2.Span.SPAN_KIND_CLIENT else junjo_spans).append(
+                span
+            )
+    resource = resource_pb2.Resource(
+        attributes=[
+            _kv("service.name", "bench-workflows"),
+            _kv("service.instance.id", "2f0c7a51-3f63-4c1e-9a55-0d3c1f5b8e11"),
+            _kv("telemetry.sdk.language", "python"),
+            _kv("telemetry.sdk.name", "opentelemetry"),
+            _kv("telemetry.sdk.version", "1.45.2"),
+        ]
+    )
+    return ExportRequestPB2(
+        resource_spans=[
+            trace_pb2.ResourceSpans(
+                resource=resource,
+                scope_spans=[
+                    trace_pb2.ScopeSpans(
+                        scope=common_pb2.InstrumentationScope(name="junjo"), spans=junjo_spans
+                    ),
+                    trace_pb2.ScopeSpans(
+                        scope=common_pb2.InstrumentationScope(name="my.app.llm"),
+                        spans=llm_spans,
+                    ),
+                ],
+            )
+        ]
+    )
+
+
+class RequestTemplate:
+    """A serialized request whose ids are made unique to each send by `render`."""
+
+    def __init__(self, request: ExportRequestPB2) -> None:
+        body = request.SerializeToString()
+        self.size: Final = len(body)
+        self.span_count: Final = sum(
+            len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
+        )
+        self._pieces = body.split(MARK.encode())
+        expected = _expected_marks(request)
+        if len(self._pieces) - 1 != expected:
+            raise RuntimeError(
+                f"{MARK!r} occurs {len(self._pieces) - 1} times in the request, not {expected}"
+            )
+
+    def render(self, number: int) -> bytes:
+        """The request with every id stamped with `number` (1 <= number < 62**5)."""
+        return request_token(number).join(self._pieces)
+
+
+def request_token(number: int) -> bytes:
+    """`number` as 5 base-62 characters: valid in ids of both kinds, and never all zero."""
+    if not 0 < number < len(TOKEN_ALPHABET) ** len(MARK):
+        raise ValueError(f"request number {number} is out of range")
+    digits = []
+    for _ in MARK:
+        number, digit = divmod(number, len(TOKEN_ALPHABET))
+        digits.append(TOKEN_ALPHABET[digit])
+    return "".join(reversed(digits)).encode()
+
+
+def _expected_marks(request: ExportRequestPB2) -> int:
+    mark = MARK.encode()
+    count = 0
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                count += span.trace_id.count(mark) + span.span_id.count(mark)
+                count += span.parent_span_id.count(mark)
+                keyvalues = [*span.attributes]
+                for event in span.events:
+                    keyvalues.extend(event.attributes)
+                count += sum(kv.value.string_value.count(MARK) for kv in keyvalues)
+    return count
+
+
+# -- the parse-only baseline server ---------------------------------------------------------
+
+
+def serve_baseline() -> int:
+    """Run the baseline receiver on a free loopback port until SIGTERM; print the port."""
+
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        request = ExportRequestPB2()
+        request.ParseFromString(body)
+        del request
+        response: bytes = ExportResponsePB2().SerializeToString()
+        return response
+
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=SERVER_WORKERS),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
+    )
+    handler = grpc.method_handlers_generic_handler(
+        EXPORT_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(export)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port(f"{LOOPBACK}:0")
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopped.set())
+    server.start()
+    print(f"PORT {port}", flush=True)
+    while not stopped.wait(1.0):
+        pass
+    server.stop(5).wait()
+    return 0
+
+
+# -- servers under test ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    grpc_port: int
+    db_path: Path | None = None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for_port(process: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listened on {LOOPBACK}:{port} within {STARTUP_TIMEOUT_SECONDS}s")
+
+
+def start_baseline(env: dict[str, str]) -> Server:
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-baseline"],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().decode().split()
+    if len(line) != 2 or line[0] != "PORT":
+        process.kill()
+        raise RuntimeError(f"baseline server did not report its port: {line!r}")
+    port = int(line[1])
+    _wait_for_port(process, port)
+    return Server("baseline", process, port)
+
+
+def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Server:
+    grpc_port, http_port = _free_port(), _free_port()
+    statetrail = Path(sys.executable).with_name("statetrail")
+    command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector.cli"]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "serve", "--db", str(db_path), "--host", LOOPBACK,
+             "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+             "--log-level", "warning"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    _wait_for_port(process, grpc_port)
+    return Server("statetrail", process, grpc_port, db_path)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM (the resident-set high-water mark) of a live process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def stop(server: Server) -> int:
+    """SIGTERM, then wait; statetrail drains, commits and checkpoints before it exits."""
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        return server.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+        raise
+
+
+# -- load ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ExporterTally:
+    latencies: list[float] = field(default_factory=list)
+    acked_spans: int = 0
+    failures: int = 0
+    first_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    seconds: float
+    requests: int
+    acked_spans: int
+    warmup_acked_spans: int
+    failures: int
+    first_error: str
+    latencies: Sequence[float]
+
+    @property
+    def spans_per_second(self) -> float:
+        return self.acked_spans / self.seconds if self.seconds else 0.0
+
+    def latency_ms(self, quantile: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))] * 1000
+
+
+def _export_once(
+    call: Callable[..., bytes], body: bytes, span_count: int
+) -> tuple[float, int, str]:
+    """Send one request; (latency, acknowledged spans, error text or "")."""
+    started = time.perf_counter()
+    try:
+        reply = call(body, timeout=RPC_TIMEOUT_SECONDS, wait_for_ready=True)
+    except grpc.RpcError as exc:
+        return time.perf_counter() - started, 0, f"{exc.code().name}: {exc.details()}"
+    latency = time.perf_counter() - started
+    response = ExportResponsePB2()
+    response.ParseFromString(reply)
+    return latency, span_count - response.partial_success.rejected_spans, ""
+
+
+def drive(
+    port: int,
+    template: RequestTemplate,
+    *,
+    exporters: int,
+    seconds: float,
+    max_requests: int | None,
+    warmup_requests: int,
+) -> LoadResult:
+    """Run `exporters` threads against one server until the deadline or request budget."""
+    numbers: Iterator[int] = itertools.count(1)
+    lock = threading.Lock()
+    budget = [max_requests if max_requests is not None else sys.maxsize]
+    warmup_acked = [0]
+    deadline = [0.0]
+    started = [0.0]
+
+    def start_clock() -> None:
+        started[0] = time.perf_counter()
+        deadline[0] = started[0] + seconds
+
+    # The barrier's action runs before any party is released, so every exporter sees
+    # the deadline of the measured window, which starts after all warm-ups are done.
+    start_gate = threading.Barrier(exporters + 1, action=start_clock)
+
+    def next_number() -> int | None:
+        with lock:
+            if budget[0] <= 0:
+                return None
+            budget[0] -= 1
+            return next(numbers)
+
+    def exporter() -> ExporterTally:
+        tally = ExporterTally()
+        with grpc.insecure_channel(
+            f"{LOOPBACK}:{port}",
+            options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     # One connection per exporter, as separate processes would have.
+                     ("grpc.use_local_subchannel_pool", 1)],
+        ) as channel:
+            call = channel.unary_unary(EXPORT_METHOD)
+            for _ in range(warmup_requests):
+                number = next(numbers)
+                _, acked, _ = _export_once(call, template.render(number), template.span_count)
+                with lock:
+                    warmup_acked[0] += acked
+            start_gate.wait()
+            while time.perf_counter() < deadline[0]:
+                number_or_none = next_number()
+                if number_or_none is None:
+                    break
+                body = template.render(number_or_none)
+                latency, acked, error = _export_once(call, body, template.span_count)
+                if error:
+                    tally.failures += 1
+                    tally.first_error = tally.first_error or error
+                    time.sleep(FAILURE_BACKOFF_SECONDS)
+                    continue
+                tally.latencies.append(latency)
+                tally.acked_spans += acked
+        return tally
+
+    with ThreadPoolExecutor(max_workers=exporters) as pool:
+        futures = [pool.submit(exporter) for _ in range(exporters)]
+        start_gate.wait()
+        tallies = [future.result() for future in futures]
+        elapsed = time.perf_counter() - started[0]
+    latencies = [latency for tally in tallies for latency in tally.latencies]
+    return LoadResult(
+        seconds=elapsed,
+        requests=len(latencies),
+        acked_spans=sum(tally.acked_spans for tally in tallies),
+        warmup_acked_spans=warmup_acked[0],
+        failures=sum(tally.failures for tally in tallies),
+        first_error=next((tally.first_error for tally in tallies if tally.first_error), ""),
+        latencies=latencies,
+    )
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    name: str
+    load: LoadResult
+    peak_rss_mb: float
+    request_bytes: int
+
+    @property
+    def mib_per_second(self) -> float:
+        seconds = self.load.seconds
+        return self.load.requests * self.request_bytes / MIB / seconds if seconds else 0.0
+
+
+def _row(cells: Sequence[str]) -> str:
+    widths = (12, 10, 12, 10, 10, 10, 13, 9)
+    return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+
+
+def print_report(measurements: Sequence[Measurement]) -> None:
+    print()
+    print(_row(("target", "requests", "spans/s", "MiB/s", "p50 ms", "p99 ms", "peak RSS MB",
+                "failed")))
+    for m in measurements:
+        print(
+            _row(
+                (
+                    m.name,
+                    str(m.load.requests),
+                    f"{m.load.spans_per_second:,.0f}",
+                    f"{m.mib_per_second:.1f}",
+                    f"{m.load.latency_ms(0.50):.1f}",
+                    f"{m.load.latency_ms(0.99):.1f}",
+                    f"{m.peak_rss_mb:.0f}",
+                    str(m.load.failures),
+                )
+            )
+        )
+        if m.load.first_error:
+            print(f"    first failure ({m.name}): {m.load.first_error}")
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--exporters", type=int, default=4, help="concurrent exporter threads")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured time per target")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="stop each target after this many measured requests")
+    parser.add_argument("--spans-per-request", type=int, default=512)
+    parser.add_argument("--warmup-requests", type=int, default=2,
+                        help="unmeasured requests per exporter before timing starts")
+    parser.add_argument("--quick", action="store_true", help="smoke run: about 5 s in all")
+    parser.add_argument("--no-malloc-env", action="store_true",
+                        help="do not set MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_")
+    parser.add_argument("--keep-db", action="store_true", help="leave the DuckDB file behind")
+    parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds = min(args.seconds, 2.0)
+        args.warmup_requests = 1
+    if args.exporters < 1 or args.seconds <= 0 or args.spans_per_request < SPANS_PER_EXECUTION:
+        parser.error("--exporters >= 1, --seconds > 0 and --spans-per-request >= 10 please")
+    return args
+
+
+def _server_env(tune_malloc: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if tune_malloc:
+        env.update(MALLOC_ENV)
+    return env
+
+
+def _count_stored_spans(db_path: Path) -> int:
+    import duckdb
+
+    with duckdb.connect(str(db_path), read_only=True) as connection:
+        row = connection.execute("SELECT count(*) FROM spans").fetchone()
+    assert row is not None
+    count: int = row[0]
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.serve_baseline:
+        return serve_baseline()
+
+    built = time.perf_counter()
+    template = RequestTemplate(build_request(args.spans_per_request))
+    render_seconds = min(_timed(template.render, n) for n in range(1, 6))
+    print(
+        f"request: {template.span_count} spans, {template.size / MIB:.2f} MiB "
+        f"(built in {time.perf_counter() - built:.2f}s; stamping ids costs "
+        f"{render_seconds * 1e3:.2f} ms a send)"
+    )
+    limit = f"{args.requests} requests or " if args.requests else ""
+    print(
+        f"load: {args.exporters} exporter threads, {limit}{args.seconds:g}s per target, "
+        f"{args.warmup_requests} warm-up request(s) per exporter"
+    )
+    env = _server_env(not args.no_malloc_env)
+    malloc = " ".join(f"{k}={env[k]}" for k in MALLOC_ENV if k in env) or "glibc defaults"
+    print(f"server malloc settings (both): {malloc}")
+
+    measurements: list[Measurement] = []
+    with tempfile.TemporaryDirectory(prefix="statetrail-bench-") as tmp:
+        run = _run_target(start_baseline(env), template, args)
+        measurements.append(run)
+
+        db_path = Path(tmp) / "bench.duckdb"
+        server = start_statetrail(db_path, env, Path(tmp) / "statetrail.log")
+        measured = _run_target(server, template, args)
+        measurements.append(measured)
+        acked = measured.load.acked_spans + measured.load.warmup_acked_spans
+        stored = _count_stored_spans(db_path)
+        if args.keep_db:
+            kept = Path(tempfile.gettempdir()) / f"statetrail-bench-{os.getpid()}.duckdb"
+            db_path.rename(kept)
+            print(f"kept the DuckDB file at {kept}")
+        log_tail = (Path(tmp) / "statetrail.log").read_text(errors="replace")[-2000:]
+
+    print_report(measurements)
+    baseline, statetrail = measurements
+    ratio = (
+        statetrail.load.spans_per_second / baseline.load.spans_per_second
+        if baseline.load.spans_per_second
+        else 0.0
+    )
+    print()
+    print(f"statetrail/baseline spans/s: {ratio:.2f}")
+    print(
+        f"target durable ingest >= {TARGET_RATIO:.0%} of baseline spans/s: "
+        f"{_verdict(ratio >= TARGET_RATIO)} ({ratio:.0%})"
+    )
+    print(
+        f"target statetrail peak RSS <= {TARGET_RSS_MB:.0f} MB: "
+        f"{_verdict(statetrail.peak_rss_mb <= TARGET_RSS_MB)} ({statetrail.peak_rss_mb:.0f} MB)"
+    )
+    print(
+        f"durability: {acked} spans acknowledged, {stored} in the DB after SIGTERM: "
+        f"{_verdict(acked == stored)}"
+    )
+    if log_tail.strip():
+        print(f"statetrail log (tail):\n{log_tail}")
+    return 0
+
+
+def _run_target(server: Server, template: RequestTemplate, args: argparse.Namespace) -> Measurement:
+    try:
+        print(f"measuring {server.name} (pid {server.process.pid}, port {server.grpc_port}) ...",
+              flush=True)
+        load = drive(
+            server.grpc_port,
+            template,
+            exporters=args.exporters,
+            seconds=args.seconds,
+            max_requests=args.requests,
+            warmup_requests=args.warmup_requests,
+        )
+        rss = peak_rss_mb(server.process.pid)
+    finally:
+        code = stop(server)
+    # uvicorn re-raises the SIGTERM it handled once shutdown is complete.
+    if code not in (0, -signal.SIGTERM):
+        print(f"  {server.name} exited with status {code}")
+    return Measurement(server.name, load, rss, template.size)
+
+
+def _timed(function: Callable[[int], object], argument: int) -> float:
+    started = time.perf_counter()
+    function(argument)
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

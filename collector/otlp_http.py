@@ -1,0 +1,365 @@
+"""OTLP/HTTP transport (`POST /v1/traces`): auth, limits, status codes and partial success.
+
+The HTTP twin of `collector/otlp_grpc.py`, following the same rules; nothing
+here decodes spans or touches storage except through the injected `Ingestor`.
+
+Invariants:
+- a 200 is sent only after `Ingestor.ingest` returned, that is after COMMIT;
+- one request never holds more than the receive limit, compressed or inflated:
+  Content-Length is checked before reading, and bytes are counted while reading
+  and while inflating (a gzip bomb stops at the limit);
+- every answer is in the request's encoding: an ExportTraceServiceResponse on
+  success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
+
+Status codes follow the OTLP/HTTP specification:
+- 400 INVALID_ARGUMENT: the body is not an export request, a hex id is malformed,
+  the gzip stream is corrupt (not retryable);
+- 401 UNAUTHENTICATED: no accepted key;
+- 413: over the receive limit; 415: a content type or encoding we do not read;
+- 503 UNAVAILABLE + Retry-After: overload, storage failure or shutdown (retryable).
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import logging
+import re
+import zlib
+from collections.abc import Iterator
+from typing import Any, Final
+
+from google.protobuf import any_pb2, duration_pb2, json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from collector.admission import Admission
+from collector.auth import KeyChecker, presented_key
+from collector.decode import DecodeError, ExportRequestPB2, parse_request
+from collector.ingest import Ingestor, IngestorClosed, IngestOutcome
+from collector.store import StoreError
+
+logger = logging.getLogger(__name__)
+
+TRACES_PATH: Final = "/v1/traces"
+PROTOBUF_MEDIA_TYPE: Final = "application/x-protobuf"
+JSON_MEDIA_TYPE: Final = "application/json"
+# Inflate in steps of this size so the limit is checked long before a bomb is out.
+INFLATE_CHUNK_BYTES: Final = 256 * 1024
+
+ExportResponsePB2 = trace_service_pb2.ExportTraceServiceResponse
+StatusPB2 = status_pb2.Status
+
+
+class BodyFormat(enum.Enum):
+    """The two OTLP/HTTP encodings; the value is the media type."""
+
+    PROTOBUF = PROTOBUF_MEDIA_TYPE
+    JSON = JSON_MEDIA_TYPE
+
+    @classmethod
+    def of(cls, content_type: str | None) -> BodyFormat | None:
+        media_type = (content_type or "").split(";", 1)[0].strip().lower()
+        for member in cls:
+            if member.value == media_type:
+                return member
+        return None
+
+    def serialize(self, message: Message) -> bytes:
+        if self is BodyFormat.PROTOBUF:
+            serialized: bytes = message.SerializeToString()
+            return serialized
+        # MessageToDict writes int64 as strings and bytes as base64, as OTLP JSON
+        # asks for every field an export response or a Status carries.
+        return json.dumps(json_format.MessageToDict(message), separators=(",", ":")).encode()
+
+
+class Refused(Exception):
+    """An export answered with an error status instead of being stored."""
+
+    def __init__(self, http_status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.code = code
+        self.message = message
+
+
+class HttpTraceReceiver:
+    """`POST /v1/traces`, written against Starlette's request/response interface."""
+
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        keys: KeyChecker,
+        admission: Admission,
+        *,
+        max_receive_bytes: int,
+        retry_after_seconds: int,
+    ) -> None:
+        self._ingestor = ingestor
+        self._keys = keys
+        self._admission = admission
+        self._max_receive_bytes = max_receive_bytes
+        self._retry_after_seconds = retry_after_seconds
+
+    async def export(self, request: Request) -> Response:
+        body_format = BodyFormat.of(request.headers.get("content-type"))
+        if body_format is None:
+            # Nothing says which encoding the client reads; JSON is the readable one.
+            return self._refusal(
+                Refused(
+                    415,
+                    code_pb2.INVALID_ARGUMENT,
+                    f"send {PROTOBUF_MEDIA_TYPE} or {JSON_MEDIA_TYPE}",
+                ),
+                BodyFormat.JSON,
+            )
+        try:
+            outcome = await self._export(request, body_format)
+        except Refused as refusal:
+            return self._refusal(refusal, body_format)
+        response = ExportResponsePB2()
+        if outcome.rejected_spans:
+            response.partial_success.rejected_spans = outcome.rejected_spans
+            response.partial_success.error_message = outcome.error_message
+        return Response(body_format.serialize(response), media_type=body_format.value)
+
+    async def _export(self, request: Request, body_format: BodyFormat) -> IngestOutcome:
+        # The key check may re-read the key table: keep it off the event loop.
+        if not await run_in_threadpool(self._keys.accepts, presented_key(request.headers.items())):
+            raise Refused(
+                401,
+                code_pb2.UNAUTHENTICATED,
+                "missing or unknown API key: send it as x-junjo-api-key or "
+                "'authorization: Bearer <key>'",
+            )
+        gzipped = _is_gzipped(request.headers.get("content-encoding"))
+        declared = _declared_length(request.headers.get("content-length"))
+        if declared is not None and declared > self._max_receive_bytes:
+            raise self._too_large()
+        # Unknown length (chunked): reserve the most it may be, so the budget holds.
+        share = _Share(self._admission, self._max_receive_bytes if declared is None else declared)
+        if not share.enter():
+            raise self._at_capacity()
+        try:
+            body = await self._read_body(request)
+            return await run_in_threadpool(self._ingest, body, gzipped, body_format, share)
+        finally:
+            share.leave()
+
+    async def _read_body(self, request: Request) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self._max_receive_bytes:
+                    raise self._too_large()
+                chunks.append(chunk)
+        except ClientDisconnect as exc:
+            # Nobody will read the answer; a 400 just ends the request without a traceback.
+            raise _bad_request("the client went away before sending the whole body") from exc
+        return b"".join(chunks)
+
+    def _ingest(
+        self, body: bytes, gzipped: bool, body_format: BodyFormat, share: _Share
+    ) -> IngestOutcome:
+        """Runs on a worker thread: inflating and decoding are CPU work, ingest blocks."""
+        if gzipped:
+            body = self._gunzip(body, share)
+        try:
+            if body_format is BodyFormat.PROTOBUF:
+                request = parse_request(body)
+            else:
+                request = parse_json(body)
+        except DecodeError as exc:
+            raise _bad_request(str(exc)) from exc
+        try:
+            return self._ingestor.ingest(request)
+        except (StoreError, IngestorClosed) as exc:
+            raise self._unavailable(f"not stored, retry: {exc}") from exc
+
+    def _gunzip(self, body: bytes, share: _Share) -> bytes:
+        """Inflate, never past the receive limit, growing the admission share as it goes.
+
+        Concatenated gzip members are one valid stream (RFC 1952), so each is
+        inflated in turn; a truncated or corrupt stream is the client's error.
+        """
+        inflated = bytearray()
+        pending = body
+        while pending:
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            data = pending
+            while not inflater.eof:
+                try:
+                    chunk = inflater.decompress(data, INFLATE_CHUNK_BYTES)
+                except zlib.error as exc:
+                    raise _bad_request(f"corrupt gzip body: {exc}") from exc
+                progressed = bool(chunk) or len(inflater.unconsumed_tail) < len(data)
+                data = inflater.unconsumed_tail
+                inflated += chunk
+                if len(inflated) > self._max_receive_bytes:
+                    raise self._too_large()
+                if not share.grow_to(len(body) + len(inflated)):
+                    raise self._at_capacity()
+                if not progressed:
+                    raise _bad_request("truncated gzip body")
+            pending = inflater.unused_data
+        return bytes(inflated)
+
+    def _too_large(self) -> Refused:
+        return Refused(
+            413,
+            code_pb2.RESOURCE_EXHAUSTED,
+            f"export larger than the receive limit of {self._max_receive_bytes} bytes "
+            "(after decompression); send smaller batches",
+        )
+
+    def _at_capacity(self) -> Refused:
+        return self._unavailable("statetrail is at capacity; retry after the delay")
+
+    def _unavailable(self, message: str) -> Refused:
+        return Refused(503, code_pb2.UNAVAILABLE, message)
+
+    def _refusal(self, refusal: Refused, body_format: BodyFormat) -> Response:
+        status = StatusPB2(code=refusal.code, message=refusal.message)
+        headers: dict[str, str] = {}
+        if refusal.http_status == 503:
+            retry_info = error_details_pb2.RetryInfo(
+                retry_delay=duration_pb2.Duration(seconds=self._retry_after_seconds)
+            )
+            detail = any_pb2.Any()
+            detail.Pack(retry_info)
+            status.details.append(detail)
+            headers["Retry-After"] = str(self._retry_after_seconds)
+            logger.debug("export refused, client told to retry: %s", refusal.message)
+        return Response(
+            body_format.serialize(status),
+            status_code=refusal.http_status,
+            headers=headers,
+            media_type=body_format.value,
+        )
+
+
+class _Share:
+    """One request's part of the admission budget, grown as its body inflates."""
+
+    def __init__(self, admission: Admission, size: int) -> None:
+        self._admission = admission
+        self._size = size
+
+    def enter(self) -> bool:
+        return self._admission.try_enter(self._size)
+
+    def grow_to(self, size: int) -> bool:
+        if size <= self._size:
+            return True
+        if not self._admission.try_grow(size - self._size):
+            return False
+        self._size = size
+        return True
+
+    def leave(self) -> None:
+        self._admission.leave(self._size)
+
+
+def _is_gzipped(content_encoding: str | None) -> bool:
+    coding = (content_encoding or "identity").strip().lower()
+    if coding == "gzip":
+        return True
+    if coding == "identity":
+        return False
+    raise Refused(415, code_pb2.INVALID_ARGUMENT, f"Content-Encoding {coding!r}: send gzip or none")
+
+
+def _declared_length(content_length: str | None) -> int | None:
+    if content_length is None:
+        return None
+    try:
+        length = int(content_length)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise _bad_request("Content-Length is not a byte count")
+    return length
+
+
+def _bad_request(message: str) -> Refused:
+    return Refused(400, code_pb2.INVALID_ARGUMENT, message)
+
+
+# -- OTLP JSON ---------------------------------------------------------------
+
+_HEX_DIGITS = re.compile(r"[0-9a-fA-F]*")
+_SPAN_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
+_LINK_ID_FIELDS: Final = ("traceId", "spanId")
+
+
+def parse_json(body: bytes) -> ExportRequestPB2:
+    """An OTLP JSON export request, whose ids are hex where protobuf's JSON says base64.
+
+    The ids are rewritten in place to base64 at the fields the OTLP JSON
+    encoding names, then protobuf's own parser does the rest (int64 as string or
+    number, enums as integers). Unknown fields are ignored, as the encoding
+    requires for forward compatibility. Raises DecodeError for anything else.
+    """
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"body is not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise DecodeError("body is not a JSON object (an ExportTraceServiceRequest)")
+    for span in _children(document, "resourceSpans", "scopeSpans", "spans"):
+        _hex_ids_to_base64(span, _SPAN_ID_FIELDS)
+        for link in _children(span, "links"):
+            _hex_ids_to_base64(link, _LINK_ID_FIELDS)
+    request = ExportRequestPB2()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise DecodeError(f"body is not an OTLP JSON ExportTraceServiceRequest: {exc}") from exc
+    return request
+
+
+def _children(parent: dict[str, Any], *path: str) -> Iterator[dict[str, Any]]:
+    """The objects at `path` below `parent`, under either JSON or proto field names.
+
+    Anything of the wrong shape is skipped here: ParseDict reports it properly.
+    """
+    if not path:
+        yield parent
+        return
+    head, rest = path[0], path[1:]
+    for name in _spellings(head):
+        items = parent.get(name)
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict):
+                    yield from _children(item, *rest)
+
+
+def _hex_ids_to_base64(message: dict[str, Any], fields: tuple[str, ...]) -> None:
+    for field in fields:
+        for name in _spellings(field):
+            if name in message:
+                message[name] = _hex_to_base64(message[name], field)
+
+
+def _hex_to_base64(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) % 2 or not _HEX_DIGITS.fullmatch(value):
+        raise DecodeError(f"{field} must be a hex string (OTLP JSON), got {value!r:.60}")
+    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+
+
+def _spellings(json_name: str) -> tuple[str, ...]:
+    """The lowerCamelCase name OTLP JSON uses, and the proto name ParseDict also takes.
+
+    A one-word name is spelled once: visiting it twice would convert an id twice.
+    """
+    proto_name = re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), json_name)
+    return (json_name,) if proto_name == json_name else (json_name, proto_name)

@@ -1,0 +1,287 @@
+"""SQL for the field index: its DDL, bulk writes, and the filter compiler.
+
+Stage: storage. This is the only module that writes SQL for field filters.
+
+Invariants:
+- Every value from a query or a state is bound as a `?` parameter; the only
+  text spliced into SQL is constant identifiers and operators drawn from the
+  allow-lists below.
+- `compile_filter` returns a boolean expression over a table aliased `e` with
+  a non-null `e.run_id`. Each comparison compiles to `e.run_id IN (subquery)`
+  whose subquery never yields NULL, so `NOT` and `missing` are plain two-valued
+  logic, with none of SQL's `NOT IN`-with-NULL surprises.
+
+Layout, chosen for DuckDB's zone maps (per-row-group min/max): rows are
+written sorted by (parent_key, path_key, kind, num, str_key), where the keys
+are 64-bit BLAKE2b hashes computed here, in Python, of the pointer, the
+parent pointer and the string value. Integer min/max are exact, whereas
+DuckDB keeps only an 8-byte prefix of string min/max, which cannot tell
+`/refund/amount` from `/refund/eligible`. An equality filter therefore
+touches one row group or two; a numeric range on one path reads only that
+path's slice. The exact `path`/`parent`/`str` columns are still compared, so
+a hash collision can cost time but never a wrong answer. Rows appended in
+small batches lose the global order; `compact_field_index` restores it.
+
+Semantics of comparisons (scope `final`: rows of the end state; `ever`: rows
+of any state the history passed through):
+- `=`: a row at the path has that JSON value. Numbers compare numerically
+  (1 = 1.0), strings exactly, `null` matches JSON null, true/false booleans.
+- `!=`: the path exists (in scope) with a different value or type. A missing
+  path matches neither `= x` nor `!= x`; use `missing` for that.
+- `< <= > >=`: numbers numerically, strings by code point; other types never match.
+- `contains`: a string value at the path contains the text, or an array at the
+  path has an element equal to the value. With `ever`, "some state had the
+  element and some state had an array there" (not necessarily the same state).
+- `exists` / `missing`: a row at the path exists / does not (in scope);
+  `ever p missing` means the path never appeared in any state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Final, assert_never
+
+import duckdb
+import pyarrow as pa
+
+from collector.fieldindex import FieldIndex
+from collector.query import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
+
+TABLE: Final = "field_values"
+SORT_KEY: Final = "parent_key, path_key, kind, num, str_key"
+
+
+def _create_table(name: str) -> str:
+    return f"""
+CREATE TABLE IF NOT EXISTS {name} (
+    run_id     VARCHAR NOT NULL,
+    parent_key BIGINT  NOT NULL,  -- key64(parent); leading sort column
+    path_key   BIGINT  NOT NULL,  -- key64(path)
+    kind       VARCHAR NOT NULL CHECK (kind IN ('null', 'bool', 'number', 'string',
+                                               'object', 'array')),
+    num        DOUBLE,            -- kind = 'number'
+    str_key    BIGINT,            -- key64(str) when kind = 'string'
+    str        VARCHAR,           -- kind = 'string'
+    bool_val   BOOLEAN,           -- kind = 'bool'
+    is_final   BOOLEAN NOT NULL,  -- this (path, kind, value) is in the end state
+    path       VARCHAR NOT NULL,  -- RFC 6901 pointer
+    parent     VARCHAR NOT NULL   -- pointer of the containing node; '' for top level
+)"""
+
+
+FIELD_INDEX_DDL: Final[tuple[str, ...]] = (_create_table(TABLE),)
+"""CREATE statements for the field index, for a numbered migration."""
+
+_COLUMNS: Final = (
+    "run_id, parent_key, path_key, kind, num, str_key, str, bool_val, is_final, path, parent"
+)
+_BATCH_SCHEMA: Final = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("parent_key", pa.int64()),
+        ("path_key", pa.int64()),
+        ("kind", pa.string()),
+        ("num", pa.float64()),
+        ("str_key", pa.int64()),
+        ("str", pa.string()),
+        ("bool_val", pa.bool_()),
+        ("is_final", pa.bool_()),
+        ("path", pa.string()),
+        ("parent", pa.string()),
+    ]
+)
+_BATCH_VIEW: Final = "_field_values_batch"
+_ORDERING_SQL: Final = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+@lru_cache(maxsize=1 << 16)
+def key64(text: str) -> int:
+    """A stable signed 64-bit hash of `text` (paths repeat across runs; hence the cache).
+
+    Stable across processes and DuckDB versions, unlike `hash()` in either,
+    because stored rows and later queries must agree on it.
+    """
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+# --- writes ------------------------------------------------------------------
+
+
+def insert_field_rows(conn: duckdb.DuckDBPyConnection, indexes: Iterable[FieldIndex]) -> int:
+    """Append the rows of one or many executions in one sorted bulk insert.
+
+    Returns the number of rows written. Re-indexing an execution is
+    `delete_field_rows` then this, in one transaction owned by the caller.
+    """
+    batch = _arrow_batch(indexes)
+    if batch.num_rows == 0:
+        return 0
+    conn.register(_BATCH_VIEW, batch)
+    try:
+        conn.execute(
+            f"INSERT INTO {TABLE} ({_COLUMNS}) SELECT {_COLUMNS} FROM {_BATCH_VIEW} "
+            f"ORDER BY {SORT_KEY}"
+        )
+    finally:
+        conn.unregister(_BATCH_VIEW)
+    written: int = batch.num_rows
+    return written
+
+
+def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
+    columns: dict[str, list[object]] = {name: [] for name in _BATCH_SCHEMA.names}
+    for index in indexes:
+        for row in index.rows:
+            columns["run_id"].append(index.run_id)
+            columns["parent_key"].append(key64(row.parent))
+            columns["path_key"].append(key64(row.path))
+            columns["kind"].append(row.kind)
+            columns["num"].append(row.num)
+            columns["str_key"].append(None if row.text is None else key64(row.text))
+            columns["str"].append(row.text)
+            columns["bool_val"].append(row.flag)
+            columns["is_final"].append(row.is_final)
+            columns["path"].append(row.path)
+            columns["parent"].append(row.parent)
+    return pa.table(columns, schema=_BATCH_SCHEMA)
+
+
+def delete_field_rows(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> None:
+    """Remove every row of the given executions."""
+    conn.execute(f"DELETE FROM {TABLE} WHERE list_contains(?, run_id)", [list(run_ids)])
+
+
+def compact_field_index(conn: duckdb.DuckDBPyConnection) -> None:
+    """Rewrite the table in sort order so zone maps prune again.
+
+    Small appends leave each row group holding many paths, and then every
+    filter scans the whole table. Run this when idle or after bulk ingestion;
+    it rewrites every row in a transaction of its own, so call it outside one.
+    """
+    staging = f"{TABLE}_compacting"
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        conn.execute(f"DROP TABLE IF EXISTS {staging}")
+        conn.execute(_create_table(staging))
+        conn.execute(
+            f"INSERT INTO {staging} ({_COLUMNS}) SELECT {_COLUMNS} FROM {TABLE} ORDER BY {SORT_KEY}"
+        )
+        conn.execute(f"DROP TABLE {TABLE}")
+        conn.execute(f"ALTER TABLE {staging} RENAME TO {TABLE}")
+    except duckdb.Error:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# --- filter compiler -----------------------------------------------------------
+
+
+def compile_filter(expr: Expr) -> tuple[str, list[object]]:
+    """Compile a parsed query into `(sql, params)` for `WHERE <sql>` over `e`.
+
+    The SQL references `e.run_id` and the field index table only; params are
+    in placeholder order.
+    """
+    params: list[object] = []
+    return _compile(expr, params), params
+
+
+def _compile(expr: Expr, params: list[object]) -> str:
+    match expr:
+        case And(operands=operands):
+            return "(" + " AND ".join(_compile(o, params) for o in operands) + ")"
+        case Or(operands=operands):
+            return "(" + " OR ".join(_compile(o, params) for o in operands) + ")"
+        case Not(operand=operand):
+            return f"(NOT {_compile(operand, params)})"
+        case Presence(scope=scope, path=path, present=present):
+            found = _rows_at(path, scope, "TRUE", [], params)
+            return found if present else f"(NOT {found})"
+        case Compare():
+            return _compare(expr, params)
+        case _:
+            assert_never(expr)
+
+
+def _compare(compare: Compare, params: list[object]) -> str:
+    path, scope, value = compare.path, compare.scope, compare.value
+    match compare.op:
+        case "=":
+            condition, values = _equals(value)
+            return _rows_at(path, scope, condition, values, params)
+        case "!=":
+            condition, values = _equals(value)
+            return _rows_at(path, scope, f"NOT ({condition})", values, params)
+        case "<" | "<=" | ">" | ">=":
+            column, kind = ("v.str", "string") if isinstance(value, str) else ("v.num", "number")
+            condition = f"v.kind = '{kind}' AND {column} {_ORDERING_SQL[compare.op]} ?"
+            bound = value if isinstance(value, str) else _as_float(value)
+            return _rows_at(path, scope, condition, [bound], params)
+        case "contains":
+            return _contains(path, scope, value, params)
+        case _:
+            assert_never(compare.op)
+
+
+def _contains(path: Path, scope: Scope, value: Scalar, params: list[object]) -> str:
+    # Built in SQL text order: placeholders are positional.
+    substring = (
+        _rows_at(path, scope, "v.kind = 'string' AND contains(v.str, ?)", [value], params)
+        if isinstance(value, str)
+        else None
+    )
+    condition, values = _equals(value)
+    has_element = _rows_under(path, scope, condition, values, params)
+    is_array = _rows_at(path, scope, "v.kind = 'array'", [], params)
+    element = f"({has_element} AND {is_array})"
+    return element if substring is None else f"({substring} OR {element})"
+
+
+def _equals(value: Scalar) -> tuple[str, list[object]]:
+    """Condition on `v` that the row holds exactly this JSON value."""
+    # bool before number: True is an int in Python but a JSON boolean.
+    if value is None:
+        return "v.kind = 'null'", []
+    if isinstance(value, bool):
+        return "v.kind = 'bool' AND v.bool_val = ?", [value]
+    if isinstance(value, int | float):
+        return "v.kind = 'number' AND v.num = ?", [_as_float(value)]
+    return "v.kind = 'string' AND v.str_key = ? AND v.str = ?", [key64(value), value]
+
+
+def _rows_at(
+    path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
+) -> str:
+    """`e.run_id` has a row at exactly `path`, in scope, satisfying `condition`."""
+    pointer, parent = path.pointer, path.parent.pointer
+    params.extend([key64(parent), key64(pointer), pointer, *values])
+    return (
+        f"e.run_id IN (SELECT v.run_id FROM {TABLE} v WHERE v.parent_key = ? "
+        f"AND v.path_key = ? AND v.path = ?{_scope_sql(scope)} AND ({condition}))"
+    )
+
+
+def _rows_under(
+    path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
+) -> str:
+    """`e.run_id` has a direct child of `path`, in scope, satisfying `condition`."""
+    pointer = path.pointer
+    params.extend([key64(pointer), pointer, *values])
+    return (
+        f"e.run_id IN (SELECT v.run_id FROM {TABLE} v WHERE v.parent_key = ? "
+        f"AND v.parent = ?{_scope_sql(scope)} AND ({condition}))"
+    )
+
+
+def _scope_sql(scope: Scope) -> str:
+    # `ever` includes the final rows: the end state is one of the states.
+    return " AND v.is_final" if scope == "final" else ""
+
+
+def _as_float(value: Scalar) -> float:
+    assert isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value)

@@ -1,0 +1,222 @@
+"""SQL for finding executions: the filtered, keyset-paginated list and its facets.
+
+Every filter value is a bound parameter. Column names in facets come from an
+allow-list. Pagination is keyset on (start time DESC, run id), so a page is as
+fast on the thousandth page as on the first and stable while data arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import duckdb
+
+from collector.query import Expr
+from collector.store.filters import compile_filter
+
+FacetName = Literal["workflow", "service", "status", "verdict", "kind"]
+FACET_COLUMNS: Final[dict[FacetName, str]] = {
+    "workflow": "e.name",
+    "service": "e.service",
+    "status": "e.status",
+    "verdict": "coalesce(r.verdict, 'pending')",
+    "kind": "e.kind",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionQuery:
+    """What a user asked for; every field optional, all of them combined with AND."""
+
+    where: Expr | None = None
+    workflow: str | None = None
+    service: str | None = None
+    status: str | None = None
+    verdict: str | None = None
+    kind: str | None = None
+    since_unix_nano: int | None = None
+    until_unix_nano: int | None = None
+    limit: int = 50
+    after: tuple[int, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRow:
+    run_id: str
+    kind: str
+    name: str
+    service: str
+    status: str
+    status_message: str
+    error_type: str | None
+    start_unix_nano: int
+    end_unix_nano: int
+    trace_id: str
+    span_id: str
+    store_id: str | None
+    parent_run_id: str | None
+    transition_count: int | None
+    verdict: str | None
+    received_transitions: int | None
+    error_count: int | None
+    warning_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightRow:
+    """A run whose owner span has not arrived, known from its nodes' spans."""
+
+    run_id: str
+    trace_id: str
+    service: str
+    first_unix_nano: int
+    last_unix_nano: int
+    span_count: int
+    store_ids: tuple[str, ...]
+    transition_count: int
+
+
+_ROW_SELECT: Final = """
+    e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
+    e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
+    e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count
+"""
+
+
+def _conditions(query: ExecutionQuery) -> tuple[list[str], list[object]]:
+    conditions: list[str] = []
+    params: list[object] = []
+    if query.where is not None:
+        sql, values = compile_filter(query.where)
+        conditions.append(sql)
+        params.extend(values)
+    for column, value in (
+        ("e.name", query.workflow),
+        ("e.service", query.service),
+        ("e.status", query.status),
+        ("e.kind", query.kind),
+        (FACET_COLUMNS["verdict"], query.verdict),
+    ):
+        if value is not None:
+            conditions.append(f"{column} = ?")
+            params.append(value)
+    if query.since_unix_nano is not None:
+        conditions.append("e.start_unix_nano >= ?")
+        params.append(query.since_unix_nano)
+    if query.until_unix_nano is not None:
+        conditions.append("e.start_unix_nano < ?")
+        params.append(query.until_unix_nano)
+    return conditions, params
+
+
+def _where(conditions: list[str]) -> str:
+    return ("WHERE " + " AND ".join(conditions)) if conditions else ""
+
+
+def search(cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery) -> list[ExecutionRow]:
+    """One page, newest first; one more row than asked says there is a next page."""
+    conditions, params = _conditions(query)
+    if query.after is not None:
+        start, run_id = query.after
+        conditions.append("(e.start_unix_nano < ? OR (e.start_unix_nano = ? AND e.run_id > ?))")
+        params.extend([start, start, run_id])
+    rows = cursor.execute(
+        f"""
+        SELECT {_ROW_SELECT}
+        FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        {_where(conditions)}
+        ORDER BY e.start_unix_nano DESC, e.run_id
+        LIMIT ?
+        """,
+        [*params, query.limit + 1],
+    ).fetchall()
+    return [ExecutionRow(*row) for row in rows]
+
+
+def facets(
+    cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery, name: FacetName, limit: int = 20
+) -> list[tuple[str, int]]:
+    """Counts of each value of one facet within the filtered set, commonest first."""
+    column = FACET_COLUMNS[name]
+    conditions, params = _conditions(query)
+    rows = cursor.execute(
+        f"""
+        SELECT {column} AS value, count(*) AS n
+        FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        {_where(conditions)}
+        GROUP BY value ORDER BY n DESC, value LIMIT ?
+        """,
+        [*params, limit],
+    ).fetchall()
+    return [(str(value), int(count)) for value, count in rows]
+
+
+def row(cursor: duckdb.DuckDBPyConnection, run_id: str) -> ExecutionRow | None:
+    found = cursor.execute(
+        f"""
+        SELECT {_ROW_SELECT}
+        FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        WHERE e.run_id = ?
+        """,
+        [run_id],
+    ).fetchone()
+    return ExecutionRow(*found) if found else None
+
+
+def children(cursor: duckdb.DuckDBPyConnection, run_id: str) -> list[ExecutionRow]:
+    rows = cursor.execute(
+        f"""
+        SELECT {_ROW_SELECT}
+        FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        WHERE e.parent_run_id = ?
+        ORDER BY e.start_unix_nano, e.run_id
+        """,
+        [run_id],
+    ).fetchall()
+    return [ExecutionRow(*row) for row in rows]
+
+
+# A run is in flight when Junjo spans name it as their parent run but its own
+# owner span has not arrived. RunConcurrent ids are parents too (of concurrent
+# children), so those, being spans' own runtime ids, are excluded.
+_IN_FLIGHT_SQL: Final = """
+    WITH parents AS (
+        SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
+               s.start_unix_nano, s.end_unix_nano
+        FROM spans s
+        WHERE s.junjo_parent_runtime_id IS NOT NULL
+          AND s.span_type IN ('node', 'run_concurrent', 'subflow')
+          AND s.junjo_parent_runtime_id NOT IN (
+              SELECT junjo_runtime_id FROM spans
+              WHERE span_type IN ('node', 'run_concurrent') AND junjo_runtime_id IS NOT NULL)
+          AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
+          {run_filter}
+    )
+    SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
+           min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
+           list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
+           count(t.store_id)
+    FROM parents p
+    LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
+    GROUP BY p.run_id
+    ORDER BY min(p.start_unix_nano) DESC
+    LIMIT ?
+"""
+
+
+def in_flight(
+    cursor: duckdb.DuckDBPyConnection, limit: int = 50, run_id: str | None = None
+) -> list[InFlightRow]:
+    params: list[object] = []
+    run_filter = ""
+    if run_id is not None:
+        run_filter = "AND s.junjo_parent_runtime_id = ?"
+        params.append(run_id)
+    rows = cursor.execute(
+        _IN_FLIGHT_SQL.format(run_filter=run_filter), [*params, limit]
+    ).fetchall()
+    return [
+        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7])
+        for r in rows
+    ]

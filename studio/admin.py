@@ -1,0 +1,103 @@
+"""Operator routes: managing ingestion keys while `statetrail serve` holds the database.
+
+Invariant: a request is served only when it comes from a loopback peer and
+carries the admin token this server wrote into its sidecar file (mode 0600), so
+only a local user who can read that file, the operator, can change which keys
+are accepted. The plain key never reaches the server: `statetrail keys create`
+sends its SHA-256 digest.
+
+- GET  /api/admin/keys                -> {"keys": [...]}
+- POST /api/admin/keys {name, digest} -> 201 {"key": {...}}; 409 if the name is active
+- POST /api/admin/keys/{name}/revoke  -> {"key": {...}}; 404 if no active key has it
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Final
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from collector.config import is_loopback
+from collector.keyring import KeyRequestInvalid, ManagedKeys
+from collector.store import ApiKey, KeyNameTaken
+from studio.templating import rfc3339
+
+ADMIN_TOKEN_HEADER: Final = "x-statetrail-admin-token"
+
+
+def key_json(key: ApiKey) -> dict[str, Any]:
+    return {
+        "name": key.name,
+        "active": key.active,
+        "created_at": rfc3339(key.created_unix_nano),
+        "last_used_at": rfc3339(key.last_used_unix_nano),
+        "revoked_at": rfc3339(key.revoked_unix_nano),
+        "created_unix_nano": key.created_unix_nano,
+        "last_used_unix_nano": key.last_used_unix_nano,
+        "revoked_unix_nano": key.revoked_unix_nano,
+    }
+
+
+async def list_keys(request: Request) -> Response:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    found = await run_in_threadpool(_keys(request).list)
+    return JSONResponse({"keys": [key_json(key) for key in found]})
+
+
+async def create_key(request: Request) -> Response:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    try:
+        document = await request.json()
+        name, key_digest = document["name"], document["digest"]
+    except (ValueError, KeyError, TypeError):
+        return _error(400, 'send a JSON object {"name": ..., "digest": <sha256 hex>}')
+    if not isinstance(name, str) or not isinstance(key_digest, str):
+        return _error(400, "name and digest must be strings")
+    try:
+        key = await run_in_threadpool(_keys(request).create, name, key_digest)
+    except KeyRequestInvalid as exc:
+        return _error(400, str(exc))
+    except KeyNameTaken as exc:
+        return _error(409, str(exc))
+    return JSONResponse({"key": key_json(key)}, status_code=201)
+
+
+async def revoke_key(request: Request) -> Response:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    name = request.path_params["name"]
+    key = await run_in_threadpool(_keys(request).revoke, name)
+    if key is None:
+        return _error(404, f"no active key is named {name!r}")
+    return JSONResponse({"key": key_json(key)})
+
+
+def _keys(request: Request) -> ManagedKeys:
+    keys: ManagedKeys = request.app.state.services.managed_keys
+    return keys
+
+
+def _refusal(request: Request) -> Response | None:
+    """Why this request may not use the admin routes, or None if it may."""
+    if request.client is None or not is_loopback(request.client.host):
+        return _error(403, "the admin routes answer only on loopback")
+    expected: str = request.app.state.services.admin_token
+    presented = request.headers.get(ADMIN_TOKEN_HEADER, "")
+    # Constant time, so the token cannot be guessed a byte at a time.
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        return _error(
+            401, f"send the admin token from the server's sidecar file as {ADMIN_TOKEN_HEADER}"
+        )
+    return None
+
+
+def _error(status_code: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status_code)

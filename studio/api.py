@@ -1,0 +1,295 @@
+"""The JSON API: executions, their timelines, states and field provenance.
+
+Handlers are thin: parse the request, ask the store or the inspector, shape
+JSON. Errors are JSON too: 400 with the offending parameter (and, for a filter,
+the character position), 404 for an unknown run id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from collector.history import (
+    MISSING,
+    Diagnostic,
+    History,
+    JsonValue,
+    Missing,
+    Provenance,
+    ProvenanceEntry,
+    StateUnavailableError,
+    TimelineEntry,
+    provenance,
+    timeline,
+)
+from collector.store import Store
+from collector.store.listing import ExecutionRow, InFlightRow
+from studio.inspect import Inspection, Inspector
+from studio.params import BadParameter, encode_cursor, execution_query
+from studio.templating import rfc3339
+
+
+def store_of(request: Request) -> Store:
+    store: Store = request.app.state.services.store
+    return store
+
+
+def inspector_of(request: Request) -> Inspector:
+    inspector: Inspector = request.app.state.services.inspector
+    return inspector
+
+
+def error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def bad_parameter(exc: BadParameter) -> JSONResponse:
+    extra: dict[str, Any] = {"parameter": exc.name}
+    if exc.position is not None:
+        extra["position"] = exc.position
+    return error(400, str(exc), **extra)
+
+
+def execution_json(row: ExecutionRow) -> dict[str, Any]:
+    return {
+        "id": row.run_id,
+        "kind": row.kind,
+        "workflow": row.name,
+        "service": row.service,
+        "status": row.status,
+        "error": row.status_message or None,
+        "error_type": row.error_type,
+        "verdict": row.verdict or "pending",
+        "started_at": rfc3339(row.start_unix_nano),
+        "ended_at": rfc3339(row.end_unix_nano),
+        "start_unix_nano": row.start_unix_nano,
+        "end_unix_nano": row.end_unix_nano,
+        "duration_nano": row.end_unix_nano - row.start_unix_nano,
+        "transition_count": row.transition_count,
+        "received_transitions": row.received_transitions,
+        "trace_id": row.trace_id,
+        "span_id": row.span_id,
+        "store_id": row.store_id,
+        "parent_id": row.parent_run_id,
+        "diagnostic_errors": row.error_count,
+        "diagnostic_warnings": row.warning_count,
+    }
+
+
+def in_flight_json(row: InFlightRow) -> dict[str, Any]:
+    return {
+        "id": row.run_id,
+        "kind": "workflow",
+        "workflow": None,
+        "service": row.service,
+        "status": "in_flight",
+        "verdict": "in_flight",
+        "started_at": rfc3339(row.first_unix_nano),
+        "ended_at": None,
+        "start_unix_nano": row.first_unix_nano,
+        "transition_count": None,
+        "received_transitions": row.transition_count,
+        "trace_id": row.trace_id,
+        "store_ids": list(row.store_ids),
+        "span_count": row.span_count,
+    }
+
+
+def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
+    return dataclasses.asdict(diagnostic)
+
+
+def json_value(value: JsonValue | Missing) -> JsonValue:
+    return None if isinstance(value, Missing) else value
+
+
+async def list_executions(request: Request) -> Response:
+    try:
+        query = execution_query(request.query_params)
+    except BadParameter as exc:
+        return bad_parameter(exc)
+    store = store_of(request)
+    if query.verdict == "in_flight":
+        rows = store.in_flight(limit=query.limit)
+        return JSONResponse(
+            {"executions": [in_flight_json(r) for r in rows], "next": None}
+        )
+    found = store.search(query)
+    page, more = found[: query.limit], len(found) > query.limit
+    last = page[-1] if page else None
+    return JSONResponse(
+        {
+            "executions": [execution_json(r) for r in page],
+            "next": encode_cursor(last.start_unix_nano, last.run_id) if more and last else None,
+        }
+    )
+
+
+async def execution_detail(request: Request) -> Response:
+    inspection = _inspect(request)
+    if inspection is None:
+        return _unknown(request)
+    store = store_of(request)
+    history = inspection.history
+    summary: dict[str, Any]
+    if inspection.row is not None:
+        summary = execution_json(inspection.row)
+        summary["verdict"] = history.verdict
+        parent = (
+            store.execution_row(inspection.row.parent_run_id)
+            if inspection.row.parent_run_id
+            else None
+        )
+        children = store.child_executions(inspection.run_id)
+    else:
+        assert inspection.in_flight is not None
+        summary = in_flight_json(inspection.in_flight)
+        parent, children = None, []
+    execution = inspection.execution
+    if execution is not None:
+        summary |= {
+            "transition_start": execution.transition_start,
+            "transition_end": execution.transition_end,
+            "revision_start": execution.revision_start,
+            "revision_end": execution.revision_end,
+            "reconstructable": execution.reconstructable,
+            "contract_version": execution.contract_version,
+            "state_start_mode": execution.state_start_mode,
+            "state_end_mode": execution.state_end_mode,
+            "parent_store_id": execution.parent_store_id,
+            "cancelled_reason": execution.cancelled_reason,
+        }
+    return JSONResponse(
+        {
+            **summary,
+            "parent": execution_json(parent) if parent else None,
+            "children": [execution_json(child) for child in children],
+            "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
+        }
+    )
+
+
+def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
+    return {
+        "sequence": entry.sequence,
+        "time_unix_nano": entry.time_unix_nano,
+        "time": rfc3339(entry.time_unix_nano),
+        "action": entry.action,
+        "store_id": entry.store_id,
+        "span_id": entry.span_id,
+        "node": entry.span_name,
+        "patch": list(entry.patch) if entry.patch is not None else None,
+        "changed_paths": list(entry.changed_paths),
+        "applied": entry.applied,
+        "verified": entry.verified,
+        "foreign": entry.foreign,
+    }
+
+
+async def execution_timeline(request: Request) -> Response:
+    inspection = _inspect(request)
+    if inspection is None:
+        return _unknown(request)
+    history = inspection.history
+    return JSONResponse(
+        {
+            "id": inspection.run_id,
+            "start_sequence": history.start_sequence,
+            "end_sequence": history.end_sequence,
+            "start": _state_or_none(history, history.start_sequence),
+            "end": json_value(history.recorded_end),
+            "verdict": history.verdict,
+            "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
+            "transitions": [timeline_json(entry) for entry in timeline(history)],
+        }
+    )
+
+
+async def execution_state(request: Request) -> Response:
+    inspection = _inspect(request)
+    if inspection is None:
+        return _unknown(request)
+    history = inspection.history
+    text = request.query_params.get("sequence", "")
+    try:
+        sequence = int(text) if text else history.last_sequence
+    except ValueError:
+        return error(400, "sequence: must be a whole number", parameter="sequence")
+    try:
+        state = history.state_at(sequence)
+        verified = history.verified_at(sequence)
+    except StateUnavailableError as exc:
+        return error(404, str(exc), parameter="sequence")
+    return JSONResponse(
+        {"id": inspection.run_id, "sequence": sequence, "verified": verified, "state": state}
+    )
+
+
+def provenance_entry_json(entry: ProvenanceEntry) -> dict[str, Any]:
+    return {
+        "sequence": entry.sequence,
+        "time_unix_nano": entry.time_unix_nano,
+        "time": rfc3339(entry.time_unix_nano),
+        "op": entry.op,
+        "op_path": entry.op_path,
+        "from_path": entry.from_path,
+        "relation": entry.relation,
+        "before": json_value(entry.before),
+        "before_present": entry.before is not MISSING,
+        "after": json_value(entry.after),
+        "after_present": entry.after is not MISSING,
+        "action": entry.action,
+        "store_id": entry.store_id,
+        "span_id": entry.span_id,
+        "node": entry.span_name,
+        "verified": entry.verified,
+    }
+
+
+def provenance_json(found: Provenance) -> dict[str, Any]:
+    return {
+        "path": found.pointer,
+        "writes": [provenance_entry_json(e) for e in found.entries],
+        "last_writer": provenance_entry_json(found.last_writer) if found.last_writer else None,
+    }
+
+
+async def execution_provenance(request: Request) -> Response:
+    inspection = _inspect(request)
+    if inspection is None:
+        return _unknown(request)
+    try:
+        pointer = pointer_param(request.query_params.get("path", ""))
+        found = provenance(inspection.history, pointer)
+    except (BadParameter, ValueError) as exc:
+        return error(400, f"path: {exc}", parameter="path")
+    return JSONResponse({"id": inspection.run_id, **provenance_json(found)})
+
+
+def pointer_param(text: str) -> str:
+    """A JSON pointer, or a dotted path like `refund.eligible` / `items[2]`."""
+    from collector.query import Path, parse_path
+
+    if text == "" or text.startswith("/"):
+        return text
+    path: Path = parse_path(text)
+    return path.pointer
+
+
+def _inspect(request: Request) -> Inspection | None:
+    return inspector_of(request).inspect(request.path_params["run_id"])
+
+
+def _unknown(request: Request) -> JSONResponse:
+    return error(404, f"no execution with id {request.path_params['run_id']!r}")
+
+
+def _state_or_none(history: History, sequence: int) -> JsonValue:
+    try:
+        return history.state_at(sequence)
+    except StateUnavailableError:
+        return None

@@ -1,0 +1,109 @@
+"""Turning a request's query string into an ExecutionQuery, with errors users can fix.
+
+Shared by the HTML pages and their JSON twins, so a URL means the same thing
+in both. Every filter lives in the URL, so a view can be shared by copying it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Final
+
+from collector.query import QueryError, parse_query
+from collector.store.listing import ExecutionQuery
+
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 500
+_RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+NANOS: Final = 1_000_000_000
+
+
+class BadParameter(ValueError):
+    """A query-string parameter is malformed; `name` says which."""
+
+    def __init__(self, name: str, message: str, position: int | None = None) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+        self.position = position
+
+
+def execution_query(
+    params: Mapping[str, str], *, now_unix_nano: int | None = None
+) -> ExecutionQuery:
+    """Parse `where`, facets, time range, `limit` and `cursor`; raise BadParameter."""
+    now = time.time_ns() if now_unix_nano is None else now_unix_nano
+    where_text = params.get("where", "").strip()
+    where = None
+    if where_text:
+        try:
+            where = parse_query(where_text)
+        except QueryError as exc:
+            raise BadParameter("where", exc.message, exc.position) from exc
+    return ExecutionQuery(
+        where=where,
+        workflow=params.get("workflow") or None,
+        service=params.get("service") or None,
+        status=params.get("status") or None,
+        verdict=params.get("verdict") or None,
+        kind=params.get("kind") or None,
+        since_unix_nano=parse_time("since", params.get("since", ""), now),
+        until_unix_nano=parse_time("until", params.get("until", ""), now),
+        limit=parse_limit(params.get("limit", "")),
+        after=decode_cursor(params.get("cursor", "")),
+    )
+
+
+def parse_limit(text: str) -> int:
+    if not text:
+        return DEFAULT_LIMIT
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise BadParameter("limit", "must be a whole number") from exc
+    if not 1 <= value <= MAX_LIMIT:
+        raise BadParameter("limit", f"must be between 1 and {MAX_LIMIT}")
+    return value
+
+
+def parse_time(name: str, text: str, now_unix_nano: int) -> int | None:
+    """RFC 3339 (`2026-11-30T10:00:00Z`), or an age such as `15m`, `24h`, `7d`."""
+    text = text.strip()
+    if not text:
+        return None
+    relative = _RELATIVE.match(text)
+    if relative:
+        amount, unit = relative.groups()
+        return now_unix_nano - int(amount) * _UNIT_SECONDS[unit] * NANOS
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadParameter(
+            name, "use an RFC 3339 time (2026-11-30T10:00:00Z) or an age like 15m, 24h, 7d"
+        ) from exc
+    if moment.tzinfo is None:
+        raise BadParameter(name, "give a time zone, e.g. a trailing Z for UTC")
+    whole = int(moment.timestamp())
+    return whole * NANOS + moment.microsecond * 1000
+
+
+def encode_cursor(start_unix_nano: int, run_id: str) -> str:
+    raw = f"{start_unix_nano}:{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> tuple[int, str] | None:
+    if not text:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        start, run_id = raw.split(":", 1)
+        return int(start), run_id
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise BadParameter("cursor", "not a cursor this server gave out") from exc

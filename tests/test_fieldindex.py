@@ -1,0 +1,94 @@
+"""Flattening states into field-index rows: nodes, history, dedup, the row cap."""
+
+from __future__ import annotations
+
+from collector.fieldindex import ABSENT, Absent, FieldRow, JsonValue, index_rows
+
+
+def _by_path(rows: tuple[FieldRow, ...]) -> dict[str, list[FieldRow]]:
+    grouped: dict[str, list[FieldRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.path, []).append(row)
+    return grouped
+
+
+def test_index_rows_flattens_every_node_of_the_final_state() -> None:
+    state: JsonValue = {"refund": {"eligible": True, "amount": 12.5}, "tags": ["a", None], "n": 3}
+    index = index_rows("r1", ABSENT, state)
+    assert index.run_id == "r1"
+    assert not index.truncated
+    assert set(index.rows) == {
+        FieldRow("/refund", "", "object", None, None, None, True),
+        FieldRow("/refund/eligible", "/refund", "bool", None, None, True, True),
+        FieldRow("/refund/amount", "/refund", "number", 12.5, None, None, True),
+        FieldRow("/tags", "", "array", None, None, None, True),
+        FieldRow("/tags/0", "/tags", "string", None, "a", None, True),
+        FieldRow("/tags/1", "/tags", "null", None, None, None, True),
+        FieldRow("/n", "", "number", 3.0, None, None, True),
+    }
+
+
+def test_index_rows_escapes_keys_as_json_pointers() -> None:
+    index = index_rows("r1", ABSENT, {"meta": {"extra/key~": 1}})
+    assert "/meta/extra~1key~0" in _by_path(index.rows)
+
+
+def test_index_rows_treats_booleans_as_bool_not_number() -> None:
+    (row,) = index_rows("r1", ABSENT, {"ok": False}).rows
+    assert (row.kind, row.flag, row.num) == ("bool", False, None)
+
+
+def test_index_rows_adds_history_from_start_and_touched_subtrees() -> None:
+    start: JsonValue = {"attempts": 0, "status": "queued"}
+    touched: list[tuple[str, JsonValue | Absent]] = [
+        ("/attempts", 1),
+        ("/status", "running"),
+        ("/attempts", 2),
+        ("/result", {"code": 7}),
+        ("/result", ABSENT),
+        ("/status", "done"),
+    ]
+    final: JsonValue = {"attempts": 2, "status": "done"}
+    rows = _by_path(index_rows("r1", start, final, touched).rows)
+    assert sorted((r.num, r.is_final) for r in rows["/attempts"]) == [
+        (0.0, False),
+        (1.0, False),
+        (2.0, True),
+    ]
+    assert sorted((r.text, r.is_final) for r in rows["/status"]) == [
+        ("done", True),
+        ("queued", False),
+        ("running", False),
+    ]
+    assert [(r.kind, r.is_final) for r in rows["/result"]] == [("object", False)]
+    assert [(r.num, r.parent) for r in rows["/result/code"]] == [(7.0, "/result")]
+
+
+def test_index_rows_keeps_one_row_for_a_value_seen_again_in_the_final_state() -> None:
+    rows = index_rows("r1", {"x": 1}, {"x": 1}, [("/x", 1), ("/x", 1.0)]).rows
+    assert rows == (FieldRow("/x", "", "number", 1.0, None, None, True),)
+
+
+def test_index_rows_accepts_a_touched_root() -> None:
+    rows = _by_path(index_rows("r1", ABSENT, {}, [("", {"a": {"b": 1}})]).rows)
+    assert set(rows) == {"/a", "/a/b"}
+
+
+def test_index_rows_caps_rows_and_keeps_final_state_first() -> None:
+    start: JsonValue = {f"old{i}": i for i in range(10)}
+    final: JsonValue = {f"k{i}": i for i in range(10)}
+    index = index_rows("r1", start, final, max_rows=12)
+    assert index.truncated
+    assert len(index.rows) == 12
+    assert sum(row.is_final for row in index.rows) == 10
+
+
+def test_index_rows_survives_deep_nesting_and_odd_values() -> None:
+    deep: JsonValue = None
+    for _ in range(2000):
+        deep = {"d": deep}
+    state: JsonValue = {"deep": deep, "big": 10**400, "bad": "\ud800"}
+    rows = _by_path(index_rows("r1", ABSENT, state).rows)
+    assert rows["/big"][0].num == float("inf")
+    assert rows["/bad"][0].text == "\\ud800"
+    assert len(rows) == 2003

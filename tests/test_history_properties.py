@@ -1,0 +1,115 @@
+"""Property tests: replay agrees with applying the same patches directly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.history import MISSING, json_equal, provenance, replay
+from collector.model import Execution, Transition
+
+KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
+SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)
+DOCUMENTS = st.recursive(
+    SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=4),
+    max_leaves=12,
+)
+ROOTS = st.dictionaries(KEYS, DOCUMENTS, max_size=5)
+
+
+def execution(start: Any, end: Any, count: int) -> Execution:
+    return Execution(
+        run_id="run", kind="workflow", name="Prop", service="prop", trace_id="t" * 32,
+        span_id="s" * 16, parent_span_id="", parent_run_id=None, status="ok",
+        status_message="", error_type=None, start_unix_nano=0, end_unix_nano=1,
+        store_id="store", parent_store_id=None, state_start=json.dumps(start),
+        state_start_mode="full", state_start_policy="junjo.full.v1",
+        state_end=json.dumps(end), state_end_mode="full", state_end_policy="junjo.full.v1",
+        revision_start=0, revision_end=count, transition_start=0, transition_end=count,
+        transition_count=count, reconstructable=True, graph_snapshot=None,
+        contract_version=3, definition_id=None, structural_id=None, cancelled_reason=None,
+    )  # fmt: skip
+
+
+def transition(sequence: int, patch: str) -> Transition:
+    return Transition(
+        store_id="store", sequence=sequence, store_name="PropStore", action="set",
+        revision_before=sequence - 1, revision_after=sequence, patch_json=patch,
+        patch_mode="full", patch_policy="junjo.full.v1", event_id=f"e{sequence}",
+        trace_id="t" * 32, span_id="n" * 16, event_index=0, time_unix_nano=sequence,
+        contract_version=3, span_name="PropNode",
+    )  # fmt: skip
+
+
+def chain(documents: list[Any]) -> tuple[Execution, list[Transition], list[Any]]:
+    """Patches between consecutive documents, and the states direct application gives."""
+    states = [documents[0]]
+    transitions = []
+    for sequence, target in enumerate(documents[1:], start=1):
+        patch = jsonpatch.make_patch(states[-1], target)
+        states.append(patch.apply(states[-1]))
+        transitions.append(transition(sequence, patch.to_string()))
+    return execution(states[0], states[-1], len(transitions)), transitions, states
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=st.lists(ROOTS, min_size=1, max_size=12), data=st.data())
+def test_replay_property_matches_direct_application(documents: list[Any], data: Any) -> None:
+    execution_, transitions, states = chain(documents)
+
+    history = replay(execution_, transitions)
+
+    assert history.verdict == "verified", history.diagnostics
+    k = data.draw(st.integers(0, len(states) - 1), label="k")
+    assert json_equal(history.state_at(k), states[k])
+    assert all(json_equal(history.state_at(i), state) for i, state in enumerate(states))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=st.lists(ROOTS, min_size=2, max_size=8), data=st.data())
+def test_changes_property_after_values_are_what_each_op_wrote(
+    documents: list[Any], data: Any
+) -> None:
+    execution_, transitions, states = chain(documents)
+    history = replay(execution_, transitions)
+    k = data.draw(st.integers(1, len(states) - 1), label="k")
+
+    patch = json.loads(transitions[k - 1].patch_json)
+    changes = history.changes(k)
+
+    assert [change.op for change in changes] == [op["op"] for op in patch]
+    for change, op in zip(changes, patch, strict=True):
+        if op["op"] in ("add", "replace"):
+            assert json_equal(change.after, op["value"])
+        if op["op"] == "remove":
+            assert change.after is MISSING
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=st.lists(ROOTS, min_size=2, max_size=8), key=KEYS)
+def test_provenance_property_last_writer_holds_the_final_value(
+    documents: list[Any], key: str
+) -> None:
+    execution_, transitions, states = chain(documents)
+    pointer = "/" + key.replace("~", "~0").replace("/", "~1")
+
+    result = provenance(replay(execution_, transitions), pointer)
+
+    final = states[-1].get(key, "absent")
+    initial = states[0].get(key, "absent")
+    if result.last_writer is None:
+        assert json_equal(final, initial)
+    else:
+        after = result.last_writer.after
+        assert json_equal("absent" if after is MISSING else after, final)
+    changed_steps = {e.sequence for e in result.entries if e.changed}
+    for sequence in range(1, len(states)):
+        before = states[sequence - 1].get(key, "absent")
+        after_state = states[sequence].get(key, "absent")
+        if not json_equal(before, after_state):
+            assert sequence in changed_steps

@@ -1,0 +1,317 @@
+"""The OTLP/HTTP receiver's contract: encodings, auth, limits, retries, durability.
+
+Every test talks to a real `statetrail serve` over loopback; the exporter tests
+use the OpenTelemetry SDK's own OTLP/HTTP exporter.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import httpx
+from google.protobuf import json_format
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link
+from support import FIXTURE_API_KEY, Server, fixture_requests
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+KEY = {"x-junjo-api-key": FIXTURE_API_KEY}
+MIB = 1024 * 1024
+
+
+def _linear() -> bytes:
+    body, _ = fixture_requests("a_linear")[0]
+    return body
+
+
+def _post(
+    server: Server,
+    body: bytes | Iterator[bytes],
+    content_type: str = PROTOBUF,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/v1/traces",
+        content=body,
+        headers={"content-type": content_type, **(headers or {})},
+        timeout=60,
+    )
+
+
+def _status(response: httpx.Response) -> status_pb2.Status:
+    """The google.rpc.Status error body, in whichever encoding the request used."""
+    if response.headers["content-type"].startswith(JSON):
+        return json_format.Parse(response.text, status_pb2.Status())
+    return status_pb2.Status.FromString(response.content)
+
+
+def _hex_json(body: bytes) -> dict[str, Any]:
+    """A protobuf export request as OTLP JSON: camelCase, and ids as hex, not base64."""
+    document: dict[str, Any] = json_format.MessageToDict(
+        trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+    )
+    for resource in document.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                _ids_to_hex(span, ("traceId", "spanId", "parentSpanId"))
+                for link in span.get("links", []):
+                    _ids_to_hex(link, ("traceId", "spanId"))
+    return document
+
+
+def _ids_to_hex(message: dict[str, Any], fields: tuple[str, ...]) -> None:
+    for field in fields:
+        if field in message:
+            message[field] = base64.b64decode(message[field]).hex()
+
+
+def _stored_span_ids(db: Path) -> set[tuple[str, str, str]]:
+    with duckdb.connect(str(db), read_only=True) as connection:
+        rows = connection.execute("SELECT trace_id, span_id, parent_span_id FROM spans").fetchall()
+    return {(trace_id, span_id, parent) for trace_id, span_id, parent in rows}
+
+
+def _one_span_json(trace_id: str, span_id: str, name: str) -> dict[str, Any]:
+    return {
+        "traceId": trace_id,
+        "spanId": span_id,
+        "name": name,
+        "kind": 2,
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": 1700000000000001000,
+        "status": {"code": 1},
+        "futureField": {"ignored": True},
+    }
+
+
+def _json_request(*spans: dict[str, Any]) -> bytes:
+    document = {"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}
+    return json.dumps(document).encode()
+
+
+def test_otlp_http_exporter_spans_are_stored_with_their_ids(make_server: Any) -> None:
+    server: Server = make_server("--api-key", FIXTURE_API_KEY)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("statetrail-tests")
+    with tracer.start_as_current_span("parent") as parent:
+        tracer.start_span("child", links=[Link(parent.get_span_context())]).end()
+    provider.shutdown()
+    spans = memory.get_finished_spans()
+    exporter = OTLPSpanExporter(endpoint=f"{server.url}/v1/traces", headers=KEY, timeout=30)
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]  # untyped in the SDK
+    assert server.get_json("/healthz")["spans"] == 2
+    server.stop()
+    expected = {
+        (
+            f"{span.context.trace_id:032x}",
+            f"{span.context.span_id:016x}",
+            f"{span.parent.span_id:016x}" if span.parent else "",
+        )
+        for span in spans
+    }
+    assert _stored_span_ids(server.db) == expected
+
+
+def test_otlp_http_exporter_gzip_is_stored(server: Server) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for index in range(20):
+        with provider.get_tracer("statetrail-tests").start_as_current_span(f"s{index}"):
+            pass
+    provider.shutdown()
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server.url}/v1/traces", compression=Compression.Gzip, timeout=30
+    )
+    try:
+        assert exporter.export(memory.get_finished_spans()) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]  # untyped in the SDK
+    assert server.get_json("/healthz")["spans"] == 20
+
+
+def test_otlp_http_json_hex_ids_are_stored_as_sent(server: Server) -> None:
+    body = _linear()
+    document = _hex_json(body)
+    response = _post(server, json.dumps(document).encode(), JSON)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith(JSON)
+    assert response.json() == {}
+    trace_id = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+    executions = server.get_json("/api/executions")["executions"]
+    assert [e["trace_id"] for e in executions] == [trace_id]
+    assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_json_reports_partial_success(server: Server) -> None:
+    good = _one_span_json("0102030405060708090a0b0c0d0e0f10", "0102030405060708", "good")
+    short = _one_span_json("0102", "0102030405060708", "short-trace-id")
+    response = _post(server, _json_request(good, short), JSON)
+    assert response.status_code == 200, response.text
+    partial = response.json()["partialSuccess"]
+    assert int(partial["rejectedSpans"]) == 1
+    assert "short-trace-id" in partial["errorMessage"]
+    assert server.get_json("/healthz")["spans"] == 1
+
+
+def test_otlp_http_protobuf_reports_partial_success(server: Server) -> None:
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(_linear())
+    request.resource_spans[0].scope_spans[0].spans[0].span_id = b"\x00" * 8
+    response = _post(server, request.SerializeToString())
+    assert response.status_code == 200
+    assert response.headers["content-type"] == PROTOBUF
+    reply = trace_service_pb2.ExportTraceServiceResponse.FromString(response.content)
+    assert reply.partial_success.rejected_spans == 1
+    assert server.get_json("/healthz")["spans"] == 4
+
+
+def test_otlp_http_json_malformed_hex_is_400(server: Server) -> None:
+    for bad_id in ("zz" * 16, "abc", "AQIDBAUGBwgJCgsMDQ4PEA==", 12):
+        span = _one_span_json("0102030405060708090a0b0c0d0e0f10", "0102030405060708", "s")
+        span["traceId"] = bad_id
+        response = _post(server, _json_request(span), JSON)
+        assert response.status_code == 400, bad_id
+        status = _status(response)
+        assert status.code == code_pb2.INVALID_ARGUMENT
+        assert "traceId" in status.message
+    assert server.get_json("/healthz")["spans"] == 0
+
+
+def test_otlp_http_bad_bodies_are_400_and_store_nothing(server: Server) -> None:
+    cases = [
+        (b"\xff\xfe not protobuf", PROTOBUF),
+        (b"{not json", JSON),
+        (b"[1, 2]", JSON),
+        (b'{"resourceSpans": "nope"}', JSON),
+    ]
+    for body, content_type in cases:
+        response = _post(server, body, content_type)
+        assert response.status_code == 400, (body, response.text)
+        assert response.headers["content-type"] == content_type
+        assert _status(response).code == code_pb2.INVALID_ARGUMENT
+    corrupt = _post(server, b"\x1f\x8b\x08\x00garbage", PROTOBUF, {"content-encoding": "gzip"})
+    assert corrupt.status_code == 400
+    truncated = _post(server, gzip.compress(_linear())[:-20], PROTOBUF,
+                      {"content-encoding": "gzip"})
+    assert truncated.status_code == 400
+    assert server.get_json("/healthz")["spans"] == 0
+
+
+def test_otlp_http_unsupported_media_is_415(server: Server) -> None:
+    assert _post(server, _linear(), "text/plain").status_code == 415
+    brotli = _post(server, _linear(), PROTOBUF, {"content-encoding": "br"})
+    assert brotli.status_code == 415
+    assert _status(brotli).code == code_pb2.INVALID_ARGUMENT
+
+
+def test_otlp_http_gzip_request_is_stored(server: Server) -> None:
+    response = _post(server, gzip.compress(_linear()), PROTOBUF, {"content-encoding": "gzip"})
+    assert response.status_code == 200
+    assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_oversize_is_413_before_and_while_reading(make_server: Any) -> None:
+    server: Server = make_server("--max-receive-mib", "1")
+    declared = _post(server, b"\x00" * (2 * MIB))
+    assert declared.status_code == 413
+    assert _status(declared).code == code_pb2.RESOURCE_EXHAUSTED
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while reading
+        for _ in range(8):
+            yield b"\x00" * (MIB // 4)
+
+    assert _post(server, chunks()).status_code == 413
+    # A gzip bomb: 64 KiB on the wire that would inflate to 64 MiB.
+    bomb = gzip.compress(b"\x00" * (64 * MIB))
+    assert len(bomb) < MIB
+    assert _post(server, bomb, PROTOBUF, {"content-encoding": "gzip"}).status_code == 413
+    assert _post(server, _linear()).status_code == 200
+    assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_without_accepted_key_is_401(make_server: Any) -> None:
+    server: Server = make_server("--api-key", FIXTURE_API_KEY)
+    for headers in ({}, {"x-junjo-api-key": "wrong"}, {"authorization": "Bearer wrong"}):
+        response = _post(server, _linear(), PROTOBUF, headers)
+        assert response.status_code == 401
+        assert _status(response).code == code_pb2.UNAUTHENTICATED
+    json_reply = _post(server, b"{}", JSON)
+    assert json_reply.status_code == 401
+    assert json_reply.json()["code"] == code_pb2.UNAUTHENTICATED
+    assert server.get_json("/healthz")["spans"] == 0
+    bearer = {"authorization": f"Bearer {FIXTURE_API_KEY}"}
+    assert _post(server, _linear(), PROTOBUF, bearer).status_code == 200
+    assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_overload_is_503_with_retry_after(make_server: Any) -> None:
+    server: Server = make_server("--max-inflight", "1")
+    body, _ = fixture_requests("g_large_state")[1]
+    with httpx.Client(timeout=60) as client, ThreadPoolExecutor(max_workers=16) as pool:
+        def send(_: int) -> httpx.Response:
+            return client.post(
+                f"{server.url}/v1/traces", content=body, headers={"content-type": PROTOBUF}
+            )
+
+        responses = list(pool.map(send, range(64)))
+    statuses = {response.status_code for response in responses}
+    assert statuses <= {200, 503}
+    refused = [response for response in responses if response.status_code == 503]
+    assert refused, "16 concurrent exporters never exceeded one in-flight export"
+    assert 200 in statuses
+    assert int(refused[0].headers["retry-after"]) > 0
+    status = _status(refused[0])
+    assert status.code == code_pb2.UNAVAILABLE
+    retry = error_details_pb2.RetryInfo()
+    assert status.details[0].Unpack(retry)
+    assert retry.retry_delay.seconds == int(refused[0].headers["retry-after"])
+
+
+def test_otlp_http_storage_failure_is_503_then_recovers(server: Server) -> None:
+    # A directory where DuckDB's write-ahead log must go makes every commit fail.
+    wal = server.db.with_name(server.db.name + ".wal")
+    wal.mkdir()
+    try:
+        response = _post(server, _linear())
+        assert response.status_code == 503
+        assert "retry-after" in response.headers
+        assert _status(response).code == code_pb2.UNAVAILABLE
+    finally:
+        wal.rmdir()
+    assert _post(server, _linear()).status_code == 200
+    assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_duplicate_delivery_is_stored_once(server: Server) -> None:
+    for _ in range(2):
+        assert _post(server, _linear()).status_code == 200
+    assert _post(server, json.dumps(_hex_json(_linear())).encode(), JSON).status_code == 200
+    health = server.get_json("/healthz")
+    assert (health["spans"], health["executions"]) == (5, 1)
+
+
+def test_otlp_http_acknowledged_export_survives_kill_9(server: Server) -> None:
+    assert _post(server, _linear()).status_code == 200
+    server.kill()
+    assert server.process is not None and server.process.returncode == -signal.SIGKILL
+    assert len(_stored_span_ids(server.db)) == 5
