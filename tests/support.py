@@ -45,6 +45,7 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
 
     @property
     def grpc_target(self) -> str:
@@ -67,7 +68,8 @@ class Server:
         ]
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+                command, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env}, cwd=self.cwd,
             )
         self._wait_ready()
         return self
