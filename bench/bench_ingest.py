@@ -77,7 +77,7 @@ MAX_MESSAGE_BYTES: Final = 64 * MIB
 SERVER_WORKERS: Final = 16  # statetrail's default gRPC worker count
 RPC_TIMEOUT_SECONDS: Final = 120.0  # the Junjo/OTel exporter's deadline
 STARTUP_TIMEOUT_SECONDS: Final = 60.0
-STOP_TIMEOUT_SECONDS: Final = 120.0
+STOP_TIMEOUT_SECONDS: Final = 300.0
 FAILURE_BACKOFF_SECONDS: Final = 0.05
 
 TARGET_RATIO: Final = 0.25
@@ -500,15 +500,39 @@ def peak_rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
-def stop(server: Server) -> int:
-    """SIGTERM, then wait; statetrail drains, commits and checkpoints before it exits."""
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    exit_code: int
+    seconds: float
+    killed: bool
+    peak_rss_mb: float
+
+
+def stop(server: Server, timeout: float) -> Stopped:
+    """SIGTERM, then wait, watching VmHWM until the process is gone.
+
+    statetrail drains its queues, commits and checkpoints before it exits; whatever it
+    still does after the load stopped (background work, shutdown) counts towards its
+    peak RSS too. Past `timeout` it is killed, which the report says.
+    """
+    started = time.perf_counter()
+    peak = 0.0
     server.process.send_signal(signal.SIGTERM)
+    while server.process.poll() is None and time.perf_counter() - started < timeout:
+        try:
+            peak = max(peak, peak_rss_mb(server.process.pid))
+        except (OSError, RuntimeError):
+            break  # exiting: /proc/<pid>/status is gone or no longer has VmHWM
+        time.sleep(0.1)
+    killed = False
     try:
-        return server.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        remaining = max(0.0, timeout - (time.perf_counter() - started))
+        code = server.process.wait(timeout=remaining)
     except subprocess.TimeoutExpired:
+        killed = True
         server.process.kill()
-        server.process.wait()
-        raise
+        code = server.process.wait()
+    return Stopped(code, time.perf_counter() - started, killed, peak)
 
 
 # -- load ---------------------------------------------------------------------------------
@@ -647,6 +671,7 @@ class Measurement:
     load: LoadResult
     peak_rss_mb: float
     request_bytes: int
+    stop_seconds: float
 
     @property
     def mib_per_second(self) -> float:
@@ -655,14 +680,14 @@ class Measurement:
 
 
 def _row(cells: Sequence[str]) -> str:
-    widths = (12, 10, 12, 10, 10, 10, 13, 9)
+    widths = (12, 10, 12, 8, 9, 9, 13, 7, 10)
     return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
 
 
 def print_report(measurements: Sequence[Measurement]) -> None:
     print()
     print(_row(("target", "requests", "spans/s", "MiB/s", "p50 ms", "p99 ms", "peak RSS MB",
-                "failed")))
+                "failed", "stop s")))
     for m in measurements:
         print(
             _row(
@@ -675,6 +700,7 @@ def print_report(measurements: Sequence[Measurement]) -> None:
                     f"{m.load.latency_ms(0.99):.1f}",
                     f"{m.peak_rss_mb:.0f}",
                     str(m.load.failures),
+                    f"{m.stop_seconds:.1f}",
                 )
             )
         )
@@ -701,6 +727,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke run: about 5 s in all")
     parser.add_argument("--no-malloc-env", action="store_true",
                         help="do not set MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_")
+    parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_SECONDS,
+                        help="seconds a server gets to exit after SIGTERM before it is killed")
     parser.add_argument("--keep-db", action="store_true", help="leave the DuckDB file behind")
     parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -808,11 +836,15 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
         )
         rss = peak_rss_mb(server.process.pid)
     finally:
-        code = stop(server)
+        stopped = stop(server, args.stop_timeout)
+    if stopped.killed:
+        print(f"  {server.name} was still running {stopped.seconds:.0f}s after SIGTERM: killed")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete.
-    if code not in (0, -signal.SIGTERM):
-        print(f"  {server.name} exited with status {code}")
-    return Measurement(server.name, load, rss, template.size)
+    elif stopped.exit_code not in (0, -signal.SIGTERM):
+        print(f"  {server.name} exited with status {stopped.exit_code}")
+    return Measurement(
+        server.name, load, max(rss, stopped.peak_rss_mb), template.size, stopped.seconds
+    )
 
 
 def _timed(function: Callable[[int], object], argument: int) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 
 from collector.config import ConfigError, add_db_argument, add_serve_arguments, serve_config
 from collector.keys_cli import add_keys_command
+from collector.prune_cli import add_prune_command
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -49,6 +50,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     executions.set_defaults(handler=_executions)
 
     add_keys_command(commands, environ)
+    add_prune_command(commands, environ)
     return parser
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DB = "statetrail.duckdb"
@@ -42,6 +43,19 @@ class Config:
     grpc_workers: int = 16
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
     checkpoint_threshold: str = "256MB"
+    # Studio access (studio/access.py): a login is required when `auth` is set
+    # or the studio listens beyond loopback. repr=False keeps the secret out of logs.
+    auth: bool = False
+    studio_password: str | None = field(default=None, repr=False)
+    # Retention (collector/pruner.py): None keeps everything forever.
+    retain_nanos: int | None = None
+    prune_interval_seconds: float = 600.0
+    prune_first_delay_seconds: float = 30.0
+
+    @property
+    def studio_auth_required(self) -> bool:
+        """Whether every studio page and API route needs a login."""
+        return self.auth or not is_loopback(self.host)
 
     def load_api_keys(self) -> frozenset[str]:
         """The configured keys: flags plus the keys file (one per line, # comments)."""
@@ -62,6 +76,16 @@ class Config:
                 f"refusing to listen on {self.host} without API keys: anyone who can reach "
                 "it could write telemetry. Give --api-key (or --keys-file), or --insecure "
                 "if the network is trusted."
+            )
+
+    def check_studio_access(self) -> None:
+        """Refuse to serve a studio that needs a login when no password was set."""
+        if self.studio_auth_required and not self.studio_password:
+            reason = "--auth was given" if self.auth else f"it listens on {self.host}"
+            raise ConfigError(
+                f"refusing to start: the studio needs a login because {reason}, but no "
+                "password is set. Give --studio-password (or env STATETRAIL_STUDIO_PASSWORD, "
+                "or --studio-password-file)."
             )
 
 
@@ -118,6 +142,32 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         help="exports processed at once before refusing with a retry delay "
         "(env STATETRAIL_MAX_INFLIGHT; default %(default)s)",
     )
+    parser.add_argument(
+        "--auth", action="store_true", default=env("AUTH", "") not in ("", "0", "false"),
+        help="require a studio login even on loopback (always required beyond loopback; "
+        "env STATETRAIL_AUTH)",
+    )
+    parser.add_argument(
+        "--studio-password", default=env("STUDIO_PASSWORD", "") or None,
+        help="the studio password, also accepted as 'Authorization: Bearer <password>' "
+        "by /api (env STATETRAIL_STUDIO_PASSWORD)",
+    )
+    parser.add_argument(
+        "--studio-password-file", type=Path,
+        default=_optional_path(env("STUDIO_PASSWORD_FILE", "")),
+        help="read the studio password from this file's first line "
+        "(env STATETRAIL_STUDIO_PASSWORD_FILE)",
+    )
+    parser.add_argument(
+        "--retain", type=_retention_argument, default=env("RETAIN", "") or None,
+        help="delete traces whose newest span ended longer ago than this, e.g. 30d "
+        "(units h, d, w; env STATETRAIL_RETAIN; default: keep everything)",
+    )
+    parser.add_argument(
+        "--prune-every", type=_duration_argument, default=env("PRUNE_EVERY", "10m"),
+        help="how often the retention pruner runs, e.g. 10m "
+        "(units s, m, h, d, w; env STATETRAIL_PRUNE_EVERY; default 10m)",
+    )
 
 
 def add_db_argument(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -128,6 +178,10 @@ def add_db_argument(parser: argparse.ArgumentParser, environ: Mapping[str, str])
 
 
 def serve_config(args: argparse.Namespace) -> Config:
+    password = args.studio_password
+    if password is None and args.studio_password_file is not None:
+        password = _read_password(args.studio_password_file)
+    interval = args.prune_every / 1e9
     config = Config(
         db_path=args.db,
         host=args.host,
@@ -138,9 +192,60 @@ def serve_config(args: argparse.Namespace) -> Config:
         insecure=args.insecure,
         max_receive_bytes=args.max_receive_mib * MIB,
         max_inflight_requests=args.max_inflight,
+        auth=args.auth,
+        studio_password=password,
+        retain_nanos=args.retain,
+        prune_interval_seconds=interval,
+        # The first pass comes soon after start (a server restarted after a long
+        # pause catches up at once), but not during start-up itself.
+        prune_first_delay_seconds=min(interval, 30.0),
     )
     config.check_exposure()
+    config.check_studio_access()
     return config
+
+
+def _read_password(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the studio password file {path}: {exc}") from exc
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ConfigError(f"the studio password file {path} is empty")
+    return password
+
+
+_DURATION = re.compile(r"\s*(\d+)\s*([a-z])\s*")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# Retention takes no minutes: "6m" could be read as six months, and guessing
+# wrong would delete nearly everything.
+RETENTION_UNITS = "hdw"
+
+
+def parse_duration(text: str, units: str = "smhdw") -> int:
+    """'30d' -> nanoseconds, integer math only. `units` lists the accepted unit letters."""
+    match = _DURATION.fullmatch(text.lower())
+    if match is None or match.group(2) not in units or int(match.group(1)) == 0:
+        raise ConfigError(
+            f"{text!r} is not a duration: write a positive whole number and one of the "
+            f"units {', '.join(units)}, e.g. 30d"
+        )
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)] * 1_000_000_000
+
+
+def _duration_argument(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _retention_argument(text: str) -> int:
+    try:
+        return parse_duration(text, RETENTION_UNITS)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _optional_path(value: str) -> Path | None:

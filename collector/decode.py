@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, assert_never, cast
@@ -44,6 +45,13 @@ SERVICE_NAME_KEY = "service.name"
 UNKNOWN_SERVICE = "unknown_service"
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
+# Times are stored as signed 64-bit nanoseconds (DuckDB BIGINT, up to 2262);
+# OTLP's fixed64 allows twice that, which no column could hold.
+MAX_UNIX_NANO = 2**63 - 1
+# Span kind and status code are open proto3 enums: any int32 can arrive, but
+# only these are defined, and the columns are TINYINT.
+MAX_SPAN_KIND = 5
+MAX_STATUS_CODE = 2
 
 
 class DecodeError(ValueError):
@@ -121,7 +129,7 @@ def iter_spans(request: ExportRequestPB2) -> Iterator[SpanRecord | RejectedSpan]
 def _resource_record(
     service_name: str, scope_name: str, scope_version: str, attributes: Attributes
 ) -> ResourceRecord:
-    attributes_json = json.dumps(attributes, sort_keys=True, default=_json_default)
+    attributes_json = _json_text(attributes, sort_keys=True)
     digest = hashlib.blake2b(
         "\x00".join((attributes_json, scope_name, scope_version)).encode(), digest_size=12
     ).hexdigest()
@@ -135,6 +143,14 @@ def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | Reject
         return RejectedSpan(span.name, "span_id must be 8 bytes and not all zero")
     if span.parent_span_id and len(span.parent_span_id) != SPAN_ID_BYTES:
         return RejectedSpan(span.name, "parent_span_id must be empty or 8 bytes")
+    # Found by fuzzing: a value outside a column's range used to kill the
+    # writer thread, after which no export was ever acknowledged again.
+    if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_UNIX_NANO or any(
+        event.time_unix_nano > MAX_UNIX_NANO for event in span.events
+    ):
+        return RejectedSpan(span.name, "times must be before 2262 (int64 nanoseconds)")
+    if not 0 <= span.kind <= MAX_SPAN_KIND or not 0 <= span.status.code <= MAX_STATUS_CODE:
+        return RejectedSpan(span.name, "kind must be 0-5 and status code 0-2 (OTLP enums)")
     return SpanRecord(
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
@@ -157,7 +173,7 @@ def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | Reject
 
 def decode_value(value: AnyValuePB2) -> AttributeValue:
     """One OTLP AnyValue as a plain Python value (bytes stay bytes)."""
-    case = cast(_ValueCase | None, value.WhichOneof("value"))
+    case = cast("_ValueCase | None", value.WhichOneof("value"))
     if case is None:
         return None
     if case == "string_value":
@@ -216,7 +232,32 @@ def span_details(raw: bytes) -> dict[str, Any]:
 
 def json_safe(value: AttributeValue | Mapping[str, AttributeValue]) -> Any:
     """Attribute values with bytes shown as hex, so they serialize as JSON."""
-    return json.loads(json.dumps(value, default=_json_default))
+    return json.loads(_json_text(value))
+
+
+def _json_text(value: AttributeValue | Mapping[str, AttributeValue], **options: Any) -> str:
+    """Strict JSON (RFC 8259) for attribute values, whatever double they hold.
+
+    A double attribute may be NaN or infinite. Python writes those as bare
+    NaN/Infinity, which is not JSON: the JSON column refused the whole export
+    (found by fuzzing) and the studio's JSON answers failed. Such numbers are
+    written as strings instead; the span's own bytes keep the real value.
+    """
+    try:
+        return json.dumps(value, default=_json_default, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite(value), default=_json_default, allow_nan=False, **options)
+
+
+def _finite(value: Any) -> Any:
+    # Recursion is bounded: protobuf refuses messages nested deeper than 100.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def _json_default(value: object) -> str:

@@ -70,6 +70,7 @@ Cost
 from __future__ import annotations
 
 import json
+import math
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -116,6 +117,11 @@ MISMATCH_POINTERS_SHOWN: Final = 5
 _PATCH_WORK_BYTES: Final = 1024
 
 _PATCH_ERRORS: Final = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException)
+# Payloads nested deeper than this are treated as invalid JSON. Replay, the
+# studio's JSON answers and jsonpatch all walk documents recursively, so a
+# deeper one (hostile, or a bug: no real state comes close) would raise
+# RecursionError in whichever of them came first instead of being reported.
+MAX_JSON_DEPTH: Final = 200
 _OPS_WITH_VALUE: Final = frozenset({"add", "replace", "test"})
 _OPS_WITH_FROM: Final = frozenset({"move", "copy"})
 _KNOWN_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
@@ -1215,11 +1221,50 @@ def _clone_or_missing(value: JsonValue | Missing) -> JsonValue | Missing:
 
 
 def _parse_json(text: str) -> JsonValue | Missing:
+    """The payload as JSON, or MISSING when it is not a document replay can use.
+
+    Beyond syntax errors that means: NaN/Infinity literals and numbers that
+    overflow a double (1e400), which RFC 8259 JSON cannot carry back out (the
+    studio's JSON answers would fail on them), and nesting deeper than
+    MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
+    """
     try:
-        value: JsonValue = json.loads(text)
-    except ValueError:
+        value: JsonValue = json.loads(
+            text, parse_float=_finite_float, parse_constant=_not_a_json_number
+        )
+    except (ValueError, RecursionError):
+        return MISSING
+    # Nesting needs an opening bracket per level, so most payloads are cleared by
+    # a count done in C without walking the parsed value.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(
+        value, MAX_JSON_DEPTH
+    ):
         return MISSING
     return value
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return number
+
+
+def _not_a_json_number(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _deeper_than(value: JsonValue, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: no recursion)."""
+    pending: list[tuple[JsonValue, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _parse_patch(text: str) -> list[JsonPatchOp] | None:

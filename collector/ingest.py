@@ -113,10 +113,22 @@ class Ingestor:
     def _commit(self, pending: list[tuple[IngestBatch, Future[WriteResult]]]) -> None:
         try:
             result = self._store.write([batch for batch, _ in pending])
-        except StoreError as exc:
-            logger.error("write failed for %d export(s): %s", len(pending), exc)
-            for _, future in pending:
-                future.set_exception(exc)
+        except Exception as exc:
+            # Catching more than StoreError is deliberate: a batch the store
+            # cannot represent (a bug upstream) must not end this thread, or no
+            # export would ever be acknowledged again. And one export the store
+            # refuses must not fail the others grouped with it, so a failed
+            # group is retried one export at a time.
+            if len(pending) > 1:
+                for item in pending:
+                    self._commit([item])
+                return
+            if isinstance(exc, StoreError):
+                logger.error("write failed: %s", exc)
+            else:
+                logger.exception("could not store an export")
+                exc = StoreError(f"could not store the export: {exc}")
+            pending[0][1].set_exception(exc)
             return
         for _, future in pending:
             future.set_result(result)

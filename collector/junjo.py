@@ -63,6 +63,8 @@ REVISION_AFTER: Final = "junjo.store.revision.after"
 PATCH: Final = "junjo.state_json_patch"
 
 STATUS_CODE_ERROR: Final = 2
+# contract_version is stored as INTEGER (int32); beyond that it is treated as absent.
+MAX_INT32: Final = 2**31 - 1
 
 _OWNER_KINDS: Final[dict[str, ExecutionKind]] = {
     "workflow": "workflow",
@@ -122,7 +124,7 @@ def extract(spans: Iterable[SpanRecord]) -> Evidence:
             execution = _execution(span, attributes, span_type)
             if execution is not None:
                 executions.append(execution)
-        transitions.extend(_transitions(span, _int(attributes, CONTRACT_VERSION)))
+        transitions.extend(_transitions(span, _int32(attributes, CONTRACT_VERSION)))
     return Evidence(executions, transitions, roles)
 
 
@@ -176,7 +178,7 @@ def _execution(span: SpanRecord, attrs: Attributes, span_type: str) -> Execution
         transition_count=_int(attrs, TRANSITION_COUNT),
         reconstructable=_bool(attrs, RECONSTRUCTABLE),
         graph_snapshot=_str(attrs, GRAPH_SNAPSHOT),
-        contract_version=_int(attrs, CONTRACT_VERSION),
+        contract_version=_int32(attrs, CONTRACT_VERSION),
         definition_id=_str(attrs, DEFINITION_ID),
         structural_id=_str(attrs, STRUCTURAL_ID),
         cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
@@ -230,6 +232,11 @@ def _int(attrs: Attributes, key: str) -> int | None:
     value = attrs.get(key)
     # bool is an int subclass in Python, but never a valid counter on the wire.
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _int32(attrs: Attributes, key: str) -> int | None:
+    value = _int(attrs, key)
+    return value if value is not None and -MAX_INT32 - 1 <= value <= MAX_INT32 else None
 
 
 def _bool(attrs: Attributes, key: str) -> bool | None:

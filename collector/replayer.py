@@ -142,6 +142,16 @@ class Replayer:
             # The evidence is stored; the next commit touching these stores, or
             # `statetrail reindex`, replays them again.
             logger.error("replay failed: %s", exc)
+        except Exception:
+            # A replay bug on hostile evidence must not end this thread (every
+            # later verdict would stay pending); replay the stores one by one
+            # so the rest still get their verdicts, and log the culprit.
+            store_ids = list(store_ids)
+            if len(store_ids) > 1:
+                for store_id in store_ids:
+                    self._replay_stores([store_id])
+                return
+            logger.exception("replay failed for store %s", store_ids)
 
 
 def replay_stores(store: Store, store_ids: Iterable[str]) -> int:

@@ -219,6 +219,14 @@ async def execution_state(request: Request) -> Response:
         sequence = int(text) if text else history.last_sequence
     except ValueError:
         return error(400, "sequence: must be a whole number", parameter="sequence")
+    if history.has_states and not history.start_sequence <= sequence <= history.last_sequence:
+        # A sequence outside the run is the caller's mistake (400); 404 below means
+        # this run has no states at all (start state missing or withheld).
+        return error(
+            400,
+            f"sequence: must be between {history.start_sequence} and {history.last_sequence}",
+            parameter="sequence",
+        )
     try:
         state = history.state_at(sequence)
         verified = history.verified_at(sequence)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
@@ -30,11 +31,14 @@ from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
 from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
 from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
+from collector.pruner import Pruner
 from collector.replayer import Replayer
 from collector.store import Store
-from studio import admin, api, views
+from studio import admin, admin_prune, api, execution_page, views
+from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.inspect import Inspector
+from studio.security import SecurityHeaders
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,15 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             stack.callback(replayer.close)
             ingestor = Ingestor(store, on_commit=replayer.notify)
             stack.callback(ingestor.close)
+            if config.retain_nanos is not None:
+                # Registered after the writer, so it stops before the store closes.
+                pruner = Pruner(
+                    store,
+                    config.retain_nanos,
+                    interval_seconds=config.prune_interval_seconds,
+                    first_delay_seconds=config.prune_first_delay_seconds,
+                )
+                stack.callback(pruner.close)
             managed_keys = ManagedKeys(store)
             keys = KeyChecker(
                 config.load_api_keys(),
@@ -93,6 +106,11 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
 
     routes = [
         Route("/", views.executions_page, name="executions"),
+        Route("/executions/{run_id}", execution_page.execution_page, name="execution"),
+        Route("/executions/{run_id}/provenance", execution_page.provenance_partial,
+              name="execution_provenance"),
+        Route("/executions/{run_id}/spans/{span_id}", execution_page.span_page,
+              name="execution_span"),
         Route("/api/executions", api.list_executions, name="api_executions"),
         Route("/api/executions/{run_id}", api.execution_detail, name="api_execution"),
         Route(
@@ -104,15 +122,31 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             api.execution_provenance,
             name="api_provenance",
         ),
+        Route("/compare", views.compare_page, name="compare"),
+        Route("/api/compare", views.compare_json, name="api_compare"),
         Route("/healthz", views.healthz, name="healthz"),
         Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
         Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
         Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
         Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
               name="admin_revoke_key"),
+        Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders), *_access(config)],
+    )
+
+
+def _access(config: Config) -> list[Middleware]:
+    """The studio login (studio/access.py), when the config asks for one."""
+    if not config.studio_auth_required:
+        return []
+    # check_studio_access refused to build such a config without a password.
+    assert config.studio_password
+    return [Middleware(StudioAccess, password=config.studio_password)]
 
 
 def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcReceiver:

@@ -1,21 +1,307 @@
-"""Thin HTML handlers: parse the request, ask the store, render a template."""
+"""Thin HTML handlers: parse the request, ask the store or inspector, render a template.
+
+The executions page keeps every filter in the URL and builds every link from
+the current query string, so a view can be shared by copying its address and
+works without JavaScript. With htmx present, the filter form and facet links
+ask for the `#results` partial only (`HX-Target: results`); the server answers
+with the same data rendered without the layout.
+"""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.store.listing import ExecutionQuery
-from studio.api import store_of
+from collector.history import JsonValue, Missing
+from collector.query import QueryError
+from collector.store.listing import ExecutionRow, FacetName, InFlightRow
+from studio.api import error, inspector_of, store_of
+from studio.compare import Comparison, compare, comparison_json
+from studio.params import BadParameter, encode_cursor, execution_query
 from studio.templating import templates
+
+FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
+TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
+# Order of the parameters in the links we build, so equal views get equal URLs.
+FILTER_KEYS: Final = ("where", *FACETS, "since", "until", "limit")
+RESULTS_TARGET: Final = "results"
+IN_FLIGHT_SHOWN: Final = 20
+
+
+@dataclass(frozen=True, slots=True)
+class FacetValue:
+    value: str
+    count: int
+    selected: bool
+    href: str
+
+
+@dataclass(frozen=True, slots=True)
+class Facet:
+    name: str
+    values: tuple[FacetValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    label: str
+    href: str
+    selected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FilterError:
+    """A parameter the user must fix; `caret` marks the spot in a `where` query."""
+
+    parameter: str
+    message: str
+    caret: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionsView:
+    """What the executions page and its partial render."""
+
+    filters: dict[str, str]
+    rows: tuple[ExecutionRow, ...]
+    in_flight: tuple[InFlightRow, ...]
+    facets: tuple[Facet, ...]
+    active: tuple[Link, ...]
+    presets: tuple[Link, ...]
+    older_href: str | None
+    newest_href: str | None
+    api_href: str
+    error: FilterError | None
+    onboarding: bool
 
 
 async def executions_page(request: Request) -> Response:
-    rows = store_of(request).search(ExecutionQuery(limit=50))
-    return templates.TemplateResponse(request, "executions.html", {"executions": rows[:50]})
+    params = request.query_params
+    filters = current_filters(params)
+    base = request.app.url_path_for("executions")
+    try:
+        query = execution_query(params)
+    except BadParameter as exc:
+        view = _view(request, filters, error=filter_error(exc, filters))
+        return _render_executions(request, view, status_code=400)
+    store = store_of(request)
+    found = store.search(query)
+    rows, more = tuple(found[: query.limit]), len(found) > query.limit
+    first_page = query.after is None
+    view = _view(
+        request,
+        filters,
+        rows=rows,
+        in_flight=tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else (),
+        facets=tuple(
+            facet(name, store.facets(query, name), filters, base) for name in FACETS
+        ),
+        older_href=_older_href(base, filters, rows) if more else None,
+        newest_href=None if first_page else link(base, filters),
+    )
+    if not rows and not view.in_flight and not any(filters.values()) and first_page:
+        view = _view(request, filters, onboarding=store.counts()["executions"] == 0)
+    return _render_executions(request, view)
+
+
+async def compare_page(request: Request) -> Response:
+    """Two runs side by side: `?a=RUN&b=RUN`, or `?run=X&run=Y` from the list's checkboxes."""
+    picked = compare_ids(request)
+    context: dict[str, object] = {
+        "a": picked[0], "b": picked[1], "comparison": None, "json_text": json_text
+    }
+    if not picked[0] and not picked[1]:
+        return templates.TemplateResponse(request, "compare.html", {**context, "error": None})
+    if not picked[0] or not picked[1]:
+        message = "pick two runs to compare (tick two rows of the executions list)"
+        return templates.TemplateResponse(
+            request, "compare.html", {**context, "error": message}, status_code=400
+        )
+    comparison, missing = load_comparison(request, picked[0], picked[1])
+    if comparison is None:
+        return templates.TemplateResponse(
+            request,
+            "compare.html",
+            {**context, "error": f"no execution with id {missing!r}"},
+            status_code=404,
+        )
+    return templates.TemplateResponse(
+        request, "compare.html", {**context, "comparison": comparison, "error": None}
+    )
+
+
+async def compare_json(request: Request) -> Response:
+    """The compare page's JSON twin: `/api/compare?a=RUN&b=RUN`."""
+    a, b = compare_ids(request)
+    if not a or not b:
+        return error(400, "give two run ids as ?a=RUN&b=RUN", parameter="a" if not a else "b")
+    comparison, missing = load_comparison(request, a, b)
+    if comparison is None:
+        return error(404, f"no execution with id {missing!r}")
+    return JSONResponse(comparison_json(comparison))
+
+
+def json_text(value: JsonValue | Missing) -> str | None:
+    """Compact JSON for a diff cell; None for a value absent on that side."""
+    if isinstance(value, Missing):
+        return None
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def compare_ids(request: Request) -> tuple[str, str]:
+    """The two run ids asked for; empty strings for those not given."""
+    params = request.query_params
+    picked = [run for run in params.getlist("run") if run]
+    a = params.get("a", "").strip() or (picked[0] if picked else "")
+    b = params.get("b", "").strip() or (picked[1] if len(picked) > 1 else "")
+    return a, b
+
+
+def load_comparison(request: Request, a: str, b: str) -> tuple[Comparison | None, str]:
+    """The comparison, or None and the id that is unknown."""
+    inspector = inspector_of(request)
+    first = inspector.inspect(a)
+    if first is None:
+        return None, a
+    second = inspector.inspect(b)
+    if second is None:
+        return None, b
+    return compare(first, second), ""
 
 
 async def healthz(request: Request) -> Response:
     """Liveness plus counts; `replaying` says stored verdicts may still change."""
     replaying = not request.app.state.services.replayer.wait_idle(0)
     return JSONResponse({"status": "ok", "replaying": replaying, **store_of(request).counts()})
+
+
+# --- the executions view model ---------------------------------------------------------
+
+
+def current_filters(params: Mapping[str, str]) -> dict[str, str]:
+    """The filters in the URL, as given (so the form shows what the user typed)."""
+    return {key: params.get(key, "") for key in FILTER_KEYS}
+
+
+def link(base: str, filters: Mapping[str, str], **changes: str) -> str:
+    """`base` with the filters plus `changes`; an empty value drops a parameter."""
+    merged = {**filters, **changes}
+    pairs = [(key, merged[key]) for key in (*FILTER_KEYS, "cursor") if merged.get(key)]
+    return f"{base}?{urlencode(pairs)}" if pairs else base
+
+
+def facet(
+    name: FacetName, counts: list[tuple[str, int]], filters: Mapping[str, str], base: str
+) -> Facet:
+    """A facet's values as links that add the filter, or remove it when it is on."""
+    chosen = filters.get(name, "")
+    values = tuple(
+        FacetValue(
+            value,
+            count,
+            value == chosen,
+            link(base, filters, **{name: "" if value == chosen else value}),
+        )
+        for value, count in counts
+    )
+    return Facet(name, values)
+
+
+def filter_error(exc: BadParameter, filters: Mapping[str, str]) -> FilterError:
+    caret = None
+    if exc.name == "where" and exc.position is not None:
+        text = filters.get("where", "").strip()
+        # render() ends with the message, which the page shows on its own line.
+        caret = QueryError(exc.message, exc.position).render(text).rsplit("\n", 1)[0]
+    return FilterError(exc.name, exc.message, caret)
+
+
+def _view(
+    request: Request,
+    filters: dict[str, str],
+    *,
+    rows: tuple[ExecutionRow, ...] = (),
+    in_flight: tuple[InFlightRow, ...] = (),
+    facets: tuple[Facet, ...] = (),
+    older_href: str | None = None,
+    newest_href: str | None = None,
+    error: FilterError | None = None,
+    onboarding: bool = False,
+) -> ExecutionsView:
+    base = request.app.url_path_for("executions")
+    api = request.app.url_path_for("api_executions")
+    return ExecutionsView(
+        filters=filters,
+        rows=rows,
+        in_flight=in_flight,
+        facets=facets,
+        active=_active(base, filters),
+        presets=_presets(base, filters),
+        older_href=older_href,
+        newest_href=newest_href,
+        api_href=link(api, filters, cursor=request.query_params.get("cursor", "")),
+        error=error,
+        onboarding=onboarding,
+    )
+
+
+def _active(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
+    """One removable chip per filter in effect (Datasette's "x" links)."""
+    return tuple(
+        Link(f"{key}: {filters[key]}", link(base, filters, **{key: ""}), True)
+        for key in ("where", *FACETS, "since", "until")
+        if filters.get(key)
+    )
+
+
+def _presets(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
+    since, until = filters.get("since", ""), filters.get("until", "")
+    presets = [
+        Link(f"last {age}", link(base, filters, since=age, until=""), since == age and not until)
+        for age in TIME_PRESETS
+    ]
+    everything = link(base, filters, since="", until="")
+    presets.append(Link("all time", everything, not since and not until))
+    return tuple(presets)
+
+
+def _older_href(base: str, filters: Mapping[str, str], rows: tuple[ExecutionRow, ...]) -> str:
+    last = rows[-1]
+    return link(base, filters, cursor=encode_cursor(last.start_unix_nano, last.run_id))
+
+
+def _is_partial(request: Request) -> bool:
+    headers = request.headers
+    return (
+        headers.get("hx-request") == "true"
+        and headers.get("hx-target") == RESULTS_TARGET
+        # htmx restoring history after a cache miss needs the whole page.
+        and headers.get("hx-history-restore-request") != "true"
+    )
+
+
+def _render_executions(
+    request: Request, view: ExecutionsView, *, status_code: int = 200
+) -> Response:
+    services = request.app.state.services
+    partial = _is_partial(request)
+    response = templates.TemplateResponse(
+        request,
+        "_executions_table.html" if partial else "executions.html",
+        {
+            "view": view,
+            "partial": partial,
+            "grpc_address": f"{services.config.host}:{services.config.grpc_port}",
+            "keys_required": services.keys.required,
+        },
+        status_code=status_code,
+    )
+    # The same URL answers with a page or a fragment; caches must keep them apart.
+    response.headers["vary"] = "HX-Request, HX-Target"
+    return response

@@ -32,7 +32,8 @@ from collector.decode import ResourceRecord, SpanRecord
 from collector.fieldindex import FieldIndex
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
-from collector.store import keys, listing, replays
+from collector.store import keys, listing, replays, retention
+from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
@@ -139,9 +140,17 @@ class Store:
         with self._write_lock, self._cursor() as cursor:
             try:
                 cursor.execute("BEGIN TRANSACTION")
-                _insert(cursor, "resources", _resources_table(resources))
-                _insert(cursor, "spans", _spans_table(spans, roles, now))
-                _insert(cursor, "executions", _executions_table(executions, now))
+                _insert(cursor, "resources", _resources_table(resources), skip_existing=True)
+                stored = _insert_spans(cursor, _spans_table(spans, roles, now))
+                if len(stored) < len(spans):
+                    # A redelivery: evidence is keyed by its span, so keeping only
+                    # what the new spans carry stores each transition once without
+                    # paying for a key index on the (much larger) transitions table.
+                    executions = [e for e in executions if (e.trace_id, e.span_id) in stored]
+                    transitions = [t for t in transitions if (t.trace_id, t.span_id) in stored]
+                _insert(
+                    cursor, "executions", _executions_table(executions, now), skip_existing=True
+                )
                 _insert(cursor, "transitions", _transitions_table(transitions, now))
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
@@ -233,6 +242,15 @@ class Store:
                 raise StoreError(f"could not save replay results: {exc}") from exc
 
 
+    # -- spans of a trace, for the execution page: SQL in collector/store/spans.py --
+
+    def spans_of_trace(self, trace_id: str) -> list[span_reads.SpanRow]:
+        """Every stored span of a trace, earliest first, with its protobuf bytes."""
+        with self._cursor() as cursor:
+            return span_reads.spans_of_trace(cursor, trace_id)
+
+    # -- end of spans of a trace --------------------------------------------
+
     # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
     # Writes take the write lock so they never race `close`; they are rare
     # (an operator command, or a key's last-used time at most once a minute).
@@ -267,19 +285,71 @@ class Store:
 
     # -- end of managed ingestion keys ----------------------------------------
 
+    # -- retention: the SQL is in collector/store/retention.py ----------------
+    # One bounded batch per transaction under the write lock, so ingestion
+    # commits between batches; collector/pruner.py runs the loop.
+
+    def prune_batch(
+        self, cutoff_unix_nano: int, max_spans: int = retention.DEFAULT_BATCH_SPANS
+    ) -> retention.PruneCounts:
+        """Delete one batch of traces that ended before the cutoff; zero counts when done."""
+        def statement(cursor: duckdb.DuckDBPyConnection) -> retention.PruneCounts:
+            trace_ids = retention.old_traces(cursor, cutoff_unix_nano, max_spans)
+            return retention.delete_traces(cursor, trace_ids)
+
+        return self._retention_write(statement)
+
+    def prune_orphans(self) -> retention.PruneCounts:
+        return self._retention_write(retention.delete_orphans)
+
+    def _retention_write(
+        self, statement: Callable[[duckdb.DuckDBPyConnection], _T]
+    ) -> _T:
+        with self._write_lock, self._cursor() as cursor:
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                result = statement(cursor)
+                cursor.execute("COMMIT")
+            except duckdb.Error as exc:
+                _rollback_quietly(cursor)
+                raise StoreError(f"could not delete old data: {exc}") from exc
+            return result
+
+    # -- end of retention -------------------------------------------------------
+
 def _unique(by_key: dict[Any, _T]) -> list[_T]:
     return list(by_key.values())
 
 
-def _insert(cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
+def _insert(
+    cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table, *, skip_existing: bool = False
+) -> None:
+    """Bulk insert an Arrow table; with `skip_existing`, rows whose key exists are ignored."""
     if data.num_rows == 0:
         return
     cursor.register("_batch", data)
     try:
         columns = ", ".join(data.column_names)
-        cursor.execute(f"INSERT OR IGNORE INTO {table} ({columns}) SELECT {columns} FROM _batch")
+        verb = "INSERT OR IGNORE" if skip_existing else "INSERT"
+        cursor.execute(f"{verb} INTO {table} ({columns}) SELECT {columns} FROM _batch")
     finally:
         cursor.unregister("_batch")
+
+
+def _insert_spans(cursor: duckdb.DuckDBPyConnection, data: pa.Table) -> set[tuple[str, str]]:
+    """Insert spans not stored yet; return the keys of those actually inserted."""
+    if data.num_rows == 0:
+        return set()
+    cursor.register("_batch", data)
+    try:
+        columns = ", ".join(data.column_names)
+        rows = cursor.execute(
+            f"INSERT OR IGNORE INTO spans ({columns}) SELECT {columns} FROM _batch"
+            " RETURNING trace_id, span_id"
+        ).fetchall()
+    finally:
+        cursor.unregister("_batch")
+    return {(trace_id, span_id) for trace_id, span_id in rows}
 
 
 def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:

@@ -121,17 +121,41 @@ def search(cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery) -> list[Exe
         start, run_id = query.after
         conditions.append("(e.start_unix_nano < ? OR (e.start_unix_nano = ? AND e.run_id > ?))")
         params.extend([start, start, run_id])
+    sql = _FILTERED_PAGE_SQL if query.where is not None else _PAGE_SQL
+    replays = _REPLAYS_JOIN if query.verdict is not None else ""
     rows = cursor.execute(
-        f"""
-        SELECT {_ROW_SELECT}
-        FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
-        {_where(conditions)}
-        ORDER BY e.start_unix_nano DESC, e.run_id
-        LIMIT ?
-        """,
+        sql.format(row_select=_ROW_SELECT, where=_where(conditions), replays=replays),
         [*params, query.limit + 1],
     ).fetchall()
     return [ExecutionRow(*row) for row in rows]
+
+
+_REPLAYS_JOIN: Final = "LEFT JOIN execution_replays r ON r.run_id = e.run_id"
+
+_PAGE_SQL: Final = """
+    SELECT {row_select}
+    FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
+    {where}
+    ORDER BY e.start_unix_nano DESC, e.run_id
+    LIMIT ?
+"""
+
+# With a field filter, the matching run ids are collected first and only the
+# page's rows are read whole. Inlined, DuckDB pushes the top-N's dynamic filter
+# into the executions scan and then reads every executions row instead of
+# probing with the filter's run ids (at 100k runs: 31 ms against 6 ms for a
+# `final` equality). `{replays}` joins the replay table only for a verdict filter.
+_FILTERED_PAGE_SQL: Final = """
+    WITH hits AS MATERIALIZED (
+        SELECT e.run_id, e.start_unix_nano FROM executions e {replays} {where}
+    ), page AS MATERIALIZED (
+        SELECT run_id, start_unix_nano FROM hits ORDER BY start_unix_nano DESC, run_id LIMIT ?
+    )
+    SELECT {row_select}
+    FROM page p JOIN executions e ON e.run_id = p.run_id
+    LEFT JOIN execution_replays r ON r.run_id = e.run_id
+    ORDER BY e.start_unix_nano DESC, e.run_id
+"""
 
 
 def facets(

@@ -128,6 +128,8 @@ def m001_spans_executions_transitions(connection: duckdb.DuckDBPyConnection) -> 
     )
     # One row per set_state event wherever it sat; joined to its owner execution
     # by store id and sequence interval when read, so arrival order never matters.
+    # No key index: (trace_id, span_id, event_index) is unique because a span's
+    # events are inserted only with the span itself, which is keyed.
     connection.execute(
         """
         CREATE TABLE transitions (
@@ -147,8 +149,7 @@ def m001_spans_executions_transitions(connection: duckdb.DuckDBPyConnection) -> 
             time_unix_nano BIGINT NOT NULL,
             contract_version INTEGER,
             span_name VARCHAR NOT NULL,
-            received_unix_nano BIGINT NOT NULL,
-            PRIMARY KEY (trace_id, span_id, event_index)
+            received_unix_nano BIGINT NOT NULL
         )
         """
     )

@@ -1,0 +1,372 @@
+"""Benchmark the execution list's field filters through the store, as the API runs them.
+
+Bulk-loads N executions (default 1,000,000, about 10 transitions each) into a
+fresh store's own tables with vectorised `INSERT ... SELECT` over DuckDB
+`range()`: `executions`, `transitions`, `execution_replays` and `field_values`
+(about 20 leaves per final state, a nested `refund.eligible` bool, and an
+`attempts` counter whose earlier values are `ever`-only history rows), then
+sorts the index with the store's own `compact_field_index`. Synthetic rows
+carry no state JSON on `executions`: lists and filters never read it.
+
+Timed through the API's code path (`studio.params.execution_query` then
+`Store.search`, limit 50, parse and compile included):
+  * a `final` equality filter, p50 and p99 over --queries values;
+  * an `ever` numeric range filter, p50;
+  * one cold `Inspector.inspect` + timeline + `state_at` of a middle step for a
+    10,000-transition execution on a ~250 KB state (written with `Store.write`).
+Each figure is also a ratio to a same-run baseline, `SELECT count(*) FROM
+executions`, so the ratios hold across machines.
+
+    .venv/bin/python -m bench.bench_filter_store --executions 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from bench.bench_replay import TRANSITIONS
+from bench.bench_replay import build as build_long_history
+from collector.history import timeline
+from collector.junjo import Evidence
+from collector.store import IngestBatch, Store
+from collector.store.filters import compact_field_index, key64
+from studio.inspect import Inspector
+from studio.params import execution_query
+
+TARGET_FINAL_P50_MS = 50.0
+TARGET_FINAL_P99_MS = 200.0
+TARGET_EVER_P50_MS = 200.0
+TARGET_INSPECT_MS = 500.0
+START_NANO = 1_700_000_000_000_000_000
+CUSTOMERS = 200_000
+LONG_RUN_ID = "bench"  # bench_replay's run id for the long history
+
+
+def _pick(column: str, modulus: int) -> str:
+    """Deterministic pseudo-random choice per run (`r.i`) and column, as SQL."""
+    return f"(hash(r.i, '{column}') % {modulus})"
+
+
+# (pointer, kind, value SQL over `r`, vocabulary size, prefix) for strings, whose
+# values are f"{prefix}{n:07d}" with n from the value SQL.
+STRING_LEAVES = [
+    ("/status", _pick("status", 6), 6, "done-"),
+    ("/refund/reason", _pick("reason", 50), 50, "reason-"),
+    ("/customer/id", _pick("customer", CUSTOMERS), CUSTOMERS, "cust-"),
+    ("/customer/tier", _pick("tier", 4), 4, "tier-"),
+    ("/customer/country", _pick("country", 50), 50, "country-"),
+    ("/order/currency", _pick("currency", 5), 5, "cur-"),
+    ("/order/items/0", _pick("sku0", 1000), 1000, "sku-"),
+    ("/order/items/1", _pick("sku1", 1000), 1000, "sku-"),
+    ("/model", _pick("model", 6), 6, "model-"),
+    ("/flags/0", _pick("flag", 10), 10, "flag-"),
+]
+NUMBER_LEAVES = [
+    ("/attempts", _pick("attempts", 10)),
+    ("/refund/amount", f"{_pick('amount', 100000)} / 100.0"),
+    ("/order/total", f"{_pick('total', 50000)} / 10.0"),
+    ("/tokens/prompt", _pick("prompt", 8000)),
+    ("/tokens/completion", _pick("completion", 2000)),
+    ("/latency_ms", _pick("latency", 60000)),
+]
+BOOL_LEAVES = [("/refund/eligible", f"{_pick('eligible', 2)} = 1"), ("/retry", "r.i % 3 = 0")]
+NULL_LEAVES = ["/error", "/note"]
+CONTAINERS = [
+    ("/refund", "object"),
+    ("/customer", "object"),
+    ("/order", "object"),
+    ("/order/items", "array"),
+    ("/tokens", "object"),
+    ("/flags", "array"),
+]
+WORKFLOWS = ["Refund Workflow", "Triage Workflow", "Chat Workflow", "Review Workflow"]
+
+
+def load(path: Path, executions: int) -> dict[str, int]:
+    """Fill a migrated store file with generated runs; return row counts per table."""
+    conn = duckdb.connect(str(path))
+    try:
+        conn.execute("BEGIN TRANSACTION")
+        conn.execute(
+            "CREATE TEMP TABLE runs AS SELECT i, md5(i::VARCHAR) AS run_id,"
+            f" (8 + {_pick('transitions', 5)})::BIGINT AS transitions FROM range(?) r(i)",
+            [executions],
+        )
+        for step in (_executions, _transitions, _replays, _field_values):
+            began = time.perf_counter()
+            step(conn)
+            print(f"  {step.__name__.strip('_')}: {time.perf_counter() - began:.1f} s")
+        conn.execute("COMMIT")
+        # Sorted as the store keeps it: zone maps then prune equality filters.
+        began = time.perf_counter()
+        compact_field_index(conn)
+        print(f"  compact_field_index: {time.perf_counter() - began:.1f} s")
+        conn.execute("CHECKPOINT")
+        counts = {
+            table: _scalar(conn, f"SELECT count(*) FROM {table}")
+            for table in ("executions", "transitions", "execution_replays", "field_values")
+        }
+    finally:
+        conn.close()
+    return counts
+
+
+def _executions(conn: duckdb.DuckDBPyConnection) -> None:
+    names = ", ".join(f"'{name}'" for name in WORKFLOWS)
+    conn.execute(
+        f"""
+        INSERT INTO executions (run_id, kind, name, service, trace_id, span_id, parent_span_id,
+            status, status_message, start_unix_nano, end_unix_nano, store_id, revision_start,
+            revision_end, transition_start, transition_end, transition_count, reconstructable,
+            contract_version, received_unix_nano)
+        SELECT r.run_id, 'workflow', [{names}][1 + {_pick('workflow', len(WORKFLOWS))}::BIGINT],
+            'bench-service', md5('trace' || r.i), md5('span' || r.i)[:16], '',
+            CASE WHEN r.i % 20 = 0 THEN 'error' ELSE 'ok' END, '',
+            {START_NANO} + r.i * 1000000000, {START_NANO} + r.i * 1000000000 + 5000000,
+            md5('store' || r.i)[:21], 0, r.transitions, 0, r.transitions, r.transitions, TRUE,
+            3, {START_NANO}
+        FROM runs r
+        """
+    )
+
+
+def _transitions(conn: duckdb.DuckDBPyConnection) -> None:
+    # The counter climbs one per transition; its patches are what `ever` indexes.
+    conn.execute(
+        f"""
+        INSERT INTO transitions (trace_id, span_id, event_index, store_id, sequence, store_name,
+            action, revision_before, revision_after, patch, patch_mode, patch_policy, event_id,
+            time_unix_nano, contract_version, span_name, received_unix_nano)
+        SELECT md5('trace' || r.i), md5('node' || r.i)[:16], t.k, md5('store' || r.i)[:21],
+            t.k + 1, 'RefundStore', 'attempt', t.k, t.k + 1,
+            '[{{"op":"replace","path":"/attempts","value":' || (t.k + 1) || '}}]',
+            'full', 'junjo.full.v1', md5('event' || r.i || ':' || t.k)[:21],
+            {START_NANO} + r.i * 1000000000 + t.k * 1000, 3, 'CheckPolicy', {START_NANO}
+        FROM runs r, range(r.transitions) t(k)
+        """
+    )
+
+
+def _replays(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute(
+        f"""
+        INSERT INTO execution_replays (run_id, verdict, diagnostics, error_count, warning_count,
+            received_transitions, index_truncated, replayed_unix_nano)
+        SELECT r.run_id, CASE WHEN r.i % 50 = 0 THEN 'partial' ELSE 'verified' END, '[]',
+            (r.i % 50 = 0)::INTEGER, 0, r.transitions, FALSE, {START_NANO}
+        FROM runs r
+        """
+    )
+
+
+def _field_values(conn: duckdb.DuckDBPyConnection) -> None:
+    for pointer, kind in CONTAINERS:
+        _insert_rows(conn, pointer, kind)
+    for pointer in NULL_LEAVES:
+        _insert_rows(conn, pointer, "null")
+    for pointer, value in BOOL_LEAVES:
+        _insert_rows(conn, pointer, "bool", flag=value)
+    for pointer, value in NUMBER_LEAVES:
+        _insert_rows(conn, pointer, "number", num=value)
+    for pointer, value, size, prefix in STRING_LEAVES:
+        _register_vocabulary(conn, [f"{prefix}{n:07d}" for n in range(size)])
+        _insert_rows(
+            conn, pointer, "string", str_key="w.str_key", text="w.str",
+            tail=f" JOIN vocabulary w ON w.n = {value}",
+        )  # fmt: skip
+    # History only `ever` sees: every earlier value of the attempts counter, and
+    # the statuses each run went through before its final one.
+    _insert_rows(
+        conn, "/attempts", "number", num="a.k", is_final="FALSE",
+        tail=f", range(10) a(k) WHERE a.k < {_pick('attempts', 10)}",
+    )  # fmt: skip
+    _register_vocabulary(conn, ["queued", "running"])
+    _insert_rows(
+        conn, "/status", "string", str_key="w.str_key", text="w.str", is_final="FALSE",
+        tail=" JOIN vocabulary w ON TRUE",
+    )  # fmt: skip
+
+
+def _register_vocabulary(conn: duckdb.DuckDBPyConnection, words: list[str]) -> None:
+    conn.register(
+        "vocabulary",
+        pa.table(
+            {
+                "n": pa.array(range(len(words)), pa.uint64()),
+                "str": pa.array(words, pa.string()),
+                "str_key": pa.array([key64(w) for w in words], pa.int64()),
+            }
+        ),
+    )
+
+
+def _insert_rows(
+    conn: duckdb.DuckDBPyConnection,
+    pointer: str,
+    kind: str,
+    *,
+    num: str = "NULL",
+    str_key: str = "NULL",
+    text: str = "NULL",
+    flag: str = "NULL",
+    is_final: str = "TRUE",
+    tail: str = "",
+) -> None:
+    parent = pointer.rpartition("/")[0]
+    conn.execute(
+        "INSERT INTO field_values (run_id, parent_key, path_key, kind, num, str_key, str,"
+        f" bool_val, is_final, path, parent) SELECT r.run_id, ?, ?, ?, {num}, {str_key},"
+        f" {text}, {flag}, {is_final}, ?, ? FROM runs r{tail}",
+        [key64(parent), key64(pointer), kind, pointer, parent],
+    )
+
+
+def write_long_history(store: Store) -> str:
+    """One 10,000-transition run on a ~250 KB state, through the store's own write path."""
+    execution, generated, _ = build_long_history()
+    # bench_replay puts every event at index 0 of one span; the store keys events
+    # by (trace, span, index), so give each its own index.
+    transitions = [replace(t, event_index=i) for i, t in enumerate(generated)]
+    store.write([IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))])
+    return execution.run_id
+
+
+def _scalar(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def sample_customers(path: Path, count: int) -> list[str]:
+    """Customer ids that some run has, spread over the vocabulary."""
+    conn = duckdb.connect(str(path))  # same process: shares the store's instance
+    try:
+        rows = conn.execute(
+            "SELECT DISTINCT str FROM field_values WHERE path = '/customer/id'"
+            " ORDER BY hash(str) LIMIT ?",
+            [count],
+        ).fetchall()
+    finally:
+        conn.close()
+    return [str(value) for (value,) in rows]
+
+
+def time_ms(action: Callable[[], object]) -> float:
+    began = time.perf_counter_ns()
+    action()
+    return (time.perf_counter_ns() - began) / 1e6
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def search(store: Store, where: str, expect_hits: bool) -> Callable[[], object]:
+    """The API's path for GET /api/executions?where=...: parse params, then Store.search."""
+
+    def run() -> object:
+        rows = store.search(execution_query({"where": where}))
+        assert bool(rows) == expect_hits, where
+        return rows
+
+    return run
+
+
+def inspect_long(store: Store, run_id: str) -> Callable[[], object]:
+    """A cold inspector (no cached history): replay, the timeline, a middle state."""
+
+    def run() -> object:
+        inspection = Inspector(store).inspect(run_id)
+        assert inspection is not None
+        entries = timeline(inspection.history)
+        assert len(entries) == TRANSITIONS
+        return inspection.history.state_at(TRANSITIONS // 2)
+
+    return run
+
+
+def step_cached(inspector: Inspector, run_id: str, step: int) -> Callable[[], object]:
+    def run() -> object:
+        inspection = inspector.inspect(run_id)
+        assert inspection is not None
+        return inspection.history.state_at(step * TRANSITIONS // 10)
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--executions", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=50)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "bench.duckdb"
+        Store(path).close()  # creates the file with the store's own migrations
+        began = time.perf_counter()
+        counts = load(path, args.executions)
+        print(f"loaded in {time.perf_counter() - began:.1f} s: "
+              + ", ".join(f"{n:,} {table}" for table, n in counts.items()))  # fmt: skip
+
+        store = Store(path)
+        try:
+            run_id = write_long_history(store)
+            baseline_conn = duckdb.connect(str(path))  # same process: shares the instance
+            baseline = [
+                time_ms(lambda: _scalar(baseline_conn, "SELECT count(*) FROM executions"))
+                for _ in range(20)
+            ]
+            baseline_conn.close()
+            final_eq = [
+                time_ms(search(store, f'customer.id = "{customer}"', True))
+                for customer in sample_customers(path, args.queries)
+            ]
+            misses = [
+                time_ms(search(store, f'customer.id = "nobody-{n}"', False)) for n in range(10)
+            ]
+            ever_range = [
+                time_ms(search(store, f"ever attempts >= {1 + n % 8}", True))
+                for n in range(max(8, args.queries // 2))
+            ]
+            eligible = [
+                time_ms(search(store, "refund.eligible = true", True)) for _ in range(10)
+            ]
+            inspect = [time_ms(inspect_long(store, run_id)) for _ in range(5)]
+            # What a user stepping through the timeline sees after the first view:
+            # the inspector's cached history, plus one state rebuilt per step.
+            inspector = Inspector(store)
+            inspector.inspect(run_id)
+            stepping = [time_ms(step_cached(inspector, run_id, n)) for n in range(1, 10)]
+        finally:
+            store.close()
+
+    base = statistics.median(baseline)
+    report = [
+        ("baseline count(*) executions p50", base, None),
+        ("final equality p50", percentile(final_eq, 0.5), TARGET_FINAL_P50_MS),
+        ("final equality p99", percentile(final_eq, 0.99), TARGET_FINAL_P99_MS),
+        ("final equality, no hit p50", percentile(misses, 0.5), None),
+        ("refund.eligible = true p50", percentile(eligible, 0.5), None),
+        ("ever range p50", percentile(ever_range, 0.5), TARGET_EVER_P50_MS),
+        ("inspect+timeline+state p50", percentile(inspect, 0.5), TARGET_INSPECT_MS),
+        ("cached inspect+state p50", percentile(stepping, 0.5), None),
+    ]
+    for name, ms, target in report:
+        verdict = "" if target is None else f"  target <= {target:.0f} ms: " + (
+            "PASS" if ms <= target else "FAIL"
+        )
+        print(f"{name:34} {ms:9.2f} ms  {ms / base:8.1f}x baseline{verdict}")
+
+
+if __name__ == "__main__":
+    main()

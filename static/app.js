@@ -1,0 +1,46 @@
+// statetrail studio: small conveniences on top of pages that work without JavaScript.
+// Listeners are delegated from the document, so content htmx swaps in needs no re-binding.
+(function () {
+  "use strict";
+
+  // "/" focuses the page's filter box (the first element marked data-hotkey="/").
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+    var target = event.target;
+    if (target instanceof HTMLElement && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) return;
+    var box = document.querySelector('[data-hotkey="/"]');
+    if (box instanceof HTMLInputElement) {
+      event.preventDefault();
+      box.focus();
+      box.select();
+    }
+  });
+
+  // Compare: say how many runs are ticked and allow submitting only with exactly two.
+  function updateCompare(form) {
+    var ticked = form.querySelectorAll('input[name="run"]:checked').length;
+    var button = form.querySelector("[data-compare-button]");
+    var status = form.querySelector("[data-compare-status]");
+    if (button) button.disabled = ticked !== 2;
+    if (status) {
+      status.textContent = ticked === 2 ? "Two runs picked" :
+        ticked < 2 ? "Tick " + (2 - ticked) + " more run" + (ticked === 1 ? "" : "s") + " to compare" :
+        "Tick only two runs (" + ticked + " ticked)";
+    }
+  }
+
+  function initCompare(root) {
+    root.querySelectorAll("form.compare-form").forEach(updateCompare);
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target instanceof HTMLInputElement && target.name === "run" && target.form) {
+      updateCompare(target.form);
+    }
+  });
+  document.addEventListener("DOMContentLoaded", function () { initCompare(document); });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.target instanceof Element) initCompare(event.target);
+  });
+})();

@@ -1,0 +1,266 @@
+"""View model of a trace for the execution page: a span tree drawn as a Gantt waterfall.
+
+Pure stage: stored span rows in, rows ready for a template out. Bar geometry is
+in integer units of an SVG viewBox `SCALE` wide, so bars are drawn to scale
+with SVG attributes (which the content security policy allows) instead of
+inline styles, and no time is ever divided into a float.
+
+Attributes and events are decoded from each span's protobuf bytes here, but
+`set_state` events are only counted: a busy node carries hundreds of them, the
+state timeline already shows every one, and decoding them would cost most of
+the page's time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+from collector.decode import AttributeValue, decode_attributes, decode_span, json_safe
+from collector.junjo import (
+    CANCELLED,
+    CANCELLED_REASON,
+    ERROR_TYPE,
+    SET_STATE_EVENT,
+    STATUS_CODE_ERROR,
+    STRUCTURAL_ID,
+)
+from collector.store.spans import SpanRow
+
+SCALE: Final = 1000
+TICKS: Final = 4
+ATTRIBUTE_PREVIEW_CHARS: Final = 400
+EXCEPTION_EVENT: Final = "exception"
+SPAN_KINDS: Final = ("unspecified", "internal", "server", "client", "producer", "consumer")
+
+SpanStatus: TypeAlias = Literal["ok", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One attribute as text; `preview` is cut to ATTRIBUTE_PREVIEW_CHARS when `truncated`."""
+
+    key: str
+    preview: str
+    length: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SpanException:
+    """An `exception` event: what was raised, and where (the stack trace may be empty)."""
+
+    type: str
+    message: str
+    stacktrace: str
+    offset_nano: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """Any other event worth showing (hook errors, user events), with its attributes."""
+
+    name: str
+    offset_nano: int
+    attributes: tuple[Attribute, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WaterfallRow:
+    """One span in tree order: depth for indentation, `x`/`width` in viewBox units."""
+
+    span_id: str
+    parent_span_id: str
+    name: str
+    depth: int
+    span_type: str | None
+    kind: str
+    service: str
+    scope: str
+    offset_nano: int
+    duration_nano: int
+    x: int
+    width: int
+    status: SpanStatus
+    status_message: str
+    error_type: str | None
+    cancelled_reason: str | None
+    structural_id: str | None
+    exceptions: tuple[SpanException, ...]
+    events: tuple[SpanEvent, ...]
+    set_state_count: int
+    dropped_events: int
+    attributes: tuple[Attribute, ...]
+    in_execution: bool
+    is_owner: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A time-axis mark: `x` in viewBox units, `offset_nano` since the trace began."""
+
+    x: int
+    offset_nano: int
+
+
+@dataclass(frozen=True, slots=True)
+class Waterfall:
+    rows: tuple[WaterfallRow, ...]
+    start: int
+    duration_nano: int
+    ticks: tuple[Tick, ...]
+
+    def row(self, span_id: str) -> WaterfallRow | None:
+        return next((row for row in self.rows if row.span_id == span_id), None)
+
+
+def build_waterfall(spans: Sequence[SpanRow], owner_span_id: str | None) -> Waterfall:
+    """The trace's spans in depth-first order, children by start time.
+
+    A span whose parent never arrived becomes a root, so nothing is hidden.
+    `owner_span_id` marks the execution's own span and its subtree.
+    """
+    if not spans:
+        return Waterfall((), 0, 0, ())
+    start = min(span.start for span in spans)
+    end = max(max(span.end, span.start) for span in spans)
+    total = max(end - start, 1)
+    ordered = _tree_order(spans)
+    inside = _subtree(owner_span_id, spans) if owner_span_id else frozenset()
+    rows = tuple(
+        _row(span, depth, start, total, span.span_id in inside, span.span_id == owner_span_id)
+        for span, depth in ordered
+    )
+    ticks = tuple(Tick(i * SCALE // TICKS, i * total // TICKS) for i in range(TICKS + 1))
+    return Waterfall(rows, start, end - start, ticks)
+
+
+def attribute_text(value: AttributeValue) -> str:
+    """An attribute value as people read it: strings as-is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(json_safe(value), ensure_ascii=False)
+
+
+def preview_attributes(attributes: dict[str, AttributeValue]) -> tuple[Attribute, ...]:
+    """Attributes sorted by key, each cut to a preview (state payloads run to megabytes)."""
+    shown: list[Attribute] = []
+    for key in sorted(attributes):
+        text = attribute_text(attributes[key])
+        cut = len(text) > ATTRIBUTE_PREVIEW_CHARS
+        shown.append(Attribute(key, text[:ATTRIBUTE_PREVIEW_CHARS], len(text), cut))
+    return tuple(shown)
+
+
+def _tree_order(spans: Sequence[SpanRow]) -> list[tuple[SpanRow, int]]:
+    by_id = {span.span_id: span for span in spans}
+    children: dict[str, list[SpanRow]] = {}
+    roots: list[SpanRow] = []
+    for span in spans:
+        if span.parent_span_id and span.parent_span_id in by_id:
+            children.setdefault(span.parent_span_id, []).append(span)
+        else:
+            roots.append(span)
+    ordered: list[tuple[SpanRow, int]] = []
+    seen: set[str] = set()
+    pending = [(root, 0) for root in reversed(_by_start(roots))]
+    while pending:
+        span, depth = pending.pop()
+        if span.span_id in seen:
+            continue
+        seen.add(span.span_id)
+        ordered.append((span, depth))
+        for child in reversed(_by_start(children.get(span.span_id, []))):
+            pending.append((child, depth + 1))
+    # A parent cycle (corrupt ids) leaves spans unreached from any root; show them last.
+    ordered += [(span, 0) for span in spans if span.span_id not in seen]
+    return ordered
+
+
+def _by_start(spans: Iterable[SpanRow]) -> list[SpanRow]:
+    return sorted(spans, key=lambda span: (span.start, span.span_id))
+
+
+def _subtree(root: str, spans: Sequence[SpanRow]) -> frozenset[str]:
+    children: dict[str, list[str]] = {}
+    for span in spans:
+        children.setdefault(span.parent_span_id, []).append(span.span_id)
+    found = {root}
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return frozenset(found)
+
+
+def _row(
+    span: SpanRow, depth: int, start: int, total: int, in_execution: bool, is_owner: bool
+) -> WaterfallRow:
+    decoded = decode_span(span.raw)
+    attributes = decode_attributes(decoded.attributes)
+    exceptions: list[SpanException] = []
+    events: list[SpanEvent] = []
+    set_states = 0
+    for event in decoded.events:
+        if event.name == SET_STATE_EVENT:
+            set_states += 1
+            continue
+        offset = max(event.time_unix_nano - span.start, 0)
+        values = decode_attributes(event.attributes)
+        if event.name == EXCEPTION_EVENT:
+            exceptions.append(
+                SpanException(
+                    _text(values.get("exception.type")),
+                    _text(values.get("exception.message")),
+                    _text(values.get("exception.stacktrace")),
+                    offset,
+                )
+            )
+        else:
+            events.append(SpanEvent(event.name, offset, preview_attributes(values)))
+    duration = max(span.end - span.start, 0)
+    x = (span.start - start) * SCALE // total
+    cancelled = attributes.get(CANCELLED) is True
+    status: SpanStatus = "ok"
+    if span.status_code == STATUS_CODE_ERROR:
+        status = "error"
+    elif cancelled:
+        status = "cancelled"
+    structural = attributes.get(STRUCTURAL_ID)
+    return WaterfallRow(
+        span_id=span.span_id,
+        parent_span_id=span.parent_span_id,
+        name=span.name,
+        depth=depth,
+        span_type=span.span_type,
+        kind=SPAN_KINDS[span.kind] if 0 <= span.kind < len(SPAN_KINDS) else str(span.kind),
+        service=span.service_name,
+        scope=span.scope_name,
+        offset_nano=span.start - start,
+        duration_nano=duration,
+        x=x,
+        # At least one unit wide, so a span of a few microseconds is still visible.
+        width=max(min(duration * SCALE // total, SCALE - x), 1),
+        status=status,
+        status_message=span.status_message,
+        error_type=_text(attributes.get(ERROR_TYPE)) or None,
+        cancelled_reason=_text(attributes.get(CANCELLED_REASON)) or None if cancelled else None,
+        structural_id=structural if isinstance(structural, str) else None,
+        exceptions=tuple(exceptions),
+        events=tuple(events),
+        set_state_count=set_states,
+        dropped_events=decoded.dropped_events_count,
+        attributes=preview_attributes(attributes),
+        in_execution=in_execution,
+        is_owner=is_owner,
+    )
+
+
+def _text(value: AttributeValue) -> str:
+    if value is None:
+        return ""
+    return attribute_text(value)

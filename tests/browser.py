@@ -1,0 +1,79 @@
+"""Shared helpers for browser tests: Debian's Chromium driven by Playwright.
+
+Get the fixtures in a test module with `pytest_plugins = ("browser",)` and mark the
+tests `@pytest.mark.browser`. `page` is a fresh page (own context) that fails
+the test on any console error or uncaught exception, so a CSP violation, a missing asset
+or a script error cannot pass unnoticed. The `screenshot` fixture saves full-page
+PNGs under $STATETRAIL_SCREENSHOTS, or the test's tmp_path when that is unset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+VIEWPORT = {"width": 1400, "height": 900}
+SCREENSHOTS_ENV = "STATETRAIL_SCREENSHOTS"
+CLIENT_ERROR_LOG = "Failed to load resource: the server responded with a status of 4"
+
+
+# Module scope, not session: while Playwright's sync API runs, an event loop is running
+# in this thread, and later tests that call asyncio.run() would fail.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS)
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    opened = context.new_page()
+    problems: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        # A 4xx answer is logged as a console error; tests assert HTTP statuses themselves.
+        if message.type == "error" and not message.text.startswith(CLIENT_ERROR_LOG):
+            problems.append(f"console error: {message.text}")
+
+    opened.on("console", on_console)
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    yield opened
+    context.close()
+    assert not problems, "\n".join(problems)
+
+
+Screenshot = Callable[[Page, str], Path]
+
+
+@pytest.fixture
+def screenshot(tmp_path: Path) -> Screenshot:
+    """`screenshot(page, "name.png")` saves a full-page PNG and returns its path."""
+    folder = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path)
+
+    def save(shown: Page, name: str) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        shown.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save

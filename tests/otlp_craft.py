@@ -1,0 +1,95 @@
+"""Hand-built OTLP requests for the retention, crash, overload and hostile-input tests.
+
+Two kinds: plain spans with chosen ids and times (`plain_request`), and copies
+of a captured Junjo fixture moved in time with fresh trace, run and store ids
+(`relocated_fixture`), so one fixture yields any number of distinct executions
+at any age.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+from support import fixture_requests
+
+from collector import junjo
+
+ExportRequest = trace_service_pb2.ExportTraceServiceRequest
+DAY_NANOS = 86_400 * 1_000_000_000
+# Attribute values that name a run or a store: renamed in a relocated copy.
+_ID_KEYS = frozenset({
+    junjo.RUNTIME_ID, junjo.RUNTIME_ID_V1, junjo.PARENT_RUNTIME_ID, junjo.WORKFLOW_STORE_ID,
+    junjo.WORKFLOW_PARENT_STORE_ID, junjo.AGENT_STORE_ID, junjo.STORE_ID,
+})
+
+
+def new_trace_id() -> bytes:
+    return os.urandom(16)
+
+
+def new_span_id() -> bytes:
+    return os.urandom(8)
+
+
+def plain_request(
+    trace_id: bytes,
+    span_ids: Sequence[bytes],
+    *,
+    start_unix_nano: int,
+    end_unix_nano: int,
+    service: str = "statetrail-test",
+) -> ExportRequest:
+    """One resource, one scope, one span per id, all in one trace."""
+    request = ExportRequest()
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.attributes.add(
+        key="service.name", value=common_pb2.AnyValue(string_value=service)
+    )
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = "statetrail.tests"
+    for index, span_id in enumerate(span_ids):
+        scope_spans.spans.append(
+            trace_pb2.Span(
+                trace_id=trace_id,
+                span_id=span_id,
+                name=f"span-{index}",
+                start_time_unix_nano=start_unix_nano,
+                end_time_unix_nano=end_unix_nano,
+            )
+        )
+    return request
+
+
+def relocated_fixture(scenario: str, *, end_unix_nano: int, tag: str) -> list[bytes]:
+    """A scenario's requests with new trace/run/store ids, ending at `end_unix_nano`."""
+    requests = [ExportRequest.FromString(body) for body, _ in fixture_requests(scenario)]
+    spans = [span for request in requests for span in _spans(request)]
+    shift = end_unix_nano - max(span.end_time_unix_nano for span in spans)
+    traces: dict[bytes, bytes] = {}
+    for span in spans:
+        span.trace_id = traces.setdefault(span.trace_id, new_trace_id())
+        for link in span.links:
+            link.trace_id = traces.setdefault(link.trace_id, new_trace_id())
+        span.start_time_unix_nano += shift
+        span.end_time_unix_nano += shift
+        _rename_ids(span.attributes, tag)
+        for event in span.events:
+            event.time_unix_nano += shift
+            _rename_ids(event.attributes, tag)
+    return [request.SerializeToString() for request in requests]
+
+
+def _spans(request: ExportRequest) -> Iterable[trace_pb2.Span]:
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
+
+
+def _rename_ids(attributes: Iterable[common_pb2.KeyValue], tag: str) -> None:
+    for attribute in attributes:
+        if attribute.key in _ID_KEYS and attribute.value.HasField("string_value"):
+            attribute.value.string_value = f"{attribute.value.string_value}-{tag}"

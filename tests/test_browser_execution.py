@@ -1,0 +1,183 @@
+"""The execution page as a person uses it, in headless Chromium.
+
+Stepping through a timeline with the keyboard, opening a field's provenance, and a
+run whose state holds hostile strings (a <script>, an <img onerror>, a javascript:
+URL) that must show as text and run nothing. The `page` fixture (tests/browser.py)
+fails a test on any console error, so a Content-Security-Policy violation counts.
+
+Screenshots: run with STATETRAIL_SCREENSHOTS=docs/screenshots to refresh
+docs/screenshots/execution.png and execution-partial.png.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from playwright.sync_api import Dialog, Page, expect
+from support import Server, export_raw, fixture_requests, free_port, manifest
+
+pytestmark = pytest.mark.browser
+# The `browser`, `page` and `screenshot` fixtures.
+pytest_plugins = ("browser",)
+# tests/browser.py's Screenshot, spelled out: importing it here would import the
+# plugin before pytest can rewrite its asserts.
+Screenshot = Callable[[Page, str], Path]
+
+HOSTILE_SCRIPT = "<script>alert('script')</script>"
+HOSTILE_IMG = "<img src=x onerror=alert('img')>"
+HOSTILE_URL = "javascript:alert('url')"
+HOSTILE_KEY = "<b onmouseover=alert('key')>bio</b>"
+# The loop fixture's path entries, each replaced by a hostile string in its patch
+# and in the recorded end state, so the run stays verified.
+REPLACED = {"increment:1": HOSTILE_SCRIPT, "increment:2": HOSTILE_IMG, "increment:3": HOSTILE_URL}
+
+
+def hostile_loop_request() -> tuple[bytes, list[tuple[str, str]]]:
+    """b_graph_loop's capture with hostile strings in its states and set_state patches."""
+    body, metadata = fixture_requests("b_graph_loop")[0]
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                for attribute in span.attributes:
+                    if attribute.key in ("junjo.workflow.state.start", "junjo.workflow.state.end"):
+                        attribute.value.string_value = _hostile_state(
+                            attribute.value.string_value
+                        )
+                for event in span.events:
+                    for attribute in event.attributes:
+                        if attribute.key == "junjo.state_json_patch":
+                            attribute.value.string_value = _replace_values(
+                                attribute.value.string_value
+                            )
+    return request.SerializeToString(), metadata
+
+
+def _hostile_state(text: str) -> str:
+    state = json.loads(_replace_values(text))
+    state[HOSTILE_KEY] = HOSTILE_IMG
+    return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _replace_values(text: str) -> str:
+    value = json.loads(text)
+    encoded = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for plain, hostile in REPLACED.items():
+        encoded = encoded.replace(json.dumps(plain), json.dumps(hostile))
+    return encoded
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(
+        db=tmp_path_factory.mktemp("browser-execution") / "statetrail.duckdb",
+        grpc_port=free_port(),
+        http_port=free_port(),
+        args=(),
+    ).start()
+    try:
+        for scenario in ("a_linear", "g_large_state"):
+            for body, metadata in fixture_requests(scenario):
+                export_raw(server.grpc_target, body, metadata)
+        export_raw(server.grpc_target, *hostile_loop_request())
+        server.wait_replayed()
+        yield server
+    finally:
+        server.stop()
+
+
+def _run_id(server: Server, workflow: str) -> str:
+    rows = server.get_json("/api/executions?limit=100")["executions"]
+    return str(next(row["id"] for row in rows if row["workflow"] == workflow))
+
+
+def test_browser_execution_keyboard_steps_through_the_timeline(
+    studio: Server, page: Page, screenshot: Screenshot
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    page.goto(f"{studio.url}/executions/{run_id}?step=1")
+    step = page.locator("#step h2")
+    state = page.locator("#state .x-tree")
+    expect(step).to_contain_text("Step 1")
+    before = state.inner_text()
+
+    page.keyboard.press("ArrowRight")
+    expect(step).to_contain_text("Step 2")
+    expect(page).to_have_url(re.compile(r"step=2$"))
+    expect(page.locator("tr.is-selected td").first).to_have_text("2")
+    assert state.inner_text() != before
+
+    page.keyboard.press("ArrowRight")
+    expect(step).to_contain_text("Step 3")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    expect(step).to_contain_text("Step 1")
+    assert state.inner_text() == before
+    expect(page.locator("#scrubber")).to_have_value("1")
+
+    page.goto(f"{studio.url}/executions/{run_id}?step=9")
+    screenshot(page, "execution.png")
+
+
+def test_browser_execution_field_opens_its_provenance_in_place(
+    studio: Server, page: Page
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    page.goto(f"{studio.url}/executions/{run_id}")
+    page.locator("#state a.x-key", has_text=re.compile(r"^title$")).click()
+    panel = page.locator("#provenance")
+    expect(panel).to_contain_text("Provenance of /title")
+    expect(panel).to_contain_text("Last written at step")
+    expect(page).to_have_url(re.compile(r"path=%2Ftitle"))
+    # Following a write goes to its step, with the panel still open.
+    panel.locator("ol.x-writes a").first.click()
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
+    expect(page.locator("#step h2")).to_contain_text("Step")
+
+
+def test_browser_execution_hostile_state_values_render_as_text(
+    studio: Server, page: Page
+) -> None:
+    dialogs: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    run_id = _run_id(studio, "Loop Workflow")
+    page.goto(f"{studio.url}/executions/{run_id}?step=9")
+    tree = page.locator("#state .x-tree")
+    for path in ("1", "2", "3"):
+        tree.locator("a.x-key", has_text=re.compile(rf"^{path}$")).first.wait_for()
+    text = tree.inner_text()
+    assert HOSTILE_SCRIPT in text and HOSTILE_IMG in text and HOSTILE_URL in text
+    assert HOSTILE_KEY in text
+    # The diff, the patch and the provenance show the same strings as text.
+    page.goto(f"{studio.url}/executions/{run_id}?step=3")
+    expect(page.locator("#step")).to_contain_text(HOSTILE_SCRIPT)
+    page.locator("#state a.x-key", has_text=re.compile(r"^1$")).first.click()
+    expect(page.locator("#provenance")).to_contain_text(HOSTILE_SCRIPT)
+    page.locator("#state a.x-key", has_text=HOSTILE_KEY).hover()
+    # Nothing hostile became markup: no injected elements, no javascript: links.
+    assert page.locator("#execution script, #execution img").count() == 0
+    assert page.locator("a[href^='javascript:']").count() == 0
+    assert page.locator("b[onmouseover]").count() == 0
+    page.wait_for_timeout(200)
+    assert dialogs == []
+
+
+def test_browser_execution_partial_run_screenshot(
+    studio: Server, page: Page, screenshot: Screenshot
+) -> None:
+    run_id = _run_id(studio, "Large State Workflow (single)")
+    page.goto(f"{studio.url}/executions/{run_id}")
+    expect(page.locator("#verdict")).to_contain_text("1,872 events were dropped")
+    expect(page.locator("#state h2")).to_contain_text("Recorded end state")
+    screenshot(page, "execution-partial.png")

@@ -1,0 +1,117 @@
+"""The executions and compare pages as a person uses them, in headless Chromium.
+
+Same data as test_studio_pages (every capture plus edited, hostile and in-flight
+copies of `a_linear`). The page fixture fails a test on any console error, so a
+Content-Security-Policy violation or a script error fails here too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from support import Server, free_port, manifest
+from test_studio_pages import EDITED_STEP, Loaded, load
+
+pytestmark = pytest.mark.browser
+# The `browser` and `page` fixtures.
+pytest_plugins = ("browser",)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    server = Server(
+        db=tmp_path_factory.mktemp("browser-pages") / "statetrail.duckdb",
+        grpc_port=free_port(),
+        http_port=free_port(),
+        args=(),
+    ).start()
+    try:
+        yield load(server)
+    finally:
+        server.stop()
+
+
+def test_browser_filter_by_field_value_then_open_a_result(
+    studio: Loaded, page: Page
+) -> None:
+    page.goto(studio.server.url + "/")
+    expect(page.locator("section.in-flight")).to_contain_text(studio.in_flight)
+
+    page.fill("#where", 'title = "finished"')
+    page.press("#where", "Enter")
+
+    # htmx swaps #results and records the filter in the address bar.
+    expect(page).to_have_url(re.compile(r"where=title"))
+    rows = page.locator("table.executions tbody tr")
+    expect(rows).to_have_count(len(studio.linear))
+    expect(page.locator("#filter-error")).to_have_count(0)
+    page.locator("table.executions td.workflow a").first.click()
+    expect(page).to_have_url(re.compile(r"/executions/[^/?]+$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    assert run_id in studio.linear
+
+
+def test_browser_bad_filter_shows_the_caret_and_a_facet_narrows(
+    studio: Loaded, page: Page
+) -> None:
+    page.goto(studio.server.url + "/")
+
+    page.fill("#where", "title == 1")
+    page.press("#where", "Enter")
+    expect(page.locator("pre.caret")).to_have_text("title == 1\n      ^")
+
+    page.fill("#where", "count exists")
+    page.press("#where", "Enter")
+    expect(page.locator("pre.caret")).to_have_count(0)
+    page.locator("section.facet a", has_text="Linear Workflow").click()
+    expect(page).to_have_url(re.compile(r"workflow=Linear\+Workflow"))
+    expect(page.locator("table.executions tbody tr")).to_have_count(len(studio.linear))
+    # The form picked up the facet, so the next search keeps it.
+    expect(page.locator('#filter input[name="workflow"]')).to_have_value("Linear Workflow")
+
+
+def test_browser_compare_two_ticked_runs(
+    studio: Loaded, page: Page, screenshot: Callable[[Page, str], Path]
+) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+    page.goto(studio.server.url + "/")
+    button = page.locator("[data-compare-button]")
+    expect(button).to_be_disabled()
+
+    page.check(f'input[name="run"][value="{original}"]')
+    page.check(f'input[name="run"][value="{studio.edited}"]')
+    expect(button).to_be_enabled()
+    screenshot(page, "executions.png")
+    button.click()
+
+    expect(page).to_have_url(re.compile(r"/compare\?run="))
+    expect(page.locator("#divergence-title + p")).to_contain_text(f"step {EDITED_STEP}")
+    expect(page.locator("table.diff").first).to_contain_text("/items/1")
+    screenshot(page, "compare.png")
+
+
+def test_browser_pages_work_without_javascript(
+    studio: Loaded, browser: Browser
+) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        plain = context.new_page()
+        plain.goto(studio.server.url + "/")
+        plain.fill("#where", 'title = "finished"')
+        plain.press("#where", "Enter")
+        plain.wait_for_url(re.compile(r"where=title"))
+        assert plain.locator("table.executions tbody tr").count() == len(studio.linear)
+        plain.locator("section.facet a", has_text="Linear Workflow").click()
+        plain.wait_for_url(re.compile(r"workflow=Linear"))
+        assert plain.locator("table.executions tbody tr").count() == len(studio.linear)
+        plain.check(f'input[name="run"][value="{studio.edited}"]')
+        plain.locator("table.executions input[name=run]").first.check()
+        plain.locator("[data-compare-button]").click()
+        plain.wait_for_url(re.compile(r"/compare\?run="))
+        assert "Outcomes" in plain.content()
+    finally:
+        context.close()

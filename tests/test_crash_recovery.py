@@ -1,0 +1,43 @@
+"""Crash recovery: kill -9 under load, restart on the same file, lose no acknowledged span.
+
+The heavy version (>= 20 kills) is bench/soak_crash.py; this one keeps CI short.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from crashload import ExportLoad, stored_spans
+from support import Server
+
+KILLS = 5
+
+
+def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: Any) -> None:
+    server: Server = make_server()
+    load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50).start()
+    kills = 0
+    try:
+        for _ in range(KILLS):
+            time.sleep(random.uniform(0.5, 2.0))
+            server.kill()
+            kills += 1
+            server.start()
+        time.sleep(1.0)
+    finally:
+        report = load.stop()
+        server.stop()
+    stored = stored_spans(server.db)
+    missing = report.acked - stored.spans
+    print(
+        f"kills={kills} acknowledged_spans={len(report.acked)} found={len(stored.spans)} "
+        f"missing={len(missing)} duplicates={stored.duplicates} "
+        f"failed_attempts={report.failed_attempts}"
+    )
+    assert kills == KILLS
+    assert report.requests_acked > KILLS, "the exporters must make progress between kills"
+    assert not report.unexpected, report.unexpected[:5]
+    assert stored.duplicates == 0
+    assert not missing, f"{len(missing)} acknowledged spans lost, e.g. {sorted(missing)[:3]}"

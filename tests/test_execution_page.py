@@ -1,0 +1,253 @@
+"""The execution page over HTTP, against a real `statetrail serve` fed real Junjo captures.
+
+What a person sees is checked in test_browser_execution.py; here the HTML is read as
+text: the right facts, links, panels and status codes for each kind of run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from html import unescape
+from typing import Any
+
+import httpx
+import pytest
+from support import Server, export_raw, fixture_requests, manifest
+
+from collector.store.spans import SpanRow
+from studio.graph import layout, node_runs
+from studio.waterfall import build_waterfall
+
+SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception")
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server holding a verified, a partial, a subflow and a failing run."""
+    from support import free_port
+
+    server = Server(
+        db=tmp_path_factory.mktemp("execution-page") / "st.duckdb",
+        grpc_port=free_port(),
+        http_port=free_port(),
+        args=(),
+    ).start()
+    try:
+        for scenario in SCENARIOS:
+            for body, metadata in fixture_requests(scenario):
+                export_raw(server.grpc_target, body, metadata)
+        server.wait_replayed()
+        yield server
+    finally:
+        server.stop()
+
+
+def _get(server: Server, url_path: str, **params: Any) -> httpx.Response:
+    return httpx.get(server.url + url_path, params=params, timeout=30)
+
+
+def _run_id(server: Server, workflow: str) -> str:
+    rows = server.get_json("/api/executions?limit=100")["executions"]
+    return str(next(row["id"] for row in rows if row["workflow"] == workflow))
+
+
+def _text(html: str) -> str:
+    """The page's text, roughly as read: tags dropped, whitespace collapsed."""
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+def test_execution_page_verified_run_shows_header_verdict_graph_and_spans(
+    loaded: Server,
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    page = _get(loaded, f"/executions/{run_id}")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html, text = page.text, _text(page.text)
+    assert "Linear Workflow" in text and "junjo-research" in text
+    assert "Verified: all 14 transitions" in text
+    assert f'href="/api/executions/{run_id}"' in html
+    # The graph is server-rendered SVG with every node marked as run.
+    graph = html[html.index('id="graph"') : html.index('id="spans"')]
+    assert "<svg" in graph and "4 of 4 nodes ran" in _text(graph)
+    for node in ("StartNode", "ListNode", "NestedNode", "FinishNode"):
+        assert node in graph
+    # Spans: a tree (depth classes), to-scale SVG bars, type badges.
+    spans = html[html.index('id="spans"') :]
+    assert spans.count('<details class="x-span') == 5
+    assert re.search(r'<rect x="\d+" y="1" width="\d+"', spans)
+    assert "depth-1" in spans and "type-workflow" in spans and "type-node" in spans
+    # No inline styles or scripts anywhere: the content security policy forbids them.
+    assert "style=" not in html and not re.search(r"<script(?![^>]*\bsrc=)", html)
+
+
+def test_execution_page_step_selects_a_transition_with_its_diff(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    timeline = loaded.get_json(f"/api/executions/{run_id}/timeline")["transitions"]
+    step = next(t for t in timeline if t["action"] == "set_metadata")
+    html = _get(loaded, f"/executions/{run_id}", step=step["sequence"]).text
+    text = _text(html)
+    assert f"Step {step['sequence']} set_metadata" in text
+    assert f"State after step {step['sequence']}" in text
+    assert 'aria-current="step"' in html
+    for path in step["changed_paths"]:
+        assert path in html
+    # prev/next links work without JavaScript and name the neighbouring steps.
+    assert 'data-step-prev rel="prev"' in html
+    assert re.search(rf'href="[^"]*step={step["sequence"] - 1}"[^>]*data-step-prev', html)
+    assert re.search(rf'href="[^"]*step={step["sequence"] + 1}"[^>]*data-step-next', html)
+    # The state viewer at that step agrees with the JSON twin.
+    state = loaded.get_json(f"/api/executions/{run_id}/state?sequence={step['sequence']}")
+    assert f'"{state["state"]["title"]}"' in html.replace("&#34;", '"')
+
+
+def test_execution_page_field_provenance_lists_every_write(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    html = _get(loaded, f"/executions/{run_id}", step=3, path="/title").text
+    panel = html[html.index('id="provenance"') :]
+    panel = panel[: panel.index("</section>")]
+    assert "Provenance of" in panel and "/title" in panel
+    assert panel.count("<li") == len(api["writes"]) > 0
+    assert f"step {api['last_writer']['sequence']}" in _text(panel)
+    # The same panel alone, for in-place swaps.
+    partial = _get(loaded, f"/executions/{run_id}/provenance", step=3, path="/title")
+    assert partial.status_code == 200
+    assert partial.text.lstrip().startswith("<section") and "<html" not in partial.text
+
+
+def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> None:
+    run_id = _run_id(loaded, "Large State Workflow (single)")
+    started = time.perf_counter()
+    html = _get(loaded, f"/executions/{run_id}").text
+    elapsed = time.perf_counter() - started
+    text = _text(html)
+    assert "1,872 of 2,000 transitions never arrived" in text
+    assert "1,872 events were dropped by the OpenTelemetry SDK's 128-events-per-span" in text
+    assert "states from step 1,873 on are replayed but unverified" in text
+    assert "The recorded end state is shown as recorded" in text
+    # By default an unverified run opens on its end state exactly as recorded.
+    assert "Recorded end state" in text
+    integrity = html[html.index('id="integrity"') : html.index('id="state-explorer"')]
+    for code in ("otlp_data_dropped", "sequence_gap", "end_state_mismatch"):
+        assert code in integrity
+    assert re.search(r'href="[^"]*step=1"[^>]*>step 1<', integrity)
+    assert "unverified" in text
+    assert elapsed < 5
+
+
+def test_execution_page_subflows_link_parent_and_children(loaded: Server) -> None:
+    parent_id = manifest("d_subflow")["outcome"]["run_id"]
+    detail = loaded.get_json(f"/api/executions/{parent_id}")
+    children = detail["children"]
+    assert children
+    html = _get(loaded, f"/executions/{parent_id}").text
+    for child in children:
+        assert f'href="/executions/{child["id"]}"' in html
+    # The subflow box in the graph opens the child run, too.
+    graph = html[html.index('id="graph"') : html.index('id="spans"')]
+    assert f'<a href="/executions/{children[0]["id"]}">' in graph
+    child_html = _get(loaded, f"/executions/{children[0]['id']}").text
+    assert f'href="/executions/{parent_id}"' in child_html
+
+
+def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -> None:
+    run_id = manifest("e_exception")["outcome"]["run_id"]
+    html = _get(loaded, f"/executions/{run_id}").text
+    text = _text(html)
+    assert "RuntimeError" in text
+    assert "model returned garbage: &#39;unexpected token &lt;&#39;" in html
+    assert "<summary>Stack trace</summary>" in html and "Traceback" in html
+    graph = html[html.index('id="graph"') : html.index('id="spans"')]
+    assert "is-failed" in graph and "2 of 3 nodes ran" in _text(graph)
+
+
+def test_execution_page_span_details_page(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    detail = loaded.get_json(f"/api/executions/{run_id}")
+    page = _get(loaded, f"/executions/{run_id}/spans/{detail['span_id']}")
+    assert page.status_code == 200
+    assert "junjo.workflow.state.start" in page.text and "junjo.span_type" in page.text
+    missing = _get(loaded, f"/executions/{run_id}/spans/0000000000000000")
+    assert missing.status_code == 404
+
+
+def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -> None:
+    missing = _get(loaded, "/executions/no-such-run")
+    assert missing.status_code == 404
+    assert "Execution not found" in missing.text and "no-such-run" in missing.text
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    bad = _get(loaded, f"/executions/{run_id}", step="three")
+    assert bad.status_code == 400 and "step" in bad.text
+    bad_path = _get(loaded, f"/executions/{run_id}", path="/a~2b")
+    assert bad_path.status_code == 400
+
+
+def test_execution_page_in_flight_refreshes_until_the_owner_arrives(make_server: Any) -> None:
+    server: Server = make_server()
+    first, second = fixture_requests("l_split_batches")
+    export_raw(server.grpc_target, *first)
+    server.wait_replayed()
+    flying = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    assert len(flying) == 1
+    run_id = flying[0]["id"]
+    html = _get(server, f"/executions/{run_id}").text
+    text = _text(html)
+    assert "In flight:" in text and "Running for" in text
+    assert 'hx-trigger="every 2s"' in html
+    assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in html
+    assert flying[0]["received_transitions"] > 0
+    assert text.count(" unverified ") >= flying[0]["received_transitions"]
+
+    export_raw(server.grpc_target, *second)
+    server.wait_replayed()
+    done = _get(server, f"/executions/{run_id}").text
+    assert "every 2s" not in done and 'http-equiv="refresh"' not in done
+    assert "Verified: all" in _text(done)
+
+
+def test_waterfall_orders_spans_as_a_tree_with_bars_to_scale() -> None:
+    def span(span_id: str, parent: str, start: int, end: int) -> SpanRow:
+        return SpanRow("t" * 32, span_id, parent, span_id, 1, start, end, 0, "", "svc", "junjo",
+                       None, b"")
+
+    rows = build_waterfall(
+        [span("c", "a", 500, 1000), span("a", "", 0, 1000), span("b", "a", 0, 250),
+         span("orphan", "missing", 100, 200)],
+        owner_span_id="a",
+    ).rows
+    assert [(r.span_id, r.depth) for r in rows] == [("a", 0), ("b", 1), ("c", 1), ("orphan", 0)]
+    assert [(r.x, r.width) for r in rows[:3]] == [(0, 1000), (0, 250), (500, 500)]
+    assert [r.in_execution for r in rows] == [True, True, True, False]
+    assert node_runs(rows) == {}
+
+
+def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None:
+    def node(runtime_id: str) -> dict[str, Any]:
+        return {"nodeRuntimeId": runtime_id, "nodeStructuralId": f"node_{runtime_id}",
+                "nodeLabel": runtime_id.upper(), "nodeType": "Node"}
+
+    def edge(tail: str, head: str, label: str | None = None) -> dict[str, Any]:
+        return {"tailNodeRuntimeId": tail, "headNodeRuntimeId": head,
+                "edgeConditionLabel": label, "edgeScope": "explicit",
+                "parentSubflowRuntimeId": None}
+
+    import json
+
+    snapshot = json.dumps({"v": 2, "nodes": [node("a"), node("b"), node("c"), node("d")],
+                           "edges": [edge("a", "b"), edge("b", "b", "Again(3)"),
+                                     edge("b", "c", "Done"), edge("a", "c"),
+                                     edge("c", "a", "Restart")]})
+    from studio.graph import NodeRun
+
+    view = layout(snapshot, {"node_b": NodeRun(3, False)})
+    rows = {box.runtime_id: box.y for box in view.nodes}
+    # Longest path: a -> b -> c, so c sits below b even though a -> c exists; d is unreached.
+    assert rows["a"] < rows["b"] < rows["c"]
+    assert [e.loop for e in view.edges] == [False, True, False, False, True]
+    assert {e.label for e in view.edges} == {None, "Again(3)", "Done", "Restart"}
+    counts = {box.runtime_id: box.run.count for box in view.nodes}
+    assert counts == {"a": 0, "b": 3, "c": 0, "d": 0}
+    assert (view.executed, view.total) == (1, 4)

@@ -1,0 +1,511 @@
+"""The studio's executions and compare pages, read as HTML from a real `statetrail serve`.
+
+One module-scoped server holds every captured Junjo request plus two edited copies
+of `a_linear` with fresh ids: one whose step 3 writes a different value (so it
+diverges from the original at step 3) and one whose names and values are hostile
+markup (which must come back escaped). Pages are read with httpx and checked for
+what a person would see: rows, facet counts, the caret under a filter error,
+links that keep every filter, and the security headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import urllib.parse
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from typing import Any
+
+import httpx
+import pytest
+from markupsafe import escape
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from support import Server, export_raw, fixture_requests, free_port, manifest, scenarios
+
+from collector import junjo
+from studio.security import CONTENT_SECURITY_POLICY
+
+HOSTILE = '</script><img src=x onerror=alert(1)><b>"x"</b>'
+# Inside a JSON string in a patch, so no quotes or backslashes of its own.
+HOSTILE_VALUE = "</title><script>alert(1)</script>"
+ID_KEYS = frozenset({
+    junjo.RUNTIME_ID, junjo.PARENT_RUNTIME_ID, junjo.WORKFLOW_STORE_ID,
+    junjo.WORKFLOW_PARENT_STORE_ID, junjo.AGENT_STORE_ID, junjo.STORE_ID,
+})
+EDITED_STEP = 3
+EDITED_VALUE = "edited"
+
+
+# --- building requests -------------------------------------------------------------
+
+
+def _spans(requests: list[ExportTraceServiceRequest]) -> Iterator[Span]:
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                yield from scope_spans.spans
+
+
+def _fresh(old: str, tag: str, size: int) -> str:
+    return hashlib.blake2b(f"{tag}:{old}".encode(), digest_size=16).hexdigest()[:size]
+
+
+def variant(tag: str, scenario: str = "a_linear") -> list[ExportTraceServiceRequest]:
+    """The scenario's requests with every trace, span, run and store id renewed."""
+    requests = [ExportTraceServiceRequest.FromString(b) for b, _ in fixture_requests(scenario)]
+    for span in _spans(requests):
+        span.trace_id = bytes.fromhex(_fresh(span.trace_id.hex(), tag, 32))
+        span.span_id = bytes.fromhex(_fresh(span.span_id.hex(), tag, 16))
+        if span.parent_span_id:
+            span.parent_span_id = bytes.fromhex(_fresh(span.parent_span_id.hex(), tag, 16))
+        for attributes in (span.attributes, *(event.attributes for event in span.events)):
+            for item in attributes:
+                if item.key in ID_KEYS and item.value.string_value:
+                    item.value.string_value = _fresh(item.value.string_value, tag, 21)
+    return requests
+
+
+def edit_step(requests: list[ExportTraceServiceRequest], sequence: int, value: str) -> None:
+    """Make the set_state event at `sequence` write `value` instead of what it wrote."""
+    for span in _spans(requests):
+        for event in span.events:
+            attributes = {a.key: a for a in event.attributes}
+            if event.name == junjo.SET_STATE_EVENT and (
+                attributes[junjo.SEQUENCE].value.int_value == sequence
+            ):
+                patch = json.loads(attributes[junjo.PATCH].value.string_value)
+                patch[0]["value"] = value
+                attributes[junjo.PATCH].value.string_value = json.dumps(patch)
+                return
+    raise LookupError(sequence)
+
+
+def make_hostile(requests: list[ExportTraceServiceRequest]) -> None:
+    """Hostile service and workflow names, and a hostile title in the states."""
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            for item in resource_spans.resource.attributes:
+                if item.key == "service.name":
+                    item.value.string_value = HOSTILE
+    for span in _spans(requests):
+        if span.name == "Linear Workflow":
+            span.name = HOSTILE
+        for attributes in (span.attributes, *(event.attributes for event in span.events)):
+            for item in attributes:
+                if "finished" in item.value.string_value:
+                    text = item.value.string_value.replace("finished", HOSTILE_VALUE)
+                    item.value.string_value = text
+
+
+def without_workflow_span(requests: list[ExportTraceServiceRequest]) -> str:
+    """Drop the workflow's own span, leaving its run in flight; return its run id."""
+    run_id = run_id_of(requests)
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                kept = [span for span in scope_spans.spans if not _is_workflow(span)]
+                del scope_spans.spans[:]
+                scope_spans.spans.extend(kept)
+    return run_id
+
+
+def _is_workflow(span: Span) -> bool:
+    return any(
+        a.key == junjo.SPAN_TYPE and a.value.string_value == "workflow" for a in span.attributes
+    )
+
+
+def run_id_of(requests: list[ExportTraceServiceRequest]) -> str:
+    for span in _spans(requests):
+        if _is_workflow(span):
+            attributes = {a.key: a.value for a in span.attributes}
+            return attributes[junjo.RUNTIME_ID].string_value
+    raise LookupError("no workflow span")
+
+
+def send(server: Server, requests: list[ExportTraceServiceRequest]) -> None:
+    for request in requests:
+        assert export_raw(server.grpc_target, request.SerializeToString()) == b""
+
+
+# --- the server ----------------------------------------------------------------------
+
+
+class Loaded:
+    """The module's server and the run ids of the edited copies."""
+
+    def __init__(self, server: Server, edited: str, hostile: str, in_flight: str) -> None:
+        self.server = server
+        self.edited = edited
+        self.hostile = hostile
+        self.in_flight = in_flight
+
+    @property
+    def linear(self) -> set[str]:
+        """Every run of "Linear Workflow": the two captures and the edited copy."""
+        return linear_run_ids() | {self.edited}
+
+    def get(self, path: str, **params: str) -> httpx.Response:
+        return httpx.get(self.server.url + path, params=params, timeout=30)
+
+    def executions(self, **params: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.get(
+            "/api/executions", limit="500", **params
+        ).json()["executions"]
+        return found
+
+
+def load(server: Server) -> Loaded:
+    """Every capture, then the edited, hostile and in-flight copies of `a_linear`."""
+    for scenario in scenarios():
+        for body, metadata in fixture_requests(scenario):
+            export_raw(server.grpc_target, body, metadata)
+    edited = variant("edited")
+    edit_step(edited, EDITED_STEP, EDITED_VALUE)
+    hostile = variant("hostile")
+    make_hostile(hostile)
+    in_flight = variant("in-flight")
+    in_flight_run = without_workflow_span(in_flight)
+    for requests in (edited, hostile, in_flight):
+        send(server, requests)
+    server.wait_replayed()
+    return Loaded(server, run_id_of(edited), run_id_of(hostile), in_flight_run)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    server = Server(
+        db=tmp_path_factory.mktemp("pages") / "statetrail.duckdb",
+        grpc_port=free_port(),
+        http_port=free_port(),
+        args=(),
+    ).start()
+    try:
+        yield load(server)
+    finally:
+        server.stop()
+
+
+def linear_run_ids() -> set[str]:
+    return {manifest(s)["outcome"]["run_id"] for s in ("a_linear", "k_gzip_compression")}
+
+
+# --- reading pages -------------------------------------------------------------------
+
+_ROW_RUN = re.compile(r'<input type="checkbox" name="run" value="([^"]+)"')
+_FACET = re.compile(
+    r'<span class="facet-value"[^>]*>([^<]*)</span>\s*<span class="facet-count">([^<]*)</span>'
+)
+
+
+def listed_runs(page: str) -> list[str]:
+    """Run ids of the table's rows, in order (each row has a compare checkbox)."""
+    return [html.unescape(run) for run in _ROW_RUN.findall(page)]
+
+
+def facet_counts(page: str, name: str) -> dict[str, str]:
+    section = re.search(
+        rf'<section class="facet">\s*<h3>{name}</h3>(.*?)</section>', page, re.DOTALL
+    )
+    assert section is not None, name
+    return {html.unescape(v): c for v, c in _FACET.findall(section.group(1))}
+
+
+def facet_href(page: str, name: str, value: str) -> str:
+    section = re.search(
+        rf'<section class="facet">\s*<h3>{name}</h3>(.*?)</section>', page, re.DOTALL
+    )
+    assert section is not None, name
+    for href, label in re.findall(
+        r'<a href="([^"]+)".*?<span class="facet-value"[^>]*>([^<]*)</span>', section.group(1),
+        re.DOTALL,
+    ):
+        if html.unescape(label) == value:
+            return html.unescape(href)
+    raise LookupError(value)
+
+
+def older_href(page: str) -> str | None:
+    found = re.search(r'<a href="([^"]+)"[^>]*>Older →</a>', page)
+    return html.unescape(found.group(1)) if found else None
+
+
+# --- the executions page -------------------------------------------------------------
+
+
+def test_executions_page_filter_by_field_value_lists_matching_runs(loaded: Loaded) -> None:
+    response = loaded.get("/", where='title = "finished"')
+
+    assert response.status_code == 200
+    assert set(listed_runs(response.text)) == loaded.linear
+    assert 'value="title = &#34;finished&#34;"' in response.text  # the box keeps the query
+
+
+def test_executions_page_filter_combines_with_facets_and_time(loaded: Loaded) -> None:
+    everything = loaded.get("/", where="count exists").text
+    linear_only = loaded.get("/", where="count exists", workflow="Linear Workflow").text
+    future = loaded.get("/", where="count exists", since="2999-01-01T00:00:00Z").text
+
+    assert loaded.linear <= set(listed_runs(everything))
+    assert set(listed_runs(linear_only)) == loaded.linear
+    assert listed_runs(future) == []
+    assert "No executions match these filters." in future
+
+
+def test_executions_page_bad_filter_is_400_with_caret_under_the_problem(loaded: Loaded) -> None:
+    response = loaded.get("/", where='title == "x"')
+
+    assert response.status_code == 400
+    caret = re.search(r'<pre class="caret"[^>]*>(.*?)</pre>', response.text, re.DOTALL)
+    assert caret is not None
+    line, marker = html.unescape(caret.group(1)).split("\n")
+    assert line == 'title == "x"'
+    assert marker.index("^") == line.index("==")
+    assert "use &#39;=&#39; for equality" in response.text
+    assert 'value="title == &#34;x&#34;"' in response.text  # still there to be fixed
+
+
+def test_executions_page_bad_time_is_400_naming_the_parameter(loaded: Loaded) -> None:
+    response = loaded.get("/", since="yesterday")
+
+    assert response.status_code == 400
+    assert "<code>since</code>" in response.text
+    assert "RFC 3339" in response.text
+
+
+def test_executions_page_facets_count_the_filtered_runs(loaded: Loaded) -> None:
+    rows = loaded.executions()
+    page = loaded.get("/").text
+
+    for name, key in (("workflow", "workflow"), ("status", "status"), ("kind", "kind")):
+        expected: dict[str, int] = {}
+        for row in rows:
+            expected[row[key]] = expected.get(row[key], 0) + 1
+        assert facet_counts(page, name) == {k: str(v) for k, v in expected.items()}, name
+    errors_only = loaded.get("/", status="error").text
+    # A facet that is on shows a remove mark instead of a count.
+    assert facet_counts(errors_only, "status") == {"error": "\N{MULTIPLICATION SIGN}"}
+    assert set(facet_counts(errors_only, "workflow")) == {
+        row["workflow"] for row in rows if row["status"] == "error"
+    }
+
+
+def test_executions_page_facet_links_add_and_remove_filters(loaded: Loaded) -> None:
+    start = loaded.get("/", where="count exists").text
+
+    adding = facet_href(start, "workflow", "Linear Workflow")
+    filtered = httpx.get(loaded.server.url + adding, timeout=30).text
+    removing = facet_href(filtered, "workflow", "Linear Workflow")
+
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(adding).query) == {
+        "where": ["count exists"], "workflow": ["Linear Workflow"],
+    }
+    assert set(listed_runs(filtered)) == loaded.linear
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(removing).query) == {
+        "where": ["count exists"],
+    }
+
+
+def test_executions_page_older_links_walk_every_run_once_keeping_filters(
+    loaded: Loaded,
+) -> None:
+    expected = [row["id"] for row in loaded.executions(kind="workflow")]
+    seen: list[str] = []
+    href: str | None = "/?kind=workflow&limit=4"
+    pages = 0
+    while href is not None:
+        page = httpx.get(loaded.server.url + href, timeout=30).text
+        seen.extend(listed_runs(page))
+        href = older_href(page)
+        pages += 1
+        if href is not None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(href).query)
+            assert query["kind"] == ["workflow"] and query["limit"] == ["4"]
+            assert "cursor" in query
+
+    assert seen == expected
+    assert pages == -(-len(expected) // 4)
+
+
+def test_executions_page_htmx_request_gets_the_results_partial(loaded: Loaded) -> None:
+    response = httpx.get(
+        loaded.server.url + "/",
+        params={"status": "error"},
+        headers={"HX-Request": "true", "HX-Target": "results"},
+        timeout=30,
+    )
+
+    assert response.status_code == 200
+    assert "<html" not in response.text
+    assert 'hx-swap-oob="true"' in response.text  # the form's hidden filters follow along
+    assert len(listed_runs(response.text)) == 2
+    assert "HX-Request" in response.headers["vary"]
+
+
+def test_executions_page_links_its_json_twin_with_the_same_filters(loaded: Loaded) -> None:
+    page = loaded.get("/", where='title = "finished"', status="ok").text
+
+    found = re.search(r'<a class="json-link" href="([^"]+)"', page)
+    assert found is not None
+    twin = httpx.get(loaded.server.url + html.unescape(found.group(1)), timeout=30).json()
+    assert {row["id"] for row in twin["executions"]} == loaded.linear
+
+
+def test_executions_page_lists_in_flight_runs_first_with_links(loaded: Loaded) -> None:
+    page = loaded.get("/").text
+    section = re.search(r'<section class="in-flight".*?</section>', page, re.DOTALL)
+
+    assert section is not None
+    assert f'href="/executions/{loaded.in_flight}"' in section.group(0)
+    assert page.index("in-flight") < page.index('class="grid executions"')
+    assert loaded.in_flight not in listed_runs(page)
+    older = loaded.get("/", limit="2").text
+    next_page = httpx.get(loaded.server.url + (older_href(older) or ""), timeout=30).text
+    assert '<section class="in-flight"' not in next_page  # only above the newest runs
+
+
+def test_executions_page_empty_database_explains_how_to_send_telemetry(
+    make_server: Any,
+) -> None:
+    server: Server = make_server()
+    page = httpx.get(server.url + "/", timeout=30).text
+
+    assert "No executions yet" in page
+    assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{server.grpc_port}" in page
+    assert "JunjoOtelExporter" in page
+
+
+# --- compare -------------------------------------------------------------------------
+
+
+def test_compare_json_identical_runs_of_a_workflow_do_not_diverge(loaded: Loaded) -> None:
+    a, b = sorted(linear_run_ids())
+    found = loaded.get("/api/compare", a=a, b=b).json()
+
+    assert found["divergence"] is None
+    assert found["compared_steps"] == 14
+    assert found["final_diff"] == []
+    assert (found["a"]["workflow"], found["b"]["workflow"]) == ("Linear Workflow",) * 2
+
+
+def test_compare_json_finds_the_first_divergence(loaded: Loaded) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+    found = loaded.get("/api/compare", a=original, b=loaded.edited).json()
+
+    divergence = found["divergence"]
+    assert divergence["position"] == EDITED_STEP
+    assert divergence["a"]["action"] == divergence["b"]["action"] == "append_item"
+    assert divergence["a"]["changed_paths"] == ["/items/1"]
+    assert divergence["differences"] == [
+        {"path": "/items/1", "a": "laser", "a_present": True,
+         "b": EDITED_VALUE, "b_present": True},
+    ]
+
+
+def test_compare_json_different_workflows_diverge_at_the_start(loaded: Loaded) -> None:
+    rows = {row["workflow"]: row["id"] for row in loaded.executions()}
+    found = loaded.get(
+        "/api/compare", a=rows["Loop Workflow"], b=rows["Failing Workflow"]
+    ).json()
+
+    assert found["divergence"]["position"] == 0
+    assert found["b"]["status"] == "error" and found["b"]["error"]
+    assert found["final_diff"]
+
+
+def test_compare_page_from_two_ticked_rows_shows_the_divergence(loaded: Loaded) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+    response = httpx.get(
+        loaded.server.url + "/compare",
+        params=[("run", original), ("run", loaded.edited)],
+        timeout=30,
+    )
+
+    assert response.status_code == 200
+    assert "step 3</strong>" in response.text
+    assert "<code class=\"path\">/items/1</code>" in response.text
+    assert "&#34;edited&#34;" in response.text
+
+
+def test_compare_page_and_json_reject_missing_or_unknown_runs(loaded: Loaded) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+
+    assert loaded.get("/compare").status_code == 200  # the picker
+    assert loaded.get("/compare", run=original).status_code == 400
+    assert loaded.get("/compare", a=original, b="nope").status_code == 404
+    assert loaded.get("/api/compare", a=original).json()["parameter"] == "b"
+    assert loaded.get("/api/compare", a="nope", b=original).status_code == 404
+
+
+# --- safety --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/compare", "/api/executions", "/static/app.css", "/healthz"]
+)
+def test_studio_responses_carry_security_headers(loaded: Loaded, path: str) -> None:
+    response = loaded.get(path)
+
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "same-origin"
+
+
+class _Markup(HTMLParser):
+    """Collects what a CSP without 'unsafe-inline' would block: inline code and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inline: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = {name for name, _ in attrs}
+        if (tag == "script" and "src" not in names) or tag == "style":
+            self.inline.append(f"<{tag}>")
+        self.inline.extend(name for name in names if name == "style" or name.startswith("on"))
+        self.inline.extend(
+            f"{name}={value}" for name, value in attrs
+            if value and value.strip().lower().startswith("javascript:")
+        )
+
+
+def test_studio_pages_have_no_inline_script_style_or_handlers(loaded: Loaded) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+    for response in (
+        loaded.get("/"),
+        loaded.get("/", where="title =="),
+        loaded.get("/compare", a=original, b=loaded.hostile),
+    ):
+        markup = _Markup()
+        markup.feed(response.text)
+        assert markup.inline == [], response.url
+
+
+def test_executions_page_escapes_hostile_telemetry(loaded: Loaded) -> None:
+    page = loaded.get("/", where=f'title = "{HOSTILE_VALUE}"').text
+
+    assert listed_runs(page) == [loaded.hostile]
+    assert HOSTILE not in page and HOSTILE_VALUE not in page
+    assert str(escape(HOSTILE)) in page  # the workflow and service names, as text
+    assert "<img" not in page and "<b>" not in page
+
+
+def test_compare_page_escapes_hostile_state_values(loaded: Loaded) -> None:
+    original = manifest("a_linear")["outcome"]["run_id"]
+    page = loaded.get("/compare", a=original, b=loaded.hostile).text
+
+    assert HOSTILE_VALUE not in page
+    assert str(escape(json.dumps(HOSTILE_VALUE))) in page
+    assert "<img" not in page
+
+
+def test_executions_page_escapes_a_hostile_filter(loaded: Loaded) -> None:
+    response = loaded.get("/", where="<script>alert(1)</script>")
+
+    assert response.status_code == 400
+    assert "<script>alert" not in response.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
