@@ -143,7 +143,7 @@ def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | Reject
         return RejectedSpan(span.name, "span_id must be 8 bytes and not all zero")
     if span.parent_span_id and len(span.parent_span_id) != SPAN_ID_BYTES:
         return RejectedSpan(span.name, "parent_span_id must be empty or 8 bytes")
-    # Found by fuzzing: a value outside a column's range used to kill the
+    # Found by the hostile-input tests: a value outside a column's range killed the
     # writer thread, after which no export was ever acknowledged again.
     if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_UNIX_NANO or any(
         event.time_unix_nano > MAX_UNIX_NANO for event in span.events
@@ -239,9 +239,10 @@ def _json_text(value: AttributeValue | Mapping[str, AttributeValue], **options: 
     """Strict JSON (RFC 8259) for attribute values, whatever double they hold.
 
     A double attribute may be NaN or infinite. Python writes those as bare
-    NaN/Infinity, which is not JSON: the JSON column refused the whole export
-    (found by fuzzing) and the studio's JSON answers failed. Such numbers are
-    written as strings instead; the span's own bytes keep the real value.
+    NaN/Infinity, which is not JSON: the resources' JSON column refused the
+    export (and every export grouped into the same commit), and the studio's
+    JSON answers failed. Such numbers are written as strings instead; the
+    span's own protobuf bytes keep the real value.
     """
     try:
         return json.dumps(value, default=_json_default, allow_nan=False, **options)

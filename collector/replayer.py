@@ -9,35 +9,51 @@ saved; the execution pages replay on demand from the evidence itself.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.history import History, Missing, replay, resolve, walk
-from collector.model import Execution
+from collector.model import Execution, Transition
 from collector.store import Store, StoreError, WriteResult
-from collector.store.replays import ReplayRecord
+from collector.store.replays import ReplayRecord, SpanLink
 
 logger = logging.getLogger(__name__)
+
+# Stores replayed per batch: large enough that one scan of the spans table serves
+# many executions, small enough that fresh verdicts appear within a second or so.
+REPLAY_BATCH_STORES = 256
+MAX_REST_SECONDS = 1.0
 
 
 def load_history(store: Store, execution: Execution) -> History:
     """Replay one execution from everything stored about its store and trace."""
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
     links = store.evidence_spans(execution.trace_id, execution.store_id)
-    same_trace = [
-        (link.span.span_id, link.parent_span_id)
+    return replay_with(execution, transitions, links)
+
+
+def replay_with(
+    execution: Execution, transitions: Sequence[Transition], links: Sequence[SpanLink]
+) -> History:
+    """Replay with the evidence already loaded: the owner's trace plus the carriers."""
+    carriers = {(t.trace_id, t.span_id) for t in transitions}
+    same_trace = [link for link in links if link.span.trace_id == execution.trace_id]
+    elsewhere = [
+        link.span
         for link in links
-        if link.span.trace_id == execution.trace_id
+        if link.span.trace_id != execution.trace_id
+        and (link.span.trace_id, link.span.span_id) in carriers
     ]
     return replay(
         execution,
         transitions,
-        evidence_spans=[link.span for link in links],
-        owner_span_ids=_subtree(execution.span_id, same_trace),
+        evidence_spans=[link.span for link in same_trace] + elsewhere,
+        owner_span_ids=_subtree(
+            execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
+        ),
     )
 
 
@@ -93,60 +109,74 @@ def field_index(history: History, run_id: str) -> FieldIndex:
 
 
 class Replayer:
-    """A background thread that re-replays the executions a commit touched."""
+    """A background thread that re-replays the executions a commit touched.
+
+    Stores named by commits pile up in one pending set, so a burst of commits
+    touching the same stores costs one replay. Shutdown does not wait for the
+    backlog: whatever was not replayed is found again at the next start-up
+    (`Store.stale_store_ids`), so stopping stays quick however busy ingest was.
+    """
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._queue: queue.Queue[frozenset[str] | None] = queue.Queue()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._pending: set[str] = set(store.stale_store_ids())
+        self._busy = bool(self._pending)
+        self._stopping = False
+        self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="statetrail-replayer", daemon=True)
         self._thread.start()
 
     def notify(self, result: WriteResult) -> None:
-        if result.store_ids:
-            self._idle.clear()
-            self._queue.put(result.store_ids)
+        if not result.store_ids:
+            return
+        with self._changed:
+            self._pending |= result.store_ids
+            self._busy = True
+            self._changed.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
-        return self._idle.wait(timeout)
+        """Wait until nothing is pending or being replayed; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._busy, timeout)
 
     def close(self) -> None:
-        self._queue.put(None)
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
         self._thread.join()
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            store_ids = set(item)
-            # Coalesce: many commits touching the same stores cost one replay.
-            while True:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._replay_stores(store_ids)
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending or self._stopping)
+                if self._stopping:
                     return
-                store_ids |= more
-            self._replay_stores(store_ids)
-            if self._queue.empty():
-                self._idle.set()
+                batch = sorted(self._pending)[:REPLAY_BATCH_STORES]
+                self._pending.difference_update(batch)
+            started = time.monotonic()
+            self._replay_stores(batch)
+            with self._changed:
+                if not self._pending:
+                    self._busy = False
+                    self._changed.notify_all()
+                    continue
+                # Under sustained ingest, rest as long as the batch took: replay
+                # shares one interpreter lock with the receivers, and acknowledging
+                # exports comes first. Verdicts lag; nothing is skipped.
+                rest = min(time.monotonic() - started, MAX_REST_SECONDS)
+                self._changed.wait_for(lambda: self._stopping, rest)
 
-    def _replay_stores(self, store_ids: Iterable[str]) -> None:
+    def _replay_stores(self, store_ids: Sequence[str]) -> None:
         try:
             replay_stores(self._store, store_ids)
         except StoreError as exc:
             # The evidence is stored; the next commit touching these stores, or
-            # `statetrail reindex`, replays them again.
+            # the next start-up, replays them again.
             logger.error("replay failed: %s", exc)
         except Exception:
             # A replay bug on hostile evidence must not end this thread (every
             # later verdict would stay pending); replay the stores one by one
             # so the rest still get their verdicts, and log the culprit.
-            store_ids = list(store_ids)
             if len(store_ids) > 1:
                 for store_id in store_ids:
                     self._replay_stores([store_id])
@@ -154,16 +184,32 @@ class Replayer:
             logger.exception("replay failed for store %s", store_ids)
 
 
-def replay_stores(store: Store, store_ids: Iterable[str]) -> int:
-    """Replay and save every execution owning one of these stores; return how many."""
+def replay_stores(store: Store, store_ids: Sequence[str]) -> int:
+    """Replay and save every execution owning one of these stores; return how many.
+
+    The evidence of the whole batch is read in two queries.
+    """
+    executions = store.executions_for_stores(store_ids)
+    if not executions:
+        return 0
+    owned = sorted({e.store_id for e in executions if e.store_id})
+    transitions = store.transitions_for_stores(owned)
+    links = store.evidence_spans_for(sorted({e.trace_id for e in executions}), owned)
+    # Each execution needs its own trace's spans and its carriers elsewhere; hand
+    # it those, not the whole batch's, so a batch costs linear time.
+    by_trace: dict[str, list[SpanLink]] = {}
+    for link in links:
+        by_trace.setdefault(link.span.trace_id, []).append(link)
     now = time.time_ns()
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
-    for execution in store.executions_for_stores(store_ids):
-        history = load_history(store, execution)
+    for execution in executions:
+        received = transitions.get(execution.store_id, []) if execution.store_id else []
+        carrier_traces = {t.trace_id for t in received} | {execution.trace_id}
+        relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]
+        history = replay_with(execution, received, relevant)
         index = field_index(history, execution.run_id)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
-    if records:
-        store.save_replays(records, indexes)
+    store.save_replays(records, indexes)
     return len(records)

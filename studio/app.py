@@ -70,7 +70,11 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with contextlib.ExitStack() as stack:
-            store = Store(config.db_path, checkpoint_threshold=config.checkpoint_threshold)
+            store = Store(
+                config.db_path,
+                checkpoint_threshold=config.checkpoint_threshold,
+                memory_limit=config.memory_limit,
+            )
             stack.callback(store.close)
             replayer = Replayer(store)
             stack.callback(replayer.close)

@@ -151,7 +151,9 @@ def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
 
 def delete_field_rows(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> None:
     """Remove every row of the given executions."""
-    conn.execute(f"DELETE FROM {TABLE} WHERE list_contains(?, run_id)", [list(run_ids)])
+    conn.execute(
+        f"DELETE FROM {TABLE} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [list(run_ids)]
+    )
 
 
 def compact_field_index(conn: duckdb.DuckDBPyConnection) -> None:

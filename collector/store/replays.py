@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
@@ -77,6 +78,70 @@ def transitions_for_store(cursor: duckdb.DuckDBPyConnection, store_id: str) -> l
     return [Transition(*row) for row in rows]
 
 
+def transitions_for_stores(
+    cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str]
+) -> dict[str, list[Transition]]:
+    """Every transition of these stores, grouped by store, in replay order."""
+    rows = cursor.execute(
+        f"SELECT {TRANSITION_SELECT} FROM transitions"
+        " WHERE store_id IN (SELECT unnest(?::VARCHAR[]))"
+        " ORDER BY store_id, sequence NULLS LAST, time_unix_nano, trace_id, span_id, event_index",
+        [list(store_ids)],
+    ).fetchall()
+    grouped: dict[str, list[Transition]] = {store_id: [] for store_id in store_ids}
+    for row in rows:
+        transition = Transition(*row)
+        grouped[transition.store_id].append(transition)
+    return grouped
+
+
+def evidence_spans_for(
+    cursor: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], store_ids: Sequence[str]
+) -> list[SpanLink]:
+    """The spans of these traces plus, in any trace, those carrying these stores' events.
+
+    One query for a whole batch of executions: the replayer pays one scan of
+    the spans table per batch, not per execution.
+    """
+    rows = cursor.execute(
+        """
+        SELECT trace_id, span_id, name, span_type, dropped_attributes_count,
+               dropped_events_count, dropped_links_count, parent_span_id
+        FROM spans
+        WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))
+        UNION
+        SELECT s.trace_id, s.span_id, s.name, s.span_type, s.dropped_attributes_count,
+               s.dropped_events_count, s.dropped_links_count, s.parent_span_id
+        FROM spans s
+        JOIN (SELECT DISTINCT trace_id, span_id FROM transitions
+              WHERE store_id IN (SELECT unnest(?::VARCHAR[]))) c
+          ON c.trace_id = s.trace_id AND c.span_id = s.span_id
+        """,
+        [list(trace_ids), list(store_ids)],
+    ).fetchall()
+    return [SpanLink(EvidenceSpan(*row[:7]), row[7]) for row in rows]
+
+
+def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
+    """Stores with an execution never replayed, or replayed before evidence arrived.
+
+    What a crash between a commit and its replay leaves behind; replayed at start-up.
+    """
+    rows = cursor.execute(
+        """
+        SELECT DISTINCT e.store_id
+        FROM executions e
+        LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        LEFT JOIN (SELECT store_id, max(received_unix_nano) AS latest
+                   FROM transitions GROUP BY store_id) t ON t.store_id = e.store_id
+        WHERE e.store_id IS NOT NULL
+          AND (r.run_id IS NULL OR r.replayed_unix_nano < e.received_unix_nano
+               OR r.replayed_unix_nano < coalesce(t.latest, 0))
+        """
+    ).fetchall()
+    return [store_id for (store_id,) in rows]
+
+
 def evidence_spans(
     cursor: duckdb.DuckDBPyConnection, trace_id: str, store_id: str | None
 ) -> list[SpanLink]:
@@ -99,21 +164,54 @@ def save(
     records: Sequence[ReplayRecord],
     indexes: Sequence[FieldIndex],
 ) -> None:
-    """Replace the stored replay of each record's run id (the caller owns the transaction)."""
+    """Replace the stored replay of each record's run id (the caller owns the transaction).
+
+    Most replays are first replays (the owner span just arrived), which have no
+    old rows; only re-replays pay for deleting, which scans the field index.
+    """
     run_ids = [record.run_id for record in records]
-    cursor.execute("DELETE FROM execution_replays WHERE list_contains(?, run_id)", [run_ids])
-    cursor.executemany(
-        "INSERT INTO execution_replays (run_id, verdict, diagnostics, error_count,"
-        " warning_count, received_transitions, index_truncated, replayed_unix_nano)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            [
-                r.run_id, r.verdict, json.dumps(list(r.diagnostics)), r.error_count,
-                r.warning_count, r.received_transitions, r.index_truncated,
-                r.replayed_unix_nano,
-            ]
-            for r in records
-        ],
-    )
-    delete_field_rows(cursor, run_ids)
+    replayed_before = [
+        run_id
+        for (run_id,) in cursor.execute(
+            "SELECT run_id FROM execution_replays WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [run_ids],
+        ).fetchall()
+    ]
+    if replayed_before:
+        cursor.execute(
+            "DELETE FROM execution_replays WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [replayed_before],
+        )
+        delete_field_rows(cursor, replayed_before)
+    cursor.register("_replays", _records_table(records))
+    try:
+        cursor.execute(
+            f"INSERT INTO execution_replays ({_REPLAY_COLUMNS})"
+            f" SELECT {_REPLAY_COLUMNS} FROM _replays"
+        )
+    finally:
+        cursor.unregister("_replays")
     insert_field_rows(cursor, indexes)
+
+
+_REPLAY_COLUMNS = (
+    "run_id, verdict, diagnostics, error_count, warning_count, received_transitions,"
+    " index_truncated, replayed_unix_nano"
+)
+
+
+def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:
+    return pa.table(
+        {
+            "run_id": [r.run_id for r in records],
+            "verdict": [r.verdict for r in records],
+            "diagnostics": [json.dumps(list(r.diagnostics)) for r in records],
+            "error_count": pa.array([r.error_count for r in records], pa.int32()),
+            "warning_count": pa.array([r.warning_count for r in records], pa.int32()),
+            "received_transitions": pa.array(
+                [r.received_transitions for r in records], pa.int32()
+            ),
+            "index_truncated": pa.array([r.index_truncated for r in records], pa.bool_()),
+            "replayed_unix_nano": pa.array([r.replayed_unix_nano for r in records], pa.int64()),
+        }
+    )
