@@ -12,6 +12,10 @@ marked verified only when the evidence proves it. The stage is pure: no I/O, no
 logging, no clock; inputs are never mutated and every JSON value handed out is a
 fresh copy the caller owns.
 
+Parsing, pointers, patching and comparing JSON live in collector/jsondoc.py;
+tracing which writes reached one field is collector/provenance.py, built on
+this module's public API.
+
 Selection (which transitions belong to the execution; SCHEMA.md section 7)
     contract 2 and 3: the store's transitions with `lower < sequence <= upper`,
         where lower is `transition_start` (0 when absent, as in contract 2) and
@@ -70,21 +74,29 @@ Cost
 from __future__ import annotations
 
 import json
-import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from enum import Enum
 from typing import Final, Literal, TypeAlias
 
-import jsonpatch
-import jsonpointer
-
+from collector.jsondoc import (
+    MISSING,
+    OPS_WITH_FROM,
+    PATCH_ERRORS,
+    JsonPatchOp,
+    JsonValue,
+    Missing,
+    apply_op_recording,
+    changed_paths,
+    clone,
+    clone_or_missing,
+    differences,
+    parse_json,
+    parse_patch,
+    patch_in_place,
+)
 from collector.model import EvidenceSpan, Execution, Transition
-
-JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
-JsonPatchOp: TypeAlias = dict[str, JsonValue]
 
 Severity: TypeAlias = Literal["error", "warning", "info"]
 Verdict: TypeAlias = Literal["verified", "partial", "failed", "in_flight", "not_applicable"]
@@ -104,40 +116,16 @@ DiagnosticCode: TypeAlias = Literal[
     "unknown_contract_version",
     "no_start_state",
 ]
-Relation: TypeAlias = Literal["self", "ancestor", "descendant", "shifted"]
 
 KNOWN_CONTRACT_VERSIONS: Final = frozenset({1, 2, 3})
 FULL_MODE: Final = "full"
 MISMATCH_POINTERS_SHOWN: Final = 5
 
 # One jsonpatch application costs about as much as copying 1 KB of state
-# (measured: ~18 us per small patch vs ~17 ns per byte for `_clone`). Counting
+# (measured: ~18 us per small patch vs ~17 ns per byte for `clone`). Counting
 # each patch as this many bytes of work keeps checkpoints from being taken so
 # often that copying dominates a replay of many tiny patches.
 _PATCH_WORK_BYTES: Final = 1024
-
-_PATCH_ERRORS: Final = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException)
-# Payloads nested deeper than this are treated as invalid JSON. Replay, the
-# studio's JSON answers and jsonpatch all walk documents recursively, so a
-# deeper one (hostile, or a bug: no real state comes close) would raise
-# RecursionError in whichever of them came first instead of being reported.
-MAX_JSON_DEPTH: Final = 200
-_OPS_WITH_VALUE: Final = frozenset({"add", "replace", "test"})
-_OPS_WITH_FROM: Final = frozenset({"move", "copy"})
-_KNOWN_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
-_RELATION_RANK: Final[tuple[Relation, ...]] = ("self", "ancestor", "descendant", "shifted")
-
-
-class Missing(Enum):
-    """A JSON pointer that resolves to nothing, as distinct from JSON null."""
-
-    MISSING = "missing"
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Final = Missing.MISSING
 
 
 class StateUnavailableError(LookupError):
@@ -190,47 +178,6 @@ class OpChange:
 
 
 @dataclass(frozen=True, slots=True)
-class ProvenanceEntry:
-    """One operation that changed the value at the asked pointer.
-
-    `relation` says how the operation's path relates to the pointer: the pointer
-    itself, an ancestor (a parent object replaced), a descendant, or a sibling
-    list index whose insert or removal shifted the pointer's element.
-    """
-
-    sequence: int
-    time_unix_nano: int
-    op: str
-    op_path: str
-    from_path: str | None
-    relation: Relation
-    before: JsonValue | Missing
-    after: JsonValue | Missing
-    action: str
-    store_id: str
-    span_id: str
-    span_name: str
-    verified: bool
-
-    @property
-    def changed(self) -> bool:
-        return not json_equal(self.before, self.after)
-
-
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """Every recorded write that reached a pointer, oldest first.
-
-    `last_writer` is the latest write that changed the value; None means the
-    final value came from the start state (or the pointer never existed).
-    """
-
-    pointer: str
-    entries: tuple[ProvenanceEntry, ...]
-    last_writer: ProvenanceEntry | None
-
-
-@dataclass(frozen=True, slots=True)
 class TimelineEntry:
     """One row of the timeline, flattened for templates and JSON twins."""
 
@@ -279,7 +226,7 @@ class History:
     @property
     def recorded_end(self) -> JsonValue | Missing:
         """The producer's end state, parsed: a copy, or MISSING if absent or unreadable."""
-        return _clone_or_missing(self._recorded_end)
+        return clone_or_missing(self._recorded_end)
 
     @property
     def checkpoint_count(self) -> int:
@@ -338,9 +285,12 @@ class History:
             return ()
         doc = states.after(index - 1)
         changes: list[OpChange] = []
-        for op in _parse_patch(step.transition.patch_json) or ():
-            change, doc = _apply_op_recording(doc, op)
-            changes.append(change)
+        for op in parse_patch(step.transition.patch_json) or ():
+            before, after, doc = apply_op_recording(doc, op)
+            kind = str(op["op"])
+            source = op.get("from") if kind in OPS_WITH_FROM else None
+            from_path = source if isinstance(source, str) else None
+            changes.append(OpChange(kind, str(op["path"]), from_path, before, after))
         return tuple(changes)
 
     def _index_of(self, sequence: int) -> int:
@@ -388,44 +338,6 @@ def replay(
     return _Replay(execution, received, evidence, owner_span_ids).run()
 
 
-def provenance(history: History, pointer: str) -> Provenance:
-    """Every operation that changed the value at `pointer`, and its last writer.
-
-    Operations on the pointer, an ancestor (replacing the parent object), a
-    descendant, or a sibling list index that shifted the element all count; a
-    move touches both its `from` and its `path`. Values are read from the
-    replayed states around each operation, so one forward pass answers the
-    question in the cost of a replay, plus copies of the value at the pointer
-    for each write that touches it. Raises ValueError for a malformed pointer.
-    """
-    target = _pointer_parts(pointer)
-    if not history.has_states:
-        return Provenance(pointer=pointer, entries=(), last_writer=None)
-    entries: list[ProvenanceEntry] = []
-    doc = history._require_states(history.start_sequence).after(-1)
-    for step in history.steps:
-        if not step.applied:
-            continue
-        ops = _parse_patch(step.transition.patch_json) or []
-        if not any(_op_relation(op, target) for op in ops):
-            doc = _patch_in_place(doc, ops)
-            continue
-        for op in ops:
-            relation = _op_relation(op, target)
-            before = _clone_or_missing(_resolve(doc, target)) if relation else MISSING
-            doc = _patch_in_place(doc, [op])
-            if relation is None:
-                continue
-            after = _clone_or_missing(_resolve(doc, target))
-            entry = _provenance_entry(step, op, relation, before, after)
-            if relation != "shifted" or entry.changed:
-                entries.append(entry)
-    writers = [entry for entry in entries if entry.changed]
-    return Provenance(
-        pointer=pointer, entries=tuple(entries), last_writer=writers[-1] if writers else None
-    )
-
-
 def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
     """Each step with the state after it, in one forward pass (for indexing and export).
 
@@ -437,35 +349,13 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
     doc = history._require_states(history.start_sequence).after(-1)
     for step in history.steps:
         if step.applied:
-            doc = _patch_in_place(doc, json.loads(step.transition.patch_json))
+            doc = patch_in_place(doc, json.loads(step.transition.patch_json))
         yield step, doc
 
 
 def timeline(history: History) -> tuple[TimelineEntry, ...]:
     """One flattened record per step, with the patch parsed (None if unreadable)."""
     return tuple(_timeline_entry(step) for step in history.steps)
-
-
-def resolve(doc: JsonValue, pointer: str) -> JsonValue | Missing:
-    """The value at an RFC 6901 pointer (not copied), or MISSING; ValueError if malformed."""
-    return _resolve(doc, _pointer_parts(pointer))
-
-
-def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
-    """Equality as JSON sees it: unlike `==`, `true` is not `1` and `1` is not `"1"`."""
-    return not _differences(left, right, (), 1)
-
-
-def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:
-    """The JSON pointers a patch writes: `path` of each op, plus `from` for a move."""
-    paths: list[str] = []
-    for op in patch:
-        kind, path, source = op.get("op"), op.get("path"), op.get("from")
-        if kind == "move" and isinstance(source, str):
-            paths.append(source)
-        if kind != "test" and isinstance(path, str):
-            paths.append(path)
-    return tuple(dict.fromkeys(paths))
 
 
 # --- the replay itself ---------------------------------------------------------------
@@ -759,7 +649,7 @@ class _Replay:
                     "Check that the producer exports the workflow span's state attributes.",
                 )
             return MISSING
-        parsed = _parse_json(text)
+        parsed = parse_json(text)
         if parsed is MISSING:
             self.report(
                 "invalid_json_payload",
@@ -783,7 +673,7 @@ class _Replay:
             return MISSING
         if execution.state_end is None:
             return MISSING
-        parsed = _parse_json(execution.state_end)
+        parsed = parse_json(execution.state_end)
         if parsed is MISSING:
             self.report(
                 "invalid_json_payload",
@@ -857,7 +747,7 @@ class _Replay:
                 span_id=transition.span_id,
             )
             return None
-        ops = _parse_patch(transition.patch_json)
+        ops = parse_patch(transition.patch_json)
         if ops is None:
             self.report(
                 "invalid_json_payload",
@@ -888,13 +778,13 @@ class _Replay:
         """Compare the replayed end with the recorded one; None when there is nothing to compare."""
         if recorded is MISSING:
             return None
-        differences = _differences(
+        mismatched = differences(
             states.after(last_index), recorded, (), MISMATCH_POINTERS_SHOWN + 1
         )
-        if not differences:
+        if not mismatched:
             return True
-        shown = ", ".join(differences[:MISMATCH_POINTERS_SHOWN])
-        more = " and more" if len(differences) > MISMATCH_POINTERS_SHOWN else ""
+        shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
+        more = " and more" if len(mismatched) > MISMATCH_POINTERS_SHOWN else ""
         if complete:
             advice = (
                 "Every transition arrived and applied, so the evidence contradicts itself; "
@@ -1059,7 +949,7 @@ def _distinct(transitions: Iterable[Transition]) -> list[Transition]:
 
 
 def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[int]) -> Step:
-    ops = _parse_patch(transition.patch_json)
+    ops = parse_patch(transition.patch_json)
     return Step(
         sequence=sequence,
         transition=transition,
@@ -1087,7 +977,7 @@ def _range_text(first: int, last: int) -> str:
     return f"{first}-{last} ({last - first + 1} transitions)"
 
 
-# --- states: the only code that mutates JSON -----------------------------------------
+# --- states: checkpoints and the working document ------------------------------------
 
 
 class _States:
@@ -1126,10 +1016,10 @@ class _States:
     def after(self, index: int) -> JsonValue:
         """A fresh copy of the state after step `index`."""
         position = bisect_right(self._indexes, index) - 1
-        doc = _clone(self._checkpoints[position])
+        doc = clone(self._checkpoints[position])
         for text in self._patches[self._indexes[position] + 1 : index + 1]:
             if text is not None:
-                doc = _patch_in_place(doc, json.loads(text))
+                doc = patch_in_place(doc, json.loads(text))
         return doc
 
 
@@ -1138,7 +1028,7 @@ class _Tape:
 
     def __init__(self, start: JsonValue, start_size: int) -> None:
         self._states = _States(start)
-        self._doc = _clone(start)
+        self._doc = clone(start)
         self._size = start_size
         self._work = 0
         self.last_error = ""
@@ -1149,8 +1039,8 @@ class _Tape:
         Returns False, with the reason in `last_error`, when the patch does not apply.
         """
         try:
-            self._doc = _patch_in_place(self._doc, ops)
-        except _PATCH_ERRORS as exc:
+            self._doc = patch_in_place(self._doc, ops)
+        except PATCH_ERRORS as exc:
             # A patch can fail after some of its operations changed the working
             # document, so rebuild it instead of trusting what is left.
             self._states.record(None)
@@ -1161,7 +1051,7 @@ class _Tape:
         self._size += len(text)
         self._work += len(text) + _PATCH_WORK_BYTES
         if self._work >= self._size:
-            self._states.checkpoint(_clone(self._doc))
+            self._states.checkpoint(clone(self._doc))
             self._work = 0
         return True
 
@@ -1175,282 +1065,9 @@ class _Tape:
         return self._states
 
 
-def _patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
-    """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again.
-
-    Values of add/replace ops become part of the document, and older jsonpatch
-    releases insert them without copying. Parsing each application afresh from
-    the patch text means the document never shares objects with patch data that
-    a later step, or a rebuild from a checkpoint, would read again.
-    """
-    result: JsonValue = jsonpatch.JsonPatch(ops).apply(doc, in_place=True)
-    return result
-
-
-def _apply_op_recording(doc: JsonValue, op: JsonPatchOp) -> tuple[OpChange, JsonValue]:
-    kind, path = str(op["op"]), str(op["path"])
-    source = op.get("from") if kind in _OPS_WITH_FROM else None
-    parts = _pointer_parts(path)
-    inserting = kind in {"add", "move", "copy"} and _is_list_slot(doc, parts)
-    before = MISSING if inserting else _clone_or_missing(_resolve(doc, parts))
-    if parts and parts[-1] == "-":
-        # "-" names the slot after the last element; pin it before the insert.
-        parent = _resolve(doc, parts[:-1])
-        parts = (*parts[:-1], str(len(parent) if isinstance(parent, list) else 0))
-    doc = _patch_in_place(doc, [op])
-    after = MISSING if kind == "remove" else _clone_or_missing(_resolve(doc, parts))
-    change = OpChange(kind, path, source if isinstance(source, str) else None, before, after)
-    return change, doc
-
-
-def _clone(value: JsonValue) -> JsonValue:
-    # A JSON-only deep copy: about three times faster than copy.deepcopy, which
-    # matters because checkpoints and rebuilt states are whole-state copies.
-    if isinstance(value, dict):
-        return {key: _clone(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_clone(item) for item in value]
-    return value
-
-
-def _clone_or_missing(value: JsonValue | Missing) -> JsonValue | Missing:
-    return value if value is MISSING else _clone(value)
-
-
-# --- JSON helpers ----------------------------------------------------------------------
-
-
-def _parse_json(text: str) -> JsonValue | Missing:
-    """The payload as JSON, or MISSING when it is not a document replay can use.
-
-    Beyond syntax errors that means: NaN/Infinity literals and numbers that
-    overflow a double (1e400), which RFC 8259 JSON cannot carry back out (the
-    studio's JSON answers would fail on them), and nesting deeper than
-    MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
-    """
-    try:
-        value: JsonValue = json.loads(
-            text, parse_float=_finite_float, parse_constant=_not_a_json_number
-        )
-    except (ValueError, RecursionError):
-        return MISSING
-    # Nesting needs an opening bracket per level, so most payloads are cleared by
-    # a count done in C without walking the parsed value.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(
-        value, MAX_JSON_DEPTH
-    ):
-        return MISSING
-    return value
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"number out of range: {text[:40]}")
-    return number
-
-
-def _not_a_json_number(text: str) -> float:
-    raise ValueError(f"{text} is not JSON")
-
-
-def _deeper_than(value: JsonValue, limit: int) -> bool:
-    """Whether containers nest more than `limit` levels (iterative: no recursion)."""
-    pending: list[tuple[JsonValue, int]] = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        if isinstance(node, dict | list):
-            if depth > limit:
-                return True
-            children = node.values() if isinstance(node, dict) else node
-            pending.extend((child, depth + 1) for child in children)
-    return False
-
-
-def _parse_patch(text: str) -> list[JsonPatchOp] | None:
-    """The patch as a list of well-formed operations, or None if it is not one."""
-    parsed = _parse_json(text)
-    if not isinstance(parsed, list):
-        return None
-    ops: list[JsonPatchOp] = []
-    for op in parsed:
-        if not isinstance(op, dict) or not _well_formed(op):
-            return None
-        ops.append(op)
-    return ops
-
-
-def _well_formed(op: JsonPatchOp) -> bool:
-    kind, path = op.get("op"), op.get("path")
-    if kind not in _KNOWN_OPS or not isinstance(path, str) or not _valid_pointer(path):
-        return False
-    if kind in _OPS_WITH_VALUE and "value" not in op:
-        return False
-    source = op.get("from")
-    return kind not in _OPS_WITH_FROM or (isinstance(source, str) and _valid_pointer(source))
-
-
-def _valid_pointer(pointer: str) -> bool:
-    try:
-        _pointer_parts(pointer)
-    except ValueError:
-        return False
-    return True
-
-
-def _pointer_parts(pointer: str) -> tuple[str, ...]:
-    """RFC 6901 reference tokens, unescaped; ValueError if malformed."""
-    if pointer == "":
-        return ()
-    if not pointer.startswith("/"):
-        raise ValueError(f"JSON pointer {pointer!r} must be empty or start with '/'")
-    tokens = pointer[1:].split("/")
-    if "~" not in pointer:
-        return tuple(tokens)
-    for token in tokens:
-        if "~" in token.replace("~0", "").replace("~1", ""):
-            raise ValueError(f"JSON pointer {pointer!r} has an invalid '~' escape")
-    return tuple(token.replace("~1", "/").replace("~0", "~") for token in tokens)
-
-
-def _pointer_text(parts: Sequence[str]) -> str:
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
-
-
-def _resolve(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
-    value: JsonValue = doc
-    for part in parts:
-        if isinstance(value, dict):
-            if part not in value:
-                return MISSING
-            value = value[part]
-        elif isinstance(value, list):
-            index = _list_index(part)
-            if index is None or index >= len(value):
-                return MISSING
-            value = value[index]
-        else:
-            return MISSING
-    return value
-
-
-def _list_index(token: str) -> int | None:
-    # RFC 6901: array indexes are decimal without leading zeros.
-    if token.isdigit() and (token == "0" or not token.startswith("0")):
-        return int(token)
-    return None
-
-
-def _is_list_slot(doc: JsonValue, parts: Sequence[str]) -> bool:
-    return bool(parts) and isinstance(_resolve(doc, parts[:-1]), list)
-
-
-def _differences(
-    left: JsonValue | Missing, right: JsonValue | Missing, at: tuple[str, ...], limit: int
-) -> list[str]:
-    """Pointers where two JSON values differ, shallowest first, at most `limit`."""
-    if isinstance(left, dict) and isinstance(right, dict):
-        found: list[str] = []
-        for key in sorted(left.keys() | right.keys()):
-            if len(found) >= limit:
-                break
-            found += _differences(
-                left.get(key, MISSING), right.get(key, MISSING), (*at, key), limit - len(found)
-            )
-        return found
-    if isinstance(left, list) and isinstance(right, list):
-        found = []
-        for index in range(max(len(left), len(right))):
-            if len(found) >= limit:
-                break
-            found += _differences(
-                left[index] if index < len(left) else MISSING,
-                right[index] if index < len(right) else MISSING,
-                (*at, str(index)),
-                limit - len(found),
-            )
-        return found
-    return [] if _scalar_equal(left, right) else [_pointer_text(at) or "/ (the whole state)"]
-
-
-def _scalar_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
-    if isinstance(left, bool) or isinstance(right, bool):
-        return type(left) is type(right) and left == right
-    numbers = (int, float)
-    if isinstance(left, numbers) and isinstance(right, numbers):
-        return left == right
-    return type(left) is type(right) and left == right
-
-
-# --- provenance helpers ----------------------------------------------------------------
-
-
-def _op_relation(op: JsonPatchOp, target: tuple[str, ...]) -> Relation | None:
-    kind = op.get("op")
-    touched = [op.get("path")] if kind != "test" else []
-    if kind == "move":
-        touched.append(op.get("from"))
-    found: list[Relation] = []
-    for pointer in touched:
-        if isinstance(pointer, str):
-            relation = _relation(_pointer_parts(pointer), target, str(kind))
-            if relation is not None:
-                found.append(relation)
-    # A move can touch the pointer twice; report the closest relation.
-    return min(found, key=_RELATION_RANK.index) if found else None
-
-
-def _relation(written: tuple[str, ...], target: tuple[str, ...], kind: str) -> Relation | None:
-    if written == target:
-        return "self"
-    if target[: len(written)] == written:
-        return "ancestor"
-    if written[: len(target)] == target:
-        return "descendant"
-    # Inserting into or removing from a list moves every later element, so the
-    # value at /items/3 changes when /items/0 is removed.
-    depth = len(written) - 1
-    shifting = kind in {"add", "remove", "move", "copy"}
-    if (
-        shifting
-        and depth < len(target)
-        and written[:depth] == target[:depth]
-        and (written[depth] == "-" or _list_index(written[depth]) is not None)
-        and _list_index(target[depth]) is not None
-    ):
-        return "shifted"
-    return None
-
-
-def _provenance_entry(
-    step: Step,
-    op: JsonPatchOp,
-    relation: Relation,
-    before: JsonValue | Missing,
-    after: JsonValue | Missing,
-) -> ProvenanceEntry:
-    transition = step.transition
-    source = op.get("from")
-    return ProvenanceEntry(
-        sequence=step.sequence,
-        time_unix_nano=transition.time_unix_nano,
-        op=str(op["op"]),
-        op_path=str(op["path"]),
-        from_path=source if isinstance(source, str) else None,
-        relation=relation,
-        before=before,
-        after=after,
-        action=transition.action,
-        store_id=transition.store_id,
-        span_id=transition.span_id,
-        span_name=transition.span_name,
-        verified=step.verified,
-    )
-
-
 def _timeline_entry(step: Step) -> TimelineEntry:
     transition = step.transition
-    ops = _parse_patch(transition.patch_json)
+    ops = parse_patch(transition.patch_json)
     return TimelineEntry(
         sequence=step.sequence,
         time_unix_nano=transition.time_unix_nano,

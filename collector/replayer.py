@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
-from collector.history import History, Missing, replay, resolve, walk
+from collector.history import History, replay, walk
+from collector.jsondoc import Missing, resolve
 from collector.model import Execution, Transition
 from collector.store import Store, StoreError, WriteResult
 from collector.store.replays import ReplayRecord, SpanLink

@@ -1,8 +1,10 @@
 """The JSON API: executions, their timelines, states and field provenance.
 
 Handlers are thin: parse the request, ask the store or the inspector, shape
-JSON. Errors are JSON too: 400 with the offending parameter (and, for a filter,
-the character position), 404 for an unknown run id.
+JSON. They are plain functions on purpose: Starlette runs those in its
+thread pool, so a slow DuckDB query never blocks the event loop. Errors are
+JSON too: 400 with the offending parameter (and, for a filter, the character
+position), 404 for an unknown run id.
 """
 
 from __future__ import annotations
@@ -14,18 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from collector.history import (
-    MISSING,
     Diagnostic,
     History,
-    JsonValue,
-    Missing,
-    Provenance,
-    ProvenanceEntry,
     StateUnavailableError,
     TimelineEntry,
-    provenance,
     timeline,
 )
+from collector.jsondoc import MISSING, JsonValue, Missing
+from collector.provenance import Provenance, ProvenanceEntry, provenance
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 from studio.inspect import Inspection, Inspector
@@ -107,7 +105,7 @@ def json_value(value: JsonValue | Missing) -> JsonValue:
     return None if isinstance(value, Missing) else value
 
 
-async def list_executions(request: Request) -> Response:
+def list_executions(request: Request) -> Response:
     try:
         query = execution_query(request.query_params)
     except BadParameter as exc:
@@ -129,7 +127,7 @@ async def list_executions(request: Request) -> Response:
     )
 
 
-async def execution_detail(request: Request) -> Response:
+def execution_detail(request: Request) -> Response:
     inspection = _inspect(request)
     if inspection is None:
         return _unknown(request)
@@ -190,7 +188,7 @@ def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
     }
 
 
-async def execution_timeline(request: Request) -> Response:
+def execution_timeline(request: Request) -> Response:
     inspection = _inspect(request)
     if inspection is None:
         return _unknown(request)
@@ -209,7 +207,7 @@ async def execution_timeline(request: Request) -> Response:
     )
 
 
-async def execution_state(request: Request) -> Response:
+def execution_state(request: Request) -> Response:
     inspection = _inspect(request)
     if inspection is None:
         return _unknown(request)
@@ -266,7 +264,7 @@ def provenance_json(found: Provenance) -> dict[str, Any]:
     }
 
 
-async def execution_provenance(request: Request) -> Response:
+def execution_provenance(request: Request) -> Response:
     inspection = _inspect(request)
     if inspection is None:
         return _unknown(request)

@@ -18,15 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from collector.history import (
-    MISSING,
-    History,
-    JsonValue,
-    Missing,
-    Step,
-    json_equal,
-    walk,
-)
+from collector.history import History, Step, walk
+from collector.jsondoc import MISSING, JsonValue, Missing, json_equal
 from collector.query import Path
 from studio.inspect import Inspection
 from studio.templating import rfc3339

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.history import JsonValue, Missing
+from collector.jsondoc import JsonValue, Missing
 from collector.query import QueryError
 from collector.store.listing import ExecutionRow, FacetName, InFlightRow
 from studio.api import error, inspector_of, store_of
@@ -81,7 +81,7 @@ class ExecutionsView:
     onboarding: bool
 
 
-async def executions_page(request: Request) -> Response:
+def executions_page(request: Request) -> Response:
     params = request.query_params
     filters = current_filters(params)
     base = request.app.url_path_for("executions")
@@ -110,7 +110,7 @@ async def executions_page(request: Request) -> Response:
     return _render_executions(request, view)
 
 
-async def compare_page(request: Request) -> Response:
+def compare_page(request: Request) -> Response:
     """Two runs side by side: `?a=RUN&b=RUN`, or `?run=X&run=Y` from the list's checkboxes."""
     picked = compare_ids(request)
     context: dict[str, object] = {
@@ -136,7 +136,7 @@ async def compare_page(request: Request) -> Response:
     )
 
 
-async def compare_json(request: Request) -> Response:
+def compare_json(request: Request) -> Response:
     """The compare page's JSON twin: `/api/compare?a=RUN&b=RUN`."""
     a, b = compare_ids(request)
     if not a or not b:
@@ -175,7 +175,7 @@ def load_comparison(request: Request, a: str, b: str) -> tuple[Comparison | None
     return compare(first, second), ""
 
 
-async def healthz(request: Request) -> Response:
+def healthz(request: Request) -> Response:
     """Liveness plus counts; `replaying` says stored verdicts may still change."""
     replaying = not request.app.state.services.replayer.wait_idle(0)
     return JSONResponse({"status": "ok", "replaying": replaying, **store_of(request).counts()})

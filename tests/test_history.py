@@ -13,17 +13,16 @@ import pytest
 from fixture_records import fixture_names, load
 
 from collector.history import (
-    MISSING,
     Diagnostic,
     History,
     StateUnavailableError,
-    json_equal,
-    provenance,
     replay,
     timeline,
     walk,
 )
+from collector.jsondoc import MISSING, json_equal
 from collector.model import EvidenceSpan, Execution, Transition
+from collector.provenance import provenance
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 OWNER_SPAN = "b7ad6b7169203331"

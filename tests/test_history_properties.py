@@ -9,8 +9,10 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.history import MISSING, json_equal, provenance, replay
+from collector.history import replay
+from collector.jsondoc import MISSING, json_equal
 from collector.model import Execution, Transition
+from collector.provenance import provenance
 
 KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)

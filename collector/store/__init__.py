@@ -94,10 +94,10 @@ class Store:
             self._connection = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
-        if not read_only:
-            self._connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
         if memory_limit is not None:
             self._connection.execute("SET memory_limit = ?", [memory_limit])
+        if not read_only:
+            self._connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
             apply_migrations(self._connection)
             # Start from a checkpointed file: whatever an earlier crash left in
             # the WAL is folded in now rather than on some later write.

@@ -1,0 +1,301 @@
+"""JSON document stage: parse, address, copy, patch and compare JSON values.
+
+Everything here works on plain JSON documents and RFC 6902 patches and knows
+nothing of executions, transitions or evidence; replay (collector/history.py)
+and provenance (collector/provenance.py) build on it.
+
+Invariant: a payload is either a document every later stage can walk and
+re-serialise, or it is rejected here (MISSING / None): no NaN or Infinity, no
+number that overflows a double, no nesting deeper than MAX_JSON_DEPTH, and a
+patch only of well-formed operations. Equality is JSON's, not Python's (`true`
+is not `1`). The only functions that mutate a document are `patch_in_place`
+and `apply_op_recording`, and only the document they are handed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from enum import Enum
+from typing import Final, TypeAlias
+
+import jsonpatch
+import jsonpointer
+
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+JsonPatchOp: TypeAlias = dict[str, JsonValue]
+
+# What jsonpatch raises when a patch does not apply to a document.
+PATCH_ERRORS: Final = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException)
+
+# Payloads nested deeper than this are treated as invalid JSON. Replay, the
+# studio's JSON answers and jsonpatch all walk documents recursively, so a
+# deeper one (hostile, or a bug: no real state comes close) would raise
+# RecursionError in whichever of them came first instead of being reported.
+MAX_JSON_DEPTH: Final = 200
+_OPS_WITH_VALUE: Final = frozenset({"add", "replace", "test"})
+# The operations whose `from` names a source; on any other operation `from` is ignored.
+OPS_WITH_FROM: Final = frozenset({"move", "copy"})
+_KNOWN_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+
+
+class Missing(Enum):
+    """A JSON pointer that resolves to nothing, as distinct from JSON null."""
+
+    MISSING = "missing"
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = Missing.MISSING
+
+
+def resolve(doc: JsonValue, pointer: str) -> JsonValue | Missing:
+    """The value at an RFC 6901 pointer (not copied), or MISSING; ValueError if malformed."""
+    return resolve_parts(doc, pointer_parts(pointer))
+
+
+def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """Equality as JSON sees it: unlike `==`, `true` is not `1` and `1` is not `"1"`."""
+    return not differences(left, right, (), 1)
+
+
+def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:
+    """The JSON pointers a patch writes: `path` of each op, plus `from` for a move."""
+    paths: list[str] = []
+    for op in patch:
+        kind, path, source = op.get("op"), op.get("path"), op.get("from")
+        if kind == "move" and isinstance(source, str):
+            paths.append(source)
+        if kind != "test" and isinstance(path, str):
+            paths.append(path)
+    return tuple(dict.fromkeys(paths))
+
+
+# --- parsing payloads ------------------------------------------------------------------
+
+
+def parse_json(text: str) -> JsonValue | Missing:
+    """The payload as JSON, or MISSING when it is not a document replay can use.
+
+    Beyond syntax errors that means: NaN/Infinity literals and numbers that
+    overflow a double (1e400), which RFC 8259 JSON cannot carry back out (the
+    studio's JSON answers would fail on them), and nesting deeper than
+    MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
+    """
+    try:
+        value: JsonValue = json.loads(
+            text, parse_float=_finite_float, parse_constant=_not_a_json_number
+        )
+    except (ValueError, RecursionError):
+        return MISSING
+    # Nesting needs an opening bracket per level, so most payloads are cleared by
+    # a count done in C without walking the parsed value.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(
+        value, MAX_JSON_DEPTH
+    ):
+        return MISSING
+    return value
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return number
+
+
+def _not_a_json_number(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _deeper_than(value: JsonValue, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: no recursion)."""
+    pending: list[tuple[JsonValue, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def parse_patch(text: str) -> list[JsonPatchOp] | None:
+    """The patch as a list of well-formed operations, or None if it is not one."""
+    parsed = parse_json(text)
+    if not isinstance(parsed, list):
+        return None
+    ops: list[JsonPatchOp] = []
+    for op in parsed:
+        if not isinstance(op, dict) or not _well_formed(op):
+            return None
+        ops.append(op)
+    return ops
+
+
+def _well_formed(op: JsonPatchOp) -> bool:
+    kind, path = op.get("op"), op.get("path")
+    if kind not in _KNOWN_OPS or not isinstance(path, str) or not _valid_pointer(path):
+        return False
+    if kind in _OPS_WITH_VALUE and "value" not in op:
+        return False
+    source = op.get("from")
+    return kind not in OPS_WITH_FROM or (isinstance(source, str) and _valid_pointer(source))
+
+
+def _valid_pointer(pointer: str) -> bool:
+    try:
+        pointer_parts(pointer)
+    except ValueError:
+        return False
+    return True
+
+
+# --- RFC 6901 pointers -----------------------------------------------------------------
+
+
+def pointer_parts(pointer: str) -> tuple[str, ...]:
+    """RFC 6901 reference tokens, unescaped; ValueError if malformed."""
+    if pointer == "":
+        return ()
+    if not pointer.startswith("/"):
+        raise ValueError(f"JSON pointer {pointer!r} must be empty or start with '/'")
+    tokens = pointer[1:].split("/")
+    if "~" not in pointer:
+        return tuple(tokens)
+    for token in tokens:
+        if "~" in token.replace("~0", "").replace("~1", ""):
+            raise ValueError(f"JSON pointer {pointer!r} has an invalid '~' escape")
+    return tuple(token.replace("~1", "/").replace("~0", "~") for token in tokens)
+
+
+def pointer_text(parts: Sequence[str]) -> str:
+    """The RFC 6901 pointer for these reference tokens (the inverse of `pointer_parts`)."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
+    """The value at already split reference tokens (not copied), or MISSING."""
+    value: JsonValue = doc
+    for part in parts:
+        if isinstance(value, dict):
+            if part not in value:
+                return MISSING
+            value = value[part]
+        elif isinstance(value, list):
+            index = list_index(part)
+            if index is None or index >= len(value):
+                return MISSING
+            value = value[index]
+        else:
+            return MISSING
+    return value
+
+
+def list_index(token: str) -> int | None:
+    """The array index a reference token names, or None if it names none (e.g. "-", "01")."""
+    # RFC 6901: array indexes are decimal without leading zeros.
+    if token.isdigit() and (token == "0" or not token.startswith("0")):
+        return int(token)
+    return None
+
+
+def _is_list_slot(doc: JsonValue, parts: Sequence[str]) -> bool:
+    return bool(parts) and isinstance(resolve_parts(doc, parts[:-1]), list)
+
+
+# --- copying and patching -------------------------------------------------------------
+
+
+def patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
+    """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again.
+
+    Values of add/replace ops become part of the document, and older jsonpatch
+    releases insert them without copying. Parsing each application afresh from
+    the patch text means the document never shares objects with patch data that
+    a later step, or a rebuild from a checkpoint, would read again.
+    """
+    result: JsonValue = jsonpatch.JsonPatch(ops).apply(doc, in_place=True)
+    return result
+
+
+def apply_op_recording(
+    doc: JsonValue, op: JsonPatchOp
+) -> tuple[JsonValue | Missing, JsonValue | Missing, JsonValue]:
+    """Apply one operation in place: what sat at its target before, what is there after, the doc.
+
+    Before is MISSING when the operation inserts into a list (nothing is
+    overwritten); after is MISSING for a remove. Both are copies the caller
+    owns. Raises what `patch_in_place` raises when the operation does not apply.
+    """
+    kind = str(op["op"])
+    parts = pointer_parts(str(op["path"]))
+    inserting = kind in {"add", "move", "copy"} and _is_list_slot(doc, parts)
+    before = MISSING if inserting else clone_or_missing(resolve_parts(doc, parts))
+    if parts and parts[-1] == "-":
+        # "-" names the slot after the last element; pin it before the insert.
+        parent = resolve_parts(doc, parts[:-1])
+        parts = (*parts[:-1], str(len(parent) if isinstance(parent, list) else 0))
+    doc = patch_in_place(doc, [op])
+    after = MISSING if kind == "remove" else clone_or_missing(resolve_parts(doc, parts))
+    return before, after, doc
+
+
+def clone(value: JsonValue) -> JsonValue:
+    """A deep copy of a JSON value that shares nothing with the original."""
+    # A JSON-only deep copy: about three times faster than copy.deepcopy, which
+    # matters because checkpoints and rebuilt states are whole-state copies.
+    if isinstance(value, dict):
+        return {key: clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clone(item) for item in value]
+    return value
+
+
+def clone_or_missing(value: JsonValue | Missing) -> JsonValue | Missing:
+    """`clone`, passing MISSING through."""
+    return value if value is MISSING else clone(value)
+
+
+# --- comparing --------------------------------------------------------------------------
+
+
+def differences(
+    left: JsonValue | Missing, right: JsonValue | Missing, at: tuple[str, ...], limit: int
+) -> list[str]:
+    """Pointers where two JSON values differ, shallowest first, at most `limit`."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        found: list[str] = []
+        for key in sorted(left.keys() | right.keys()):
+            if len(found) >= limit:
+                break
+            found += differences(
+                left.get(key, MISSING), right.get(key, MISSING), (*at, key), limit - len(found)
+            )
+        return found
+    if isinstance(left, list) and isinstance(right, list):
+        found = []
+        for index in range(max(len(left), len(right))):
+            if len(found) >= limit:
+                break
+            found += differences(
+                left[index] if index < len(left) else MISSING,
+                right[index] if index < len(right) else MISSING,
+                (*at, str(index)),
+                limit - len(found),
+            )
+        return found
+    return [] if _scalar_equal(left, right) else [pointer_text(at) or "/ (the whole state)"]
+
+
+def _scalar_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    numbers = (int, float)
+    if isinstance(left, numbers) and isinstance(right, numbers):
+        return left == right
+    return type(left) is type(right) and left == right
