@@ -100,7 +100,8 @@ def executions_page(request: Request) -> Response:
         rows=rows,
         in_flight=tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else (),
         facets=tuple(
-            facet(name, store.facets(query, name), filters, base) for name in FACETS
+            facet(name, counts, filters, base)
+            for name, counts in store.facets(query, FACETS).items()
         ),
         older_href=_older_href(base, filters, rows) if more else None,
         newest_href=None if first_page else link(base, filters),

@@ -201,10 +201,10 @@ class Store:
             return listing.search(cursor, query)
 
     def facets(
-        self, query: listing.ExecutionQuery, name: listing.FacetName
-    ) -> list[tuple[str, int]]:
+        self, query: listing.ExecutionQuery, names: Sequence[listing.FacetName]
+    ) -> dict[listing.FacetName, list[tuple[str, int]]]:
         with self._cursor() as cursor:
-            return listing.facets(cursor, query, name)
+            return listing.facets(cursor, query, names)
 
     def execution_row(self, run_id: str) -> listing.ExecutionRow | None:
         with self._cursor() as cursor:

@@ -7,6 +7,8 @@ fast on the thousandth page as on the first and stable while data arrives.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -159,21 +161,39 @@ _FILTERED_PAGE_SQL: Final = """
 
 
 def facets(
-    cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery, name: FacetName, limit: int = 20
-) -> list[tuple[str, int]]:
-    """Counts of each value of one facet within the filtered set, commonest first."""
-    column = FACET_COLUMNS[name]
+    cursor: duckdb.DuckDBPyConnection,
+    query: ExecutionQuery,
+    names: Sequence[FacetName],
+    limit: int = 20,
+) -> dict[FacetName, list[tuple[str, int]]]:
+    """Counts of each value of these facets within the filtered set, commonest first.
+
+    One scan for all facets (GROUPING SETS), not one per facet: the executions
+    page asks for five on every load.
+    """
     conditions, params = _conditions(query)
+    columns = [FACET_COLUMNS[name] for name in names]
+    sets = ", ".join(f"({column})" for column in columns)
+    # GROUPING(column) = 0 marks the rows grouped by that column.
+    which = ", ".join(f"GROUPING({column})" for column in columns)
     rows = cursor.execute(
         f"""
-        SELECT {column} AS value, count(*) AS n
+        SELECT [{which}] AS grouping, {", ".join(columns)}, count(*) AS n
         FROM executions e LEFT JOIN execution_replays r ON r.run_id = e.run_id
         {_where(conditions)}
-        GROUP BY value ORDER BY n DESC, value LIMIT ?
+        GROUP BY GROUPING SETS ({sets})
         """,
-        [*params, limit],
+        params,
     ).fetchall()
-    return [(str(value), int(count)) for value, count in rows]
+    found: dict[FacetName, list[tuple[str, int]]] = {name: [] for name in names}
+    for row in rows:
+        grouping, values, count = row[0], row[1:-1], row[-1]
+        index = grouping.index(0)
+        found[names[index]].append((str(values[index]), int(count)))
+    return {
+        name: sorted(counts, key=lambda item: (-item[1], item[0]))[:limit]
+        for name, counts in found.items()
+    }
 
 
 def row(cursor: duckdb.DuckDBPyConnection, run_id: str) -> ExecutionRow | None:
@@ -201,6 +221,8 @@ def children(cursor: duckdb.DuckDBPyConnection, run_id: str) -> list[ExecutionRo
     return [ExecutionRow(*row) for row in rows]
 
 
+IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
+
 # A run is in flight when Junjo spans name it as their parent run but its own
 # owner span has not arrived. RunConcurrent ids are parents too (of concurrent
 # children), so those, being spans' own runtime ids, are excluded.
@@ -209,11 +231,13 @@ _IN_FLIGHT_SQL: Final = """
         SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
                s.start_unix_nano, s.end_unix_nano
         FROM spans s
-        WHERE s.junjo_parent_runtime_id IS NOT NULL
+        WHERE s.received_unix_nano >= $since
+          AND s.junjo_parent_runtime_id IS NOT NULL
           AND s.span_type IN ('node', 'run_concurrent', 'subflow')
           AND s.junjo_parent_runtime_id NOT IN (
               SELECT junjo_runtime_id FROM spans
-              WHERE span_type IN ('node', 'run_concurrent') AND junjo_runtime_id IS NOT NULL)
+              WHERE received_unix_nano >= $since
+                AND span_type IN ('node', 'run_concurrent') AND junjo_runtime_id IS NOT NULL)
           AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
           {run_filter}
     )
@@ -225,21 +249,30 @@ _IN_FLIGHT_SQL: Final = """
     LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
     GROUP BY p.run_id
     ORDER BY min(p.start_unix_nano) DESC
-    LIMIT ?
+    LIMIT $limit
 """
 
 
 def in_flight(
-    cursor: duckdb.DuckDBPyConnection, limit: int = 50, run_id: str | None = None
+    cursor: duckdb.DuckDBPyConnection,
+    limit: int = 50,
+    run_id: str | None = None,
+    *,
+    now_unix_nano: int | None = None,
 ) -> list[InFlightRow]:
-    params: list[object] = []
+    """Runs whose nodes reported within IN_FLIGHT_WINDOW but whose owner span has not.
+
+    Only recent spans are looked at (they are stored in arrival order, so zone
+    maps skip the rest): a run whose owner never arrives stops being "in flight"
+    after the window, rather than every page load scanning all spans forever.
+    """
+    now = time.time_ns() if now_unix_nano is None else now_unix_nano
+    params: dict[str, object] = {"limit": limit, "since": now - IN_FLIGHT_WINDOW_NANOS}
     run_filter = ""
     if run_id is not None:
-        run_filter = "AND s.junjo_parent_runtime_id = ?"
-        params.append(run_id)
-    rows = cursor.execute(
-        _IN_FLIGHT_SQL.format(run_filter=run_filter), [*params, limit]
-    ).fetchall()
+        run_filter = "AND s.junjo_parent_runtime_id = $run_id"
+        params["run_id"] = run_id
+    rows = cursor.execute(_IN_FLIGHT_SQL.format(run_filter=run_filter), params).fetchall()
     return [
         InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7])
         for r in rows
