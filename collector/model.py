@@ -7,6 +7,7 @@ divided into floats before it reaches a template.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,3 +101,21 @@ class EvidenceSpan:
     dropped_attributes_count: int
     dropped_events_count: int
     dropped_links_count: int
+
+
+def span_subtree(root: str, edges: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The span ids under `root` (itself included), from (span_id, parent_span_id) pairs.
+
+    Iterative, and safe against cycles: telemetry can claim any parent.
+    """
+    children: dict[str, list[str]] = {}
+    for span_id, parent_span_id in edges:
+        children.setdefault(parent_span_id, []).append(span_id)
+    found = {root}
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return frozenset(found)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.history import History, replay, walk
 from collector.jsondoc import Missing, resolve
-from collector.model import Execution, Transition
+from collector.model import Execution, Transition, span_subtree
 from collector.store import Store, StoreError, WriteResult
 from collector.store.replays import ReplayRecord, SpanLink
 
@@ -52,24 +52,10 @@ def replay_with(
         execution,
         transitions,
         evidence_spans=[link.span for link in same_trace] + elsewhere,
-        owner_span_ids=_subtree(
+        owner_span_ids=span_subtree(
             execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
         ),
     )
-
-
-def _subtree(root: str, edges: Iterable[tuple[str, str]]) -> frozenset[str]:
-    children: dict[str, list[str]] = {}
-    for span_id, parent_span_id in edges:
-        children.setdefault(parent_span_id, []).append(span_id)
-    found = {root}
-    pending = [root]
-    while pending:
-        for child in children.get(pending.pop(), ()):
-            if child not in found:
-                found.add(child)
-                pending.append(child)
-    return frozenset(found)
 
 
 def replay_record(

@@ -27,6 +27,7 @@ from collector.junjo import (
     STATUS_CODE_ERROR,
     STRUCTURAL_ID,
 )
+from collector.model import span_subtree
 from collector.store.spans import SpanRow
 
 SCALE: Final = 1000
@@ -128,7 +129,11 @@ def build_waterfall(spans: Sequence[SpanRow], owner_span_id: str | None) -> Wate
     end = max(max(span.end, span.start) for span in spans)
     total = max(end - start, 1)
     ordered = _tree_order(spans)
-    inside = _subtree(owner_span_id, spans) if owner_span_id else frozenset()
+    inside = (
+        span_subtree(owner_span_id, [(s.span_id, s.parent_span_id) for s in spans])
+        if owner_span_id
+        else frozenset()
+    )
     rows = tuple(
         _row(span, depth, start, total, span.span_id in inside, span.span_id == owner_span_id)
         for span, depth in ordered
@@ -181,20 +186,6 @@ def _tree_order(spans: Sequence[SpanRow]) -> list[tuple[SpanRow, int]]:
 
 def _by_start(spans: Iterable[SpanRow]) -> list[SpanRow]:
     return sorted(spans, key=lambda span: (span.start, span.span_id))
-
-
-def _subtree(root: str, spans: Sequence[SpanRow]) -> frozenset[str]:
-    children: dict[str, list[str]] = {}
-    for span in spans:
-        children.setdefault(span.parent_span_id, []).append(span.span_id)
-    found = {root}
-    pending = [root]
-    while pending:
-        for child in children.get(pending.pop(), ()):
-            if child not in found:
-                found.add(child)
-                pending.append(child)
-    return frozenset(found)
 
 
 def _row(

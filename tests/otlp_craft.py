@@ -1,4 +1,4 @@
-"""Hand-built OTLP requests for the retention, crash, overload and hostile-input tests.
+"""Hand-built OTLP requests for the tests: plain spans, relocated and renewed fixtures.
 
 Two kinds: plain spans with chosen ids and times (`plain_request`), and copies
 of a captured Junjo fixture moved in time with fresh trace, run and store ids
@@ -8,8 +8,9 @@ at any age.
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
@@ -87,6 +88,46 @@ def _spans(request: ExportRequest) -> Iterable[trace_pb2.Span]:
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             yield from scope_spans.spans
+
+
+def spans_of(requests: Iterable[ExportRequest]) -> Iterator[trace_pb2.Span]:
+    """Every span of these requests, in order, for editing in place."""
+    for request in requests:
+        yield from _spans(request)
+
+
+# Values that identify a run, a store, a definition or an event: renewed in a
+# variant so it is a different run with a different store, not a retry.
+VARIANT_ID_KEYS = frozenset({
+    "id",
+    junjo.DEFINITION_ID,
+    junjo.RUNTIME_ID,
+    "junjo.parent_executable_definition_id",
+    junjo.PARENT_RUNTIME_ID,
+    junjo.WORKFLOW_STORE_ID,
+    junjo.WORKFLOW_PARENT_STORE_ID,
+    junjo.STORE_ID,
+})
+
+
+def fresh_id(old: str, tag: str, size: int) -> str:
+    """A deterministic new hex id for `old` under `tag` (the same input, the same id)."""
+    return hashlib.blake2b(f"{tag}:{old}".encode(), digest_size=16).hexdigest()[:size]
+
+
+def variant(tag: str, scenario: str = "a_linear") -> list[ExportRequest]:
+    """The scenario's requests, decoded, with every trace, span and Junjo id renewed."""
+    requests = [ExportRequest.FromString(body) for body, _ in fixture_requests(scenario)]
+    for span in spans_of(requests):
+        span.trace_id = bytes.fromhex(fresh_id(span.trace_id.hex(), tag, 32))
+        span.span_id = bytes.fromhex(fresh_id(span.span_id.hex(), tag, 16))
+        if span.parent_span_id:
+            span.parent_span_id = bytes.fromhex(fresh_id(span.parent_span_id.hex(), tag, 16))
+        for attributes in (span.attributes, *(event.attributes for event in span.events)):
+            for item in attributes:
+                if item.key in VARIANT_ID_KEYS and item.value.string_value:
+                    item.value.string_value = fresh_id(item.value.string_value, tag, 21)
+    return requests
 
 
 def _rename_ids(attributes: Iterable[common_pb2.KeyValue], tag: str) -> None:

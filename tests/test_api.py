@@ -11,7 +11,6 @@ copy, and each must surface its diagnostic code through the API.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otlp_craft import spans_of, variant
 from support import (
     FIXTURE_API_KEY,
     Server,
@@ -48,20 +48,6 @@ APP = Path(__file__).with_name("junjo_app.py")
 DOCUMENTED_FIELDS = frozenset(
     {"id", "workflow", "service", "status", "verdict", "started_at", "ended_at",
      "transition_count", "trace_id"}
-)
-# Attributes whose values are Junjo ids; a variant gets fresh ones so that it is
-# a different run with a different store, not a retry of the original.
-ID_KEYS = frozenset(
-    {
-        "id",
-        "junjo.executable_definition_id",
-        "junjo.executable_runtime_id",
-        "junjo.parent_executable_definition_id",
-        "junjo.parent_executable_runtime_id",
-        "junjo.workflow.store.id",
-        "junjo.workflow.parent_store.id",
-        "junjo.store.id",
-    }
 )
 SEQUENCE = "junjo.store.transition.sequence"
 PATCH = "junjo.state_json_patch"
@@ -503,40 +489,14 @@ def test_large_state_is_partial_with_dropped_events_and_gap(
 # --- corrupted variants over gRPC ------------------------------------------------
 
 
-def _fresh(old: str, tag: str, size: int) -> str:
-    return hashlib.blake2b(f"{tag}:{old}".encode(), digest_size=16).hexdigest()[:size]
-
-
-def _spans(requests: list[PB2Request]) -> Iterator[PB2Span]:
-    for request in requests:
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                yield from scope_spans.spans
-
-
 def _attribute(attributes: Any, key: str) -> KeyValue:
     found: KeyValue = next(a for a in attributes if a.key == key)
     return found
 
 
-def variant(tag: str, scenario: str = "a_linear") -> list[PB2Request]:
-    """The scenario's requests, decoded, with every trace, span and Junjo id renewed."""
-    requests = [PB2Request.FromString(body) for body, _ in fixture_requests(scenario)]
-    for span in _spans(requests):
-        span.trace_id = bytes.fromhex(_fresh(span.trace_id.hex(), tag, 32))
-        span.span_id = bytes.fromhex(_fresh(span.span_id.hex(), tag, 16))
-        if span.parent_span_id:
-            span.parent_span_id = bytes.fromhex(_fresh(span.parent_span_id.hex(), tag, 16))
-        for attributes in (span.attributes, *(event.attributes for event in span.events)):
-            for item in attributes:
-                if item.key in ID_KEYS and item.value.string_value:
-                    item.value.string_value = _fresh(item.value.string_value, tag, 21)
-    return requests
-
-
 def workflow_span(requests: list[PB2Request]) -> PB2Span:
     return next(
-        s for s in _spans(requests)
+        s for s in spans_of(requests)
         if _attribute(s.attributes, "junjo.span_type").value.string_value == "workflow"
     )
 
@@ -549,7 +509,7 @@ def variant_run_id(requests: list[PB2Request]) -> str:
 
 def event_at(requests: list[PB2Request], sequence: int) -> tuple[PB2Span, int]:
     """The span carrying the set_state event with this sequence, and the event's index."""
-    for span in _spans(requests):
+    for span in spans_of(requests):
         for index, event in enumerate(span.events):
             if event.name == "set_state" and any(
                 a.key == SEQUENCE and a.value.int_value == sequence for a in event.attributes

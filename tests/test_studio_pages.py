@@ -10,7 +10,6 @@ links that keep every filter, and the security headers.
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import re
@@ -24,6 +23,7 @@ import pytest
 from markupsafe import escape
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from otlp_craft import spans_of, variant
 from support import Server, export_raw, fixture_requests, free_port, manifest, scenarios
 
 from collector import junjo
@@ -32,10 +32,6 @@ from studio.security import CONTENT_SECURITY_POLICY
 HOSTILE = '</script><img src=x onerror=alert(1)><b>"x"</b>'
 # Inside a JSON string in a patch, so no quotes or backslashes of its own.
 HOSTILE_VALUE = "</title><script>alert(1)</script>"
-ID_KEYS = frozenset({
-    junjo.RUNTIME_ID, junjo.PARENT_RUNTIME_ID, junjo.WORKFLOW_STORE_ID,
-    junjo.WORKFLOW_PARENT_STORE_ID, junjo.AGENT_STORE_ID, junjo.STORE_ID,
-})
 EDITED_STEP = 3
 EDITED_VALUE = "edited"
 
@@ -43,35 +39,9 @@ EDITED_VALUE = "edited"
 # --- building requests -------------------------------------------------------------
 
 
-def _spans(requests: list[ExportTraceServiceRequest]) -> Iterator[Span]:
-    for request in requests:
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                yield from scope_spans.spans
-
-
-def _fresh(old: str, tag: str, size: int) -> str:
-    return hashlib.blake2b(f"{tag}:{old}".encode(), digest_size=16).hexdigest()[:size]
-
-
-def variant(tag: str, scenario: str = "a_linear") -> list[ExportTraceServiceRequest]:
-    """The scenario's requests with every trace, span, run and store id renewed."""
-    requests = [ExportTraceServiceRequest.FromString(b) for b, _ in fixture_requests(scenario)]
-    for span in _spans(requests):
-        span.trace_id = bytes.fromhex(_fresh(span.trace_id.hex(), tag, 32))
-        span.span_id = bytes.fromhex(_fresh(span.span_id.hex(), tag, 16))
-        if span.parent_span_id:
-            span.parent_span_id = bytes.fromhex(_fresh(span.parent_span_id.hex(), tag, 16))
-        for attributes in (span.attributes, *(event.attributes for event in span.events)):
-            for item in attributes:
-                if item.key in ID_KEYS and item.value.string_value:
-                    item.value.string_value = _fresh(item.value.string_value, tag, 21)
-    return requests
-
-
 def edit_step(requests: list[ExportTraceServiceRequest], sequence: int, value: str) -> None:
     """Make the set_state event at `sequence` write `value` instead of what it wrote."""
-    for span in _spans(requests):
+    for span in spans_of(requests):
         for event in span.events:
             attributes = {a.key: a for a in event.attributes}
             if event.name == junjo.SET_STATE_EVENT and (
@@ -91,7 +61,7 @@ def make_hostile(requests: list[ExportTraceServiceRequest]) -> None:
             for item in resource_spans.resource.attributes:
                 if item.key == "service.name":
                     item.value.string_value = HOSTILE
-    for span in _spans(requests):
+    for span in spans_of(requests):
         if span.name == "Linear Workflow":
             span.name = HOSTILE
         for attributes in (span.attributes, *(event.attributes for event in span.events)):
@@ -120,7 +90,7 @@ def _is_workflow(span: Span) -> bool:
 
 
 def run_id_of(requests: list[ExportTraceServiceRequest]) -> str:
-    for span in _spans(requests):
+    for span in spans_of(requests):
         if _is_workflow(span):
             attributes = {a.key: a.value for a in span.attributes}
             return attributes[junjo.RUNTIME_ID].string_value
