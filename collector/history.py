@@ -1067,7 +1067,9 @@ class _Tape:
 
 def _timeline_entry(step: Step) -> TimelineEntry:
     transition = step.transition
-    ops = parse_patch(transition.patch_json)
+    # An applied patch was parsed and checked by replay already; parsing it again
+    # plainly saves the per-op checks on long timelines.
+    ops = json.loads(transition.patch_json) if step.applied else parse_patch(transition.patch_json)
     return TimelineEntry(
         sequence=step.sequence,
         time_unix_nano=transition.time_unix_nano,

@@ -55,8 +55,7 @@ class Inspector:
     def inspect(self, run_id: str) -> Inspection | None:
         execution = self._store.get_execution(run_id)
         if execution is not None:
-            stores = [execution.store_id] if execution.store_id else []
-            version = self._store.evidence_version(stores, execution.trace_id)
+            version = self._store.evidence_version(execution.store_id, execution.trace_id)
             cached = self._cached(run_id, version)
             if cached is not None:
                 return cached

@@ -218,13 +218,17 @@ class Store:
         with self._cursor() as cursor:
             return listing.in_flight(cursor, limit, run_id)
 
-    def evidence_version(self, store_ids: Sequence[str], trace_id: str) -> tuple[int, int]:
-        """Changes whenever evidence for these stores or this trace arrives (cache key)."""
+    def evidence_version(self, store_id: str | None, trace_id: str) -> tuple[int, int]:
+        """Changes whenever evidence for this store or trace arrives (a cache key).
+
+        Plain equality predicates (not list_contains) let DuckDB prune by zone
+        maps: the check runs before every cached page view.
+        """
         with self._cursor() as cursor:
             row = cursor.execute(
-                "SELECT (SELECT count(*) FROM transitions WHERE list_contains(?, store_id)),"
-                " (SELECT count(*) FROM spans WHERE trace_id = ?)",
-                [list(store_ids), trace_id],
+                "SELECT (SELECT count(*) FROM transitions WHERE store_id = ?),"
+                " (SELECT coalesce(max(received_unix_nano), 0) FROM spans WHERE trace_id = ?)",
+                [store_id, trace_id],
             ).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
