@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,6 +253,3 @@ def _retention_argument(text: str) -> int:
 def _optional_path(value: str) -> Path | None:
     return Path(value) if value else None
 
-
-def parse(argv: Sequence[str], parser: argparse.ArgumentParser) -> argparse.Namespace:
-    return parser.parse_args(list(argv))

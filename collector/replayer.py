@@ -32,7 +32,8 @@ MAX_REST_SECONDS = 1.0
 def load_history(store: Store, execution: Execution) -> History:
     """Replay one execution from everything stored about its store and trace."""
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
-    links = store.evidence_spans(execution.trace_id, execution.store_id)
+    stores = [execution.store_id] if execution.store_id else []
+    links = store.evidence_spans_for([execution.trace_id], stores)
     return replay_with(execution, transitions, links)
 
 

@@ -79,7 +79,10 @@ class Inspector:
             for store_id in in_flight.store_ids
             for transition in self._store.transitions_for_store(store_id)
         ]
-        spans = [link.span for link in self._store.evidence_spans(in_flight.trace_id, None)]
+        spans = [
+            link.span
+            for link in self._store.evidence_spans_for([in_flight.trace_id], in_flight.store_ids)
+        ]
         history = replay(None, transitions, evidence_spans=spans)
         return Inspection(run_id, None, None, in_flight, history)
 

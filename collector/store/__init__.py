@@ -191,8 +191,7 @@ class Store:
             return replays.execution(cursor, run_id)
 
     def transitions_for_store(self, store_id: str) -> list[Transition]:
-        with self._cursor() as cursor:
-            return replays.transitions_for_store(cursor, store_id)
+        return self.transitions_for_stores([store_id])[store_id]
 
     # -- finding executions -------------------------------------------------------
 
@@ -252,10 +251,6 @@ class Store:
     def stale_store_ids(self) -> list[str]:
         with self._cursor() as cursor:
             return replays.stale_store_ids(cursor)
-
-    def evidence_spans(self, trace_id: str, store_id: str | None) -> list[replays.SpanLink]:
-        with self._cursor() as cursor:
-            return replays.evidence_spans(cursor, trace_id, store_id)
 
     def save_replays(
         self, records: Sequence[replays.ReplayRecord], indexes: Sequence[FieldIndex]

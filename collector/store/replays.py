@@ -69,15 +69,6 @@ def executions_for_stores(
     return [Execution(*row) for row in rows]
 
 
-def transitions_for_store(cursor: duckdb.DuckDBPyConnection, store_id: str) -> list[Transition]:
-    rows = cursor.execute(
-        f"SELECT {TRANSITION_SELECT} FROM transitions WHERE store_id = ?"
-        " ORDER BY sequence NULLS LAST, time_unix_nano, trace_id, span_id, event_index",
-        [store_id],
-    ).fetchall()
-    return [Transition(*row) for row in rows]
-
-
 def transitions_for_stores(
     cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str]
 ) -> dict[str, list[Transition]]:
@@ -140,23 +131,6 @@ def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
         """
     ).fetchall()
     return [store_id for (store_id,) in rows]
-
-
-def evidence_spans(
-    cursor: duckdb.DuckDBPyConnection, trace_id: str, store_id: str | None
-) -> list[SpanLink]:
-    rows = cursor.execute(
-        """
-        SELECT trace_id, span_id, name, span_type, dropped_attributes_count,
-               dropped_events_count, dropped_links_count, parent_span_id
-        FROM spans
-        WHERE trace_id = ?
-           OR (trace_id, span_id) IN (
-                SELECT DISTINCT trace_id, span_id FROM transitions WHERE store_id = ?)
-        """,
-        [trace_id, store_id],
-    ).fetchall()
-    return [SpanLink(EvidenceSpan(*row[:7]), row[7]) for row in rows]
 
 
 def save(
