@@ -134,7 +134,12 @@ class GrpcReceiver:
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(EXPORT_SERVICE, {EXPORT_METHOD: method}),)
         )
-        self.port = self._server.add_insecure_port(address)
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio's only signal that bind() failed
+            raise OSError(
+                f"cannot listen for OTLP/gRPC on {address}: address already in use or unavailable"
+            ) from exc
         if self.port == 0:
             raise OSError(f"cannot listen for OTLP/gRPC on {address}")
 

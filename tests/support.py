@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,13 +26,23 @@ FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fi
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 FIXTURE_API_KEY = "test-junjo-api-key-0123456789"
 STARTUP_TIMEOUT_SECONDS = 30.0
+# Below Linux's ephemeral range (32768-60999): a port the kernel handed out
+# with bind(0) can be taken by any outgoing connection before the server binds
+# it, which once failed CI with "address already in use".
+TEST_PORT_RANGE = (20000, 32000)
+BIND_ATTEMPTS = 5
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port that is free now and outside the ephemeral range."""
+    while True:
+        port = random.randint(*TEST_PORT_RANGE)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @dataclass
@@ -56,6 +67,18 @@ class Server:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self) -> Server:
+        """Start the server; on a first start, retry elsewhere if a port was taken."""
+        first_start = self.process is None
+        for _ in range(BIND_ATTEMPTS - 1):
+            try:
+                return self._start_once()
+            except RuntimeError as error:
+                if not (first_start and "address already in use" in str(error)):
+                    raise
+                self.grpc_port, self.http_port = free_port(), free_port()
+        return self._start_once()
+
+    def _start_once(self) -> Server:
         assert self.process is None or self.process.poll() is not None
         self.log = self.db.with_suffix(f".{time.monotonic_ns()}.log")
         command = [
