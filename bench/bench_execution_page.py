@@ -6,11 +6,13 @@ workflow span holding both full states and a graph snapshot, 100 node spans carr
 file, starts a real `statetrail serve` on it, and times over loopback:
 
 * GET /executions/{id}: the first request (replay included) and cached requests,
-  for the default view, a middle step, and a middle step with a field's provenance;
+  for the default view, a middle step, and a middle step with the provenance of a
+  field written 7,500 times (first and cached);
 * GET /api/executions/{id}/timeline and /state?sequence=5000 (the JSON twins);
 
-each against GET /healthz in the same run, and checks the <= 0.5 s target for the
-cached page. Run from the repository root: .venv/bin/python -m bench.bench_execution_page
+each against GET /healthz in the same run, and checks the <= 0.5 s target for
+every page view, first views (a cold replay, a first provenance) included.
+Run from the repository root: .venv/bin/python -m bench.bench_execution_page
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ def records() -> tuple[list[SpanRecord], Evidence]:
     execution, transitions, _ = build()
     per_span = TRANSITIONS // NODE_SPANS
     placed = [
-        dataclasses.replace(
-            t, trace_id=TRACE_ID, span_id=node_span_id(i // per_span),
+        t._replace(
+            trace_id=TRACE_ID, span_id=node_span_id(i // per_span),
             event_index=i % per_span, time_unix_nano=(i + 1) * NANOS_PER_STEP,
             event_id=f"event-{i}",
         )
@@ -169,13 +171,16 @@ def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
         env={**os.environ},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            httpx.get(url + "/healthz", timeout=5).raise_for_status()
-            return process, url
+            # Ready, and done with the start-up replay of the bulk-loaded run: a
+            # user opens a run after ingest replayed it, not during.
+            if not httpx.get(url + "/healthz", timeout=5).json()["replaying"]:
+                return process, url
         except httpx.HTTPError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     process.kill()
     raise RuntimeError("statetrail serve did not start")
 
@@ -214,13 +219,13 @@ def report(client: httpx.Client, state_kb: float) -> None:
     first = timed(client, page)
     size = len(client.get(page).content)
     baseline = best_of(lambda: timed(client, "/healthz"))
+    provenance = page + "?step=5000&path=/turn"
     figures = {
         "page, first request (replays)": first,
         "page, cached (default view)": best_of(lambda: timed(client, page)),
         "page, cached, ?step=5000": best_of(lambda: timed(client, page + "?step=5000")),
-        "page, ?step=5000&path=/turn": best_of(
-            lambda: timed(client, page + "?step=5000&path=/turn")
-        ),
+        "page + provenance, first": timed(client, provenance),
+        "page + provenance, cached": best_of(lambda: timed(client, provenance)),
         "api timeline (JSON)": best_of(lambda: timed(client, f"/api/executions/{RUN_ID}/timeline")),
         "api state?sequence=5000": best_of(
             lambda: timed(client, f"/api/executions/{RUN_ID}/state?sequence=5000")
@@ -231,12 +236,13 @@ def report(client: httpx.Client, state_kb: float) -> None:
     print(f"baseline: GET /healthz = {baseline * 1e3:.1f} ms (best of {REPEATS})")
     for name, seconds in figures.items():
         print(f"{name:<32} {seconds * 1e3:8.1f} ms = {seconds / baseline:7.1f} x baseline")
-    worst_cached = max(
-        figures["page, cached (default view)"], figures["page, cached, ?step=5000"]
+    # The target holds for every page a user can ask for, first views included.
+    worst = max(
+        seconds for name, seconds in figures.items() if name.startswith("page")
     )
-    verdict = "PASS" if worst_cached <= TARGET_SECONDS else "FAIL"
-    print(f"target: cached page <= {TARGET_SECONDS * 1e3:.0f} ms: {verdict} "
-          f"({worst_cached * 1e3:.1f} ms)")  # fmt: skip
+    verdict = "PASS" if worst <= TARGET_SECONDS else "FAIL"
+    print(f"target: every execution page view <= {TARGET_SECONDS * 1e3:.0f} ms: {verdict} "
+          f"(worst {worst * 1e3:.1f} ms)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -235,7 +234,7 @@ def write_long_history(store: Store) -> str:
     execution, generated, _ = build_long_history()
     # bench_replay puts every event at index 0 of one span; the store keys events
     # by (trace, span, index), so give each its own index.
-    transitions = [replace(t, event_index=i) for i, t in enumerate(generated)]
+    transitions = [t._replace(event_index=i) for i, t in enumerate(generated)]
     store.write([IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))])
     return execution.run_id
 

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, assert_never, cast
+from typing import Any, Literal, NamedTuple, TypeAlias, assert_never, cast
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
@@ -69,8 +69,7 @@ class ResourceRecord:
     attributes_json: str
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
+class SpanRecord(NamedTuple):
     """One span's queryable columns, plus the span itself as protobuf bytes."""
 
     trace_id: str

@@ -78,7 +78,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias
 
 from collector.jsondoc import (
     MISSING,
@@ -143,8 +143,7 @@ class Diagnostic:
     span_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One transition as replay saw it.
 
     `sequence` is the producer's sequence, or the 1-based position in time order
@@ -177,8 +176,7 @@ class OpChange:
     after: JsonValue | Missing
 
 
-@dataclass(frozen=True, slots=True)
-class TimelineEntry:
+class TimelineEntry(NamedTuple):
     """One row of the timeline, flattened for templates and JSON twins."""
 
     sequence: int
@@ -961,9 +959,7 @@ def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[i
 
 
 def _unverify(step: Step) -> Step:
-    return Step(
-        step.sequence, step.transition, step.changed_paths, step.applied, False, step.foreign
-    )
+    return step._replace(verified=False)
 
 
 def _span_label(transition: Transition) -> str:

@@ -14,11 +14,12 @@ and `apply_op_recording`, and only the document they are handed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
 from enum import Enum
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import jsonpatch
 import jsonpointer
@@ -86,9 +87,7 @@ def parse_json(text: str) -> JsonValue | Missing:
     MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
     """
     try:
-        value: JsonValue = json.loads(
-            text, parse_float=_finite_float, parse_constant=_not_a_json_number
-        )
+        value: JsonValue = _DECODER.decode(text)
     except (ValueError, RecursionError):
         return MISSING
     # Nesting needs an opening bracket per level, so most payloads are cleared by
@@ -109,6 +108,11 @@ def _finite_float(text: str) -> float:
 
 def _not_a_json_number(text: str) -> float:
     raise ValueError(f"{text} is not JSON")
+
+
+# One decoder for every payload: `json.loads` with hooks builds a new decoder
+# (and scanner) per call, a measurable share of replaying 10,000 patches.
+_DECODER: Final = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_a_json_number)
 
 
 def _deeper_than(value: JsonValue, limit: int) -> bool:
@@ -223,12 +227,51 @@ def patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
     # would build every operation object twice and deep-copy each op on the way
     # (validation we have already done in parse_patch), which was most of the
     # cost of replaying a long history.
+    # A long history writes the same few paths over and over, so the parsed
+    # pointers are shared; jsonpatch takes a JsonPointer in place of the string.
     for op in ops:
-        doc = _OPERATIONS[str(op["op"])](op).apply(doc)
+        operation = {**op, "path": _json_pointer(str(op["path"]))}
+        doc = _OPERATIONS[str(op["op"])](operation).apply(doc)
     return doc
 
 
 _OPERATIONS: Final = jsonpatch.JsonPatch.operations
+
+
+class _Pointer(jsonpointer.JsonPointer):
+    """jsonpointer's pointer with a shortcut through plain JSON objects.
+
+    Resolving a pointer is most of the cost of applying an operation, and most
+    of that is jsonpointer's `isinstance(doc, Mapping)` ABC checks. A member of
+    a plain dict resolves here exactly as the library would resolve it; every
+    other step (arrays, "-", missing members, errors) is the library's own.
+    """
+
+    def __init__(self, pointer: str) -> None:
+        super().__init__(pointer)
+        self._text = pointer
+
+    @property
+    def path(self) -> str:
+        # The library re-escapes and re-joins the parts on every access, and
+        # jsonpatch reads it for every operation; the parsed text is the same.
+        return self._text
+
+    def to_last(self, doc: Any) -> tuple[Any, str | int | None]:
+        parts = self.parts
+        if not parts:
+            return doc, None
+        for part in parts[:-1]:
+            doc = doc[part] if type(doc) is dict and part in doc else self.walk(doc, part)
+        if type(doc) is dict:
+            return doc, parts[-1]
+        return doc, jsonpointer.JsonPointer.get_part(doc, parts[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_pointer(path: str) -> jsonpointer.JsonPointer:
+    """A parsed pointer; never changed once built, so safe to share."""
+    return _Pointer(path)
 
 
 def apply_op_recording(

@@ -1,6 +1,9 @@
 """Plain records passed between the stages (decode -> extract -> store -> replay).
 
-Everything here is immutable and free of I/O. Ids are lowercase hex strings and
+Everything here is immutable and free of I/O. The records made by the
+thousand (one per transition or span) are NamedTuples: a frozen dataclass's
+generated __init__ cost 5 µs against 0.7 µs, a tenth of replaying a long
+history and of extracting a request. Ids are lowercase hex strings and
 times are integer nanoseconds since the Unix epoch, end to end; nothing is
 divided into floats before it reaches a template.
 """
@@ -9,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 ExecutionKind = Literal["workflow", "subflow", "agent"]
 ExecutionStatus = Literal["ok", "error", "cancelled"]
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
+class Transition(NamedTuple):
     """One committed store update: a `set_state` span event, wherever it sat.
 
     `patch_json` is the payload exactly as received; it may be cut or invalid
@@ -86,8 +88,7 @@ class Execution:
     cancelled_reason: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class EvidenceSpan:
+class EvidenceSpan(NamedTuple):
     """What replay needs to know about a span that carried evidence.
 
     The OTLP loss counters matter: the SDK silently keeps only the last 128

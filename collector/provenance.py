@@ -5,6 +5,11 @@ Input: a `History` (collector/history.py) and an RFC 6901 pointer. Output: a
 at the pointer, with the value before and after it, and the last write that
 changed it.
 
+A write inside the value (a descendant) is shown at the path it wrote, not as
+the whole value before and after: a list appended to at every step of a long
+run would otherwise cost a copy of the whole list per step (quadratic time,
+gigabytes of answer), and what changed inside is what the user asked about.
+
 Invariant: built only from History's public API (the start state from
 `state_at`, then `steps`), so it sees exactly the states replay handed out and
 cannot disturb them; it replays its own copy forward once. Pure: no I/O, and
@@ -22,12 +27,14 @@ from collector.jsondoc import (
     JsonPatchOp,
     JsonValue,
     Missing,
+    apply_op_recording,
     clone_or_missing,
     json_equal,
     list_index,
     parse_patch,
     patch_in_place,
     pointer_parts,
+    pointer_text,
     resolve_parts,
 )
 
@@ -44,6 +51,8 @@ class ProvenanceEntry:
     `relation` says how the operation's path relates to the pointer: the pointer
     itself, an ancestor (a parent object replaced), a descendant, or a sibling
     list index whose insert or removal shifted the pointer's element.
+    `before`/`after` are the values at `value_path`: the asked pointer, except
+    for a descendant write, where they are the values at the path written.
     """
 
     sequence: int
@@ -52,6 +61,7 @@ class ProvenanceEntry:
     op_path: str
     from_path: str | None
     relation: Relation
+    value_path: str
     before: JsonValue | Missing
     after: JsonValue | Missing
     action: str
@@ -85,8 +95,8 @@ def provenance(history: History, pointer: str) -> Provenance:
     descendant, or a sibling list index that shifted the element all count; a
     move touches both its `from` and its `path`. Values are read from the
     replayed states around each operation, so one forward pass answers the
-    question in the cost of a replay, plus copies of the value at the pointer
-    for each write that touches it. Raises ValueError for a malformed pointer.
+    question in the cost of a replay, plus copies of the values each write
+    touched (see the module docstring). Raises ValueError for a malformed pointer.
     """
     target = pointer_parts(pointer)
     if not history.has_states:
@@ -103,18 +113,50 @@ def provenance(history: History, pointer: str) -> Provenance:
             continue
         for op in ops:
             relation = _op_relation(op, target)
-            before = clone_or_missing(resolve_parts(doc, target)) if relation else MISSING
-            doc = patch_in_place(doc, [op])
             if relation is None:
+                doc = patch_in_place(doc, [op])
                 continue
-            after = clone_or_missing(resolve_parts(doc, target))
-            entry = _provenance_entry(step, op, relation, before, after)
+            if relation == "descendant" and not _moves_within(op, target):
+                value_path, before, after, doc = _write_inside(doc, op, target)
+            else:
+                value_path = pointer
+                before = clone_or_missing(resolve_parts(doc, target))
+                doc = patch_in_place(doc, [op])
+                after = clone_or_missing(resolve_parts(doc, target))
+            entry = _provenance_entry(step, op, relation, value_path, before, after)
             if relation != "shifted" or entry.changed:
                 entries.append(entry)
     writers = [entry for entry in entries if entry.changed]
     return Provenance(
         pointer=pointer, entries=tuple(entries), last_writer=writers[-1] if writers else None
     )
+
+
+def _write_inside(
+    doc: JsonValue, op: JsonPatchOp, target: tuple[str, ...]
+) -> tuple[str, JsonValue | Missing, JsonValue | Missing, JsonValue]:
+    """Apply an operation that writes inside the target: (path shown, before, after, doc)."""
+    path = str(op["path"])
+    parts = pointer_parts(path)
+    if parts[: len(target)] == target:
+        if parts[-1] == "-":
+            # "-" is the slot after the last element: name the index it becomes.
+            parent = resolve_parts(doc, parts[:-1])
+            index = len(parent) if isinstance(parent, list) else 0
+            path = pointer_text((*parts[:-1], str(index)))
+        return (path, *apply_op_recording(doc, op))
+    # A move out of the target: what left is the value at `from`.
+    source = str(op["from"])
+    before = clone_or_missing(resolve_parts(doc, pointer_parts(source)))
+    return source, before, MISSING, patch_in_place(doc, [op])
+
+
+def _moves_within(op: JsonPatchOp, target: tuple[str, ...]) -> bool:
+    """A move from one place inside the target to another changes it in two places."""
+    if op.get("op") != "move":
+        return False
+    ends = (pointer_parts(str(op["path"])), pointer_parts(str(op["from"])))
+    return all(end[: len(target)] == target for end in ends)
 
 
 def _op_relation(op: JsonPatchOp, target: tuple[str, ...]) -> Relation | None:
@@ -158,6 +200,7 @@ def _provenance_entry(
     step: Step,
     op: JsonPatchOp,
     relation: Relation,
+    value_path: str,
     before: JsonValue | Missing,
     after: JsonValue | Missing,
 ) -> ProvenanceEntry:
@@ -170,6 +213,7 @@ def _provenance_entry(
         op_path=str(op["path"]),
         from_path=source if isinstance(source, str) else None,
         relation=relation,
+        value_path=value_path,
         before=before,
         after=after,
         action=transition.action,

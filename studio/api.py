@@ -23,7 +23,7 @@ from collector.history import (
     timeline,
 )
 from collector.jsondoc import MISSING, JsonValue, Missing
-from collector.provenance import Provenance, ProvenanceEntry, provenance
+from collector.provenance import Provenance, ProvenanceEntry
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 from studio.inspect import Inspection, Inspector
@@ -244,6 +244,7 @@ def provenance_entry_json(entry: ProvenanceEntry) -> dict[str, Any]:
         "op_path": entry.op_path,
         "from_path": entry.from_path,
         "relation": entry.relation,
+        "value_path": entry.value_path,
         "before": json_value(entry.before),
         "before_present": entry.before is not MISSING,
         "after": json_value(entry.after),
@@ -270,7 +271,7 @@ def execution_provenance(request: Request) -> Response:
         return _unknown(request)
     try:
         pointer = pointer_param(request.query_params.get("path", ""))
-        found = provenance(inspection.history, pointer)
+        found = inspection.provenance(pointer)
     except (BadParameter, ValueError) as exc:
         return error(400, f"path: {exc}", parameter="path")
     return JSONResponse({"id": inspection.run_id, **provenance_json(found)})

@@ -39,6 +39,7 @@ from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.inspect import Inspector
 from studio.security import SecurityHeaders
+from studio.templating import compile_templates
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with contextlib.ExitStack() as stack:
+            compile_templates()
             store = Store(
                 config.db_path,
                 checkpoint_threshold=config.checkpoint_threshold,

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from collector.history import History, replay
 from collector.model import Execution
+from collector.provenance import Provenance, provenance
 from collector.replayer import load_history
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 
 CACHED_HISTORIES = 32
+# Provenance costs about a replay; a user clicks through a few fields of a run.
+CACHED_PROVENANCES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,31 @@ class Inspection:
     execution: Execution | None
     in_flight: InFlightRow | None
     history: History
+    _provenances: OrderedDict[str, Provenance] = field(
+        default_factory=OrderedDict, compare=False, repr=False
+    )
+    _provenance_lock: threading.Lock = field(
+        default_factory=threading.Lock, compare=False, repr=False
+    )
+
+    def provenance(self, pointer: str) -> Provenance:
+        """`collector.provenance.provenance` of this history, remembered per pointer.
+
+        Lives and dies with the inspection, which the Inspector replaces as soon
+        as new evidence arrives, so a remembered answer is never stale.
+        Raises ValueError for a malformed pointer.
+        """
+        with self._provenance_lock:
+            found = self._provenances.get(pointer)
+            if found is not None:
+                self._provenances.move_to_end(pointer)
+                return found
+        found = provenance(self.history, pointer)
+        with self._provenance_lock:
+            self._provenances[pointer] = found
+            while len(self._provenances) > CACHED_PROVENANCES:
+                self._provenances.popitem(last=False)
+        return found
 
     @property
     def trace_id(self) -> str:

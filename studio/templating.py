@@ -45,3 +45,14 @@ def _environment() -> Environment:
 
 
 templates = Jinja2Templates(env=_environment())
+
+
+def compile_templates() -> None:
+    """Compile every template now, at startup.
+
+    Jinja compiles a template on first use; the execution page's templates take
+    about a second to compile, which would otherwise land on some user's first
+    page view. Compiling early also makes a broken template fail the start.
+    """
+    for name in templates.env.list_templates():
+        templates.env.get_template(name)

@@ -8,7 +8,8 @@ view works with JavaScript off.
 Invariant: the work is bounded whatever the run's size. The timeline is a window
 of TIMELINE_WINDOW transitions around the selected one, diff values are cut at
 DIFF_VALUE_CHARS, and the state tree draws at most TREE_CHILDREN_SHOWN children
-of one container (plus those on a changed or selected path), so a
+of one container (plus those on a changed or selected path), the provenance
+panel PROVENANCE_WINDOW writes around the selected step, so a
 10,000-transition run on a large state renders in a bounded time.
 """
 
@@ -23,10 +24,11 @@ from urllib.parse import urlencode
 
 from collector.history import History, StateUnavailableError, Step
 from collector.jsondoc import JsonValue, Missing, pointer_text
-from collector.provenance import provenance
+from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
 
 TIMELINE_WINDOW: Final = 200
+PROVENANCE_WINDOW: Final = 50
 TREE_CHILDREN_SHOWN: Final = 100
 STRING_PREVIEW_CHARS: Final = 200
 DIFF_VALUE_CHARS: Final = 4000
@@ -130,6 +132,7 @@ class Write:
     op: str
     op_path: str
     relation: str
+    value_path: str
     before: str | None
     after: str | None
     action: str
@@ -140,12 +143,23 @@ class Write:
 
 @dataclass(frozen=True, slots=True)
 class ProvenanceView:
+    """The provenance panel: the last writer and a window of the writes.
+
+    A field written at every step of a long run has thousands of writes; the
+    panel shows PROVENANCE_WINDOW of them around the selected step, with links
+    to the windows before and after (every write is in the JSON twin).
+    """
+
     pointer: str
     error: str | None
     writes: tuple[Write, ...]
     last_writer: Write | None
     close_href: str
     json_href: str
+    total: int = 0
+    first_index: int = 0
+    earlier_href: str | None = None
+    later_href: str | None = None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -443,25 +457,57 @@ def provenance_view(
     api = href(f"/api/executions/{inspection.run_id}/provenance", path=pointer)
     close = href(base, step=sequence)
     try:
-        found = provenance(inspection.history, pointer)
+        found = inspection.provenance(pointer)
     except ValueError as exc:
         return ProvenanceView(pointer, str(exc), (), None, close, api)
-    last = found.last_writer
-    writes = tuple(
-        Write(
-            sequence=e.sequence,
-            href=href(base, step=e.sequence, path=pointer) + "#provenance",
-            op=e.op,
-            op_path=e.op_path,
-            relation=e.relation,
-            before=_json_text(e.before),
-            after=_json_text(e.after),
-            action=e.action,
-            span_name=e.span_name,
-            verified=e.verified,
-            last=e is last,
-        )
-        for e in found.entries
+    entries = found.entries
+    # The window is centred on the last write at or before the selected step.
+    position = bisect_right([e.sequence for e in entries], sequence) - 1
+    first = min(
+        max(position - PROVENANCE_WINDOW // 2, 0), max(len(entries) - PROVENANCE_WINDOW, 0)
     )
-    last_write = next((w for w in writes if w.last), None)
-    return ProvenanceView(pointer, None, writes, last_write, close, api)
+    after = first + PROVENANCE_WINDOW
+
+    def write(entry: ProvenanceEntry) -> Write:
+        return Write(
+            sequence=entry.sequence,
+            href=_write_href(base, entry.sequence, pointer),
+            op=entry.op,
+            op_path=entry.op_path,
+            relation=entry.relation,
+            value_path=entry.value_path,
+            before=_json_text(entry.before),
+            after=_json_text(entry.after),
+            action=entry.action,
+            span_name=entry.span_name,
+            verified=entry.verified,
+            last=entry is found.last_writer,
+        )
+
+    return ProvenanceView(
+        pointer,
+        None,
+        tuple(write(entry) for entry in entries[first:after]),
+        write(found.last_writer) if found.last_writer else None,
+        close,
+        api,
+        total=len(entries),
+        first_index=first,
+        earlier_href=(
+            _write_href(base, entries[max(first - PROVENANCE_WINDOW // 2, 0)].sequence, pointer)
+            if first > 0
+            else None
+        ),
+        later_href=(
+            _write_href(
+                base, entries[min(after + PROVENANCE_WINDOW // 2, len(entries) - 1)].sequence,
+                pointer,
+            )
+            if after < len(entries)
+            else None
+        ),
+    )
+
+
+def _write_href(base: str, sequence: int, pointer: str) -> str:
+    return href(base, step=sequence, path=pointer) + "#provenance"

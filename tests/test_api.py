@@ -455,7 +455,7 @@ def test_execution_provenance_names_last_writer(
     writer = body["last_writer"]
     assert (writer["sequence"], writer["action"], writer["node"]) == (sequence, action, node)
     final = manifest("a_linear")["outcome"]["final_state"]
-    assert writer["after"] == jsonpatch.JsonPointer(body["path"]).resolve(final)
+    assert writer["after"] == jsonpatch.JsonPointer(writer["value_path"]).resolve(final)
     timeline = ok(fixtures, f"/api/executions/{run_id}/timeline")["transitions"]
     step = next(t for t in timeline if t["sequence"] == sequence)
     assert writer["span_id"] == step["span_id"] and writer["store_id"] == step["store_id"]

@@ -251,3 +251,39 @@ def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None
     counts = {box.runtime_id: box.run.count for box in view.nodes}
     assert counts == {"a": 0, "b": 3, "c": 0, "d": 0}
     assert (view.executed, view.total) == (1, 4)
+
+
+def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
+    from test_history import scenario
+
+    from collector.history import replay
+    from studio.inspect import Inspection
+    from studio.timeline_view import PROVENANCE_WINDOW, provenance_view
+
+    writes = 4 * PROVENANCE_WINDOW
+    execution, transitions, _ = scenario(
+        {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, writes + 1)]
+    )
+    inspection = Inspection("run", None, execution, None, replay(execution, transitions))
+
+    middle = provenance_view(inspection, "/executions/run", writes // 2, "/n")
+    assert middle.total == writes and len(middle.writes) == PROVENANCE_WINDOW
+    shown = [write.sequence for write in middle.writes]
+    assert shown[0] < writes // 2 < shown[-1]
+    assert shown == list(range(shown[0], shown[0] + PROVENANCE_WINDOW))
+    # The last writer is named even when its write is outside the window.
+    assert middle.last_writer is not None and middle.last_writer.sequence == writes
+    assert middle.last_writer.after == str(writes)
+    # The neighbouring windows join this one exactly.
+    assert middle.earlier_href is not None and middle.later_href is not None
+    earlier_step = int(re.findall(r"step=(\d+)", middle.earlier_href)[0])
+    earlier = provenance_view(inspection, "/executions/run", earlier_step, "/n")
+    assert earlier.writes[-1].sequence == shown[0] - 1
+    later_step = int(re.findall(r"step=(\d+)", middle.later_href)[0])
+    later = provenance_view(inspection, "/executions/run", later_step, "/n")
+    assert later.writes[0].sequence == shown[-1] + 1
+
+    first = provenance_view(inspection, "/executions/run", 1, "/n")
+    assert first.earlier_href is None and first.writes[0].sequence == 1
+    # Asked twice, the inspection answers from what it remembered.
+    assert inspection.provenance("/n") is inspection.provenance("/n")

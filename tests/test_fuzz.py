@@ -252,7 +252,7 @@ def _pipeline(store: Store, body: bytes) -> None:
         index = field_index(history, execution.run_id)
         rendered = {
             "diagnostics": [asdict(d) for d in history.diagnostics],
-            "timeline": [asdict(entry) for entry in timeline(history)],
+            "timeline": [entry._asdict() for entry in timeline(history)],
             "rows": len(index.rows),
         }
         if history.has_states:

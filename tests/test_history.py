@@ -212,10 +212,10 @@ def test_replay_contract_v1_orders_by_time_then_event_index() -> None:
     )
     # Two events share a timestamp; the event index inside the span breaks the tie.
     timed = [
-        replace(t, sequence=None, time_unix_nano=50_000 + (i // 2), event_index=i % 2)
+        t._replace(sequence=None, time_unix_nano=50_000 + (i // 2), event_index=i % 2)
         for i, t in enumerate(transitions)
     ]
-    outside = replace(timed[0], time_unix_nano=10**12, event_id="late")
+    outside = timed[0]._replace(time_unix_nano=10**12, event_id="late")
     retried = timed[1]
 
     history = replay(execution, [*reversed(timed), outside, retried])
@@ -299,7 +299,7 @@ def test_replay_large_state_keeps_few_checkpoints_and_exact_states() -> None:
 
 def test_walk_yields_each_step_with_the_state_after_it() -> None:
     execution, transitions, states = basic()
-    transitions[2] = replace(transitions[2], patch_json="[{")
+    transitions[2] = transitions[2]._replace(patch_json="[{")
     history = replay(execution, transitions)
 
     walked = [(step.sequence, copy.deepcopy(state)) for step, state in walk(history)]
@@ -355,7 +355,7 @@ def test_steps_list_changed_paths_including_move_sources() -> None:
 
 def test_timeline_flattens_steps_with_parsed_patches() -> None:
     execution, transitions, _ = basic()
-    transitions[4] = replace(transitions[4], patch_json='[{"op":"add","pa')
+    transitions[4] = transitions[4]._replace(patch_json='[{"op":"add","pa')
 
     entries = timeline(replay(execution, transitions))
 
@@ -405,8 +405,7 @@ def test_sequence_gap_at_the_start_verifies_nothing_but_is_partial() -> None:
 
 def test_duplicate_sequence_with_different_patches_is_reported_and_unverified() -> None:
     execution, transitions, _ = basic()
-    rival = replace(
-        transitions[2],
+    rival = transitions[2]._replace(
         event_id="rival",
         span_id="1111111111111111",
         time_unix_nano=transitions[2].time_unix_nano + 5,
@@ -435,7 +434,7 @@ def test_duplicate_sequence_identical_copies_collapse_silently() -> None:
 
 def test_duplicate_sequence_with_equal_patches_is_a_warning_only() -> None:
     execution, transitions, _ = basic()
-    twin = replace(transitions[1], event_id="re-emitted", span_id="5555555555555555")
+    twin = transitions[1]._replace(event_id="re-emitted", span_id="5555555555555555")
 
     history = replay(execution, [*transitions, twin])
 
@@ -469,7 +468,7 @@ def test_missing_trailing_transitions_reported_after_the_last_received() -> None
 
 def test_revision_discontinuity_when_revisions_do_not_chain() -> None:
     execution, transitions, _ = basic()
-    transitions[3] = replace(transitions[3], revision_before=7, revision_after=8)
+    transitions[3] = transitions[3]._replace(revision_before=7, revision_after=8)
 
     history = replay(execution, transitions)
 
@@ -481,11 +480,11 @@ def test_revision_discontinuity_when_revisions_do_not_chain() -> None:
 def test_revision_discontinuity_when_one_update_jumps_two_revisions() -> None:
     execution, transitions, _ = basic()
     transitions = [transitions[0]] + [
-        replace(t, revision_before=t.sequence, revision_after=t.sequence + 1)
+        t._replace(revision_before=t.sequence, revision_after=t.sequence + 1)
         for t in transitions[1:]
         if t.sequence is not None
     ]
-    transitions[0] = replace(transitions[0], revision_after=2)
+    transitions[0] = transitions[0]._replace(revision_after=2)
 
     history = replay(replace(execution, revision_end=6), transitions)
 
@@ -497,8 +496,8 @@ def test_revision_unchanged_or_bumped_by_empty_patch_is_not_a_discontinuity() ->
     # f_exclude_serializer: a hidden field changes -> "[]" with revision + 1;
     # a no-op update -> "[]" with the revision unchanged.
     execution, transitions, _ = scenario({"a": 1}, [[], [], []])
-    transitions[1] = replace(transitions[1], revision_before=1, revision_after=1)
-    transitions[2] = replace(transitions[2], revision_before=1, revision_after=2)
+    transitions[1] = transitions[1]._replace(revision_before=1, revision_after=1)
+    transitions[2] = transitions[2]._replace(revision_before=1, revision_after=2)
     execution = replace(execution, revision_end=2)
 
     history = replay(execution, transitions)
@@ -509,8 +508,8 @@ def test_revision_unchanged_or_bumped_by_empty_patch_is_not_a_discontinuity() ->
 
 def test_patch_failed_on_the_first_step_fails_the_run() -> None:
     execution, transitions, _ = basic()
-    transitions[0] = replace(
-        transitions[0], patch_json='[{"op":"remove","path":"/does_not_exist"}]'
+    transitions[0] = transitions[0]._replace(
+        patch_json='[{"op":"remove","path":"/does_not_exist"}]'
     )
 
     history = replay(execution, transitions)
@@ -525,8 +524,7 @@ def test_patch_failed_on_the_first_step_fails_the_run() -> None:
 def test_patch_failed_after_verified_steps_is_partial_and_skipped() -> None:
     execution, transitions, states = basic()
     # The first op applies before the second fails: the state must not keep it.
-    transitions[3] = replace(
-        transitions[3],
+    transitions[3] = transitions[3]._replace(
         patch_json=json.dumps(
             [
                 {"op": "replace", "path": "/title", "value": "half-applied"},
@@ -604,7 +602,7 @@ def test_otlp_data_dropped_names_the_span_and_the_event_limit() -> None:
 
 def test_invalid_json_payload_in_a_cut_patch() -> None:
     execution, transitions, _ = basic()
-    transitions[1] = replace(transitions[1], patch_json=transitions[1].patch_json[:20])
+    transitions[1] = transitions[1]._replace(patch_json=transitions[1].patch_json[:20])
 
     history = replay(execution, transitions)
 
@@ -662,7 +660,7 @@ def test_state_withheld_end_cannot_be_checked_so_partial() -> None:
 
 def test_state_withheld_patch_stops_verification() -> None:
     execution, transitions, _ = basic()
-    transitions[2] = replace(transitions[2], patch_mode="reference", patch_json="ref:abc")
+    transitions[2] = transitions[2]._replace(patch_mode="reference", patch_json="ref:abc")
 
     history = replay(execution, transitions)
 
@@ -690,7 +688,7 @@ def test_owner_not_arrived_gives_in_flight_timeline_without_states() -> None:
 def test_foreign_writer_in_another_trace_is_info_and_still_replayed() -> None:
     execution, transitions, states = basic()
     other_trace = "ffffffffffffffffffffffffffffffff"
-    transitions[2] = replace(transitions[2], trace_id=other_trace, span_id="3333333333333333")
+    transitions[2] = transitions[2]._replace(trace_id=other_trace, span_id="3333333333333333")
 
     history = replay(execution, transitions)
 
@@ -704,7 +702,7 @@ def test_foreign_writer_in_another_trace_is_info_and_still_replayed() -> None:
 
 def test_foreign_writer_outside_the_owner_subtree() -> None:
     execution, transitions, _ = basic()
-    transitions[4] = replace(transitions[4], span_id="4444444444444444", span_name="Sibling")
+    transitions[4] = transitions[4]._replace(span_id="4444444444444444", span_name="Sibling")
 
     history = replay(execution, transitions, owner_span_ids={OWNER_SPAN, NODE_SPAN})
 
@@ -868,7 +866,7 @@ def test_corrupted_fixture_duplicated_transition_collapses() -> None:
 
 def test_corrupted_fixture_conflicting_duplicate_is_reported() -> None:
     def duplicate(ts: list[Transition]) -> list[Transition]:
-        return [*ts, replace(ts[0], event_id="x", patch_json="[]")]
+        return [*ts, ts[0]._replace(event_id="x", patch_json="[]")]
 
     history = corrupted("a_linear", duplicate)
 
@@ -878,7 +876,7 @@ def test_corrupted_fixture_conflicting_duplicate_is_reported() -> None:
 def test_corrupted_fixture_swapped_sequences_are_caught() -> None:
     def swap(ts: list[Transition]) -> list[Transition]:
         ts = list(ts)
-        ts[2], ts[3] = replace(ts[3], sequence=3), replace(ts[2], sequence=4)
+        ts[2], ts[3] = ts[3]._replace(sequence=3), ts[2]._replace(sequence=4)
         return ts
 
     history = corrupted("a_linear", swap)
@@ -896,7 +894,7 @@ def test_corrupted_fixture_truncated_transitions_are_missing_at_the_end() -> Non
 
 def test_corrupted_fixture_broken_revision_is_a_discontinuity() -> None:
     def bump(ts: list[Transition]) -> list[Transition]:
-        return [*ts[:4], replace(ts[4], revision_before=40), *ts[5:]]
+        return [*ts[:4], ts[4]._replace(revision_before=40), *ts[5:]]
 
     history = corrupted("b_graph_loop", bump)
 
@@ -905,7 +903,7 @@ def test_corrupted_fixture_broken_revision_is_a_discontinuity() -> None:
 
 def test_corrupted_fixture_cut_payload_is_invalid_json() -> None:
     def cut(ts: list[Transition]) -> list[Transition]:
-        return [*ts[:2], replace(ts[2], patch_json=ts[2].patch_json[:-3]), *ts[3:]]
+        return [*ts[:2], ts[2]._replace(patch_json=ts[2].patch_json[:-3]), *ts[3:]]
 
     history = corrupted("c_concurrent", cut)
 
@@ -961,7 +959,28 @@ def test_provenance_of_a_parent_lists_descendant_writes() -> None:
     result = provenance(replay(execution, transitions), "/meta")
 
     assert [(e.sequence, e.relation) for e in result.entries] == [(4, "self"), (5, "descendant")]
-    assert result.entries[1].after == {"owner": "ana", "tags": ["a", "b"]}
+    replaced, inside = result.entries
+    assert (replaced.value_path, replaced.before) == ("/meta", None)
+    assert replaced.after == {"owner": "ana", "tags": ["a"]}
+    # A write inside the field shows the value it wrote, not the whole field again.
+    assert (inside.value_path, inside.before, inside.after) == ("/meta/tags/1", MISSING, "b")
+    assert result.last_writer == inside
+
+
+def test_provenance_of_a_list_appended_to_at_every_step_stays_linear() -> None:
+    """10,000 appends to a 1,000-element list: each write costs its element, not the list."""
+    start = {"log": [f"entry {i}" for i in range(1_000)]}
+    patches: list[Patch] = [
+        [{"op": "add", "path": "/log/-", "value": f"step {i}"}] for i in range(1, 10_001)
+    ]
+    execution, transitions, _ = scenario(start, patches)
+
+    result = provenance(replay(execution, transitions), "/log")
+
+    assert len(result.entries) == 10_000
+    last = result.entries[-1]
+    assert (last.value_path, last.before, last.after) == ("/log/10999", MISSING, "step 10000")
+    assert all(isinstance(e.after, str) for e in result.entries)
 
 
 def test_provenance_follows_list_moves_and_shifts() -> None:
@@ -1021,8 +1040,11 @@ def test_provenance_on_fixture_a_linear_finds_the_list_reorder() -> None:
     result = provenance(history, "/items")
 
     assert any(entry.op == "move" for entry in result.entries)
-    assert result.last_writer is not None
-    assert result.last_writer.after == records.expected_final_state()["items"]
+    last = result.last_writer
+    assert last is not None and (last.op, last.from_path) == ("move", "/items/2")
+    # A move inside /items changes it in two places, so it shows the whole list.
+    assert last.value_path == "/items"
+    assert last.after == records.expected_final_state()["items"]
 
 
 def test_provenance_rejects_a_malformed_pointer() -> None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.history import replay
-from collector.jsondoc import MISSING, json_equal
+from collector.jsondoc import MISSING, json_equal, resolve
 from collector.model import Execution, Transition
 from collector.provenance import provenance
 
@@ -107,8 +107,13 @@ def test_provenance_property_last_writer_holds_the_final_value(
     if result.last_writer is None:
         assert json_equal(final, initial)
     else:
+        # The last write holds its value at the end: the field's own value, or
+        # for a write inside the field the value at the path it wrote.
         after = result.last_writer.after
-        assert json_equal("absent" if after is MISSING else after, final)
+        expected = resolve(states[-1], result.last_writer.value_path)
+        assert json_equal(after, expected)
+        if result.last_writer.relation != "descendant":
+            assert json_equal("absent" if after is MISSING else after, final)
     changed_steps = {e.sequence for e in result.entries if e.changed}
     for sequence in range(1, len(states)):
         before = states[sequence - 1].get(key, "absent")

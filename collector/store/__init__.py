@@ -75,7 +75,7 @@ class WriteResult:
 
 _T = TypeVar("_T")
 _EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
-_TRANSITION_COLUMNS = tuple(field.name for field in fields(Transition))
+_TRANSITION_COLUMNS = Transition._fields
 
 
 class Store:

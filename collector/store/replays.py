@@ -25,8 +25,7 @@ EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
 EXECUTION_SELECT = ", ".join(f"e.{name}" for name in EXECUTION_COLUMNS)
 # The dataclass says `patch_json` (text as received); the column is `patch`.
 TRANSITION_SELECT = ", ".join(
-    "patch AS patch_json" if field.name == "patch_json" else field.name
-    for field in fields(Transition)
+    "patch AS patch_json" if name == "patch_json" else name for name in Transition._fields
 )
 
 
