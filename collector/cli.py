@@ -17,6 +17,8 @@ from collector.config import ConfigError, add_db_argument, add_serve_arguments, 
 from collector.keys_cli import add_keys_command
 from collector.prune_cli import add_prune_command
 
+GIL_SWITCH_INTERVAL_SECONDS = 0.001
+
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
@@ -65,6 +67,10 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"statetrail: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # A studio request that waits for the interpreter lock after each DuckDB
+    # query waits up to one switch interval per CPU-bound thread; the 5 ms default
+    # made executions-page latency under full ingest mostly waiting.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     uvicorn.run(
         create_app(config),
         host=config.host,

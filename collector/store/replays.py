@@ -72,15 +72,16 @@ def transitions_for_stores(
     cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str]
 ) -> dict[str, list[Transition]]:
     """Every transition of these stores, grouped by store, in replay order."""
-    rows = cursor.execute(
+    table = cursor.execute(
         f"SELECT {TRANSITION_SELECT} FROM transitions"
         " WHERE store_id IN (SELECT unnest(?::VARCHAR[]))"
         " ORDER BY store_id, sequence NULLS LAST, time_unix_nano, trace_id, span_id, event_index",
         [list(store_ids)],
-    ).fetchall()
+    ).to_arrow_table()
     grouped: dict[str, list[Transition]] = {store_id: [] for store_id in store_ids}
-    for row in rows:
-        transition = Transition(*row)
+    # Column-wise through Arrow: half the cost of fetchall() on a long history.
+    columns = [column.to_pylist() for column in table.columns]
+    for transition in map(Transition, *columns):
         grouped[transition.store_id].append(transition)
     return grouped
 
