@@ -101,10 +101,11 @@ def load(conn: duckdb.DuckDBPyConnection, executions: int) -> int:
         [executions],
     )
     conn.execute(
-        "CREATE TABLE executions (run_id VARCHAR PRIMARY KEY, start_unix_nano BIGINT NOT NULL)"
+        "CREATE TABLE executions (run_id VARCHAR PRIMARY KEY, run_key BIGINT NOT NULL,"
+        " start_unix_nano BIGINT NOT NULL)"
     )
     conn.execute(
-        "INSERT INTO executions SELECT run_id, 1700000000000000000 + i * 1000000000 FROM runs"
+        "INSERT INTO executions SELECT run_id, i, 1700000000000000000 + i * 1000000000 FROM runs"
     )
     for path, kind in CONTAINERS:
         _insert(conn, path, kind, "NULL", "NULL", "NULL", "NULL", "TRUE", "")
@@ -188,8 +189,9 @@ def _insert(
 ) -> None:
     parent = path.rpartition("/")[0]
     conn.execute(
-        f"INSERT INTO field_values SELECT r.run_id, ?, ?, ?, {num}, {str_key}, {text}, {flag}, "
-        f"{is_final}, ?, ? FROM runs r{tail}",
+        "INSERT INTO field_values (run_id, run_key, parent_key, path_key, kind, num, str_key,"
+        f" str, bool_val, is_final, path, parent) SELECT r.run_id, r.i, ?, ?, ?, {num},"
+        f" {str_key}, {text}, {flag}, {is_final}, ?, ? FROM runs r{tail}",
         [key64(parent), key64(path), kind, path, parent],
     )
 

@@ -100,7 +100,7 @@ def load(path: Path, executions: int) -> dict[str, int]:
             f" (8 + {_pick('transitions', 5)})::BIGINT AS transitions FROM range(?) r(i)",
             [executions],
         )
-        for step in (_executions, _transitions, _replays, _field_values):
+        for step in (_executions, _run_keys, _transitions, _replays, _field_values):
             began = time.perf_counter()
             step(conn)
             print(f"  {step.__name__.strip('_')}: {time.perf_counter() - began:.1f} s")
@@ -135,6 +135,14 @@ def _executions(conn: duckdb.DuckDBPyConnection) -> None:
             3, {START_NANO}
         FROM runs r
         """
+    )
+
+
+def _run_keys(conn: duckdb.DuckDBPyConnection) -> None:
+    # The keys the executions table just assigned, for the field-index rows.
+    conn.execute(
+        "CREATE OR REPLACE TEMP TABLE runs AS"
+        " SELECT r.*, e.run_key FROM runs r JOIN executions e ON e.run_id = r.run_id"
     )
 
 
@@ -222,8 +230,9 @@ def _insert_rows(
 ) -> None:
     parent = pointer.rpartition("/")[0]
     conn.execute(
-        "INSERT INTO field_values (run_id, parent_key, path_key, kind, num, str_key, str,"
-        f" bool_val, is_final, path, parent) SELECT r.run_id, ?, ?, ?, {num}, {str_key},"
+        "INSERT INTO field_values (run_key, run_id, parent_key, path_key, kind, num, str_key,"
+        f" str, bool_val, is_final, path, parent) SELECT r.run_key, r.run_id, ?, ?, ?, {num},"
+        f" {str_key},"
         f" {text}, {flag}, {is_final}, ?, ? FROM runs r{tail}",
         [key64(parent), key64(pointer), kind, pointer, parent],
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from collector.fieldindex import ABSENT, JsonValue, index_rows
 from collector.query import parse_query
+from collector.store import Store
 from collector.store.filters import (
     FIELD_INDEX_DDL,
     compact_field_index,
@@ -16,6 +18,7 @@ from collector.store.filters import (
     delete_field_rows,
     insert_field_rows,
 )
+from studio.params import encode_cursor, execution_query
 
 # run_id -> (start state, touched (pointer, value after) in order, final state)
 _HISTORIES: dict[str, tuple[JsonValue, list[tuple[str, JsonValue]], JsonValue]] = {
@@ -61,8 +64,13 @@ def conn() -> Iterator[duckdb.DuckDBPyConnection]:
     connection = duckdb.connect(":memory:")
     for ddl in FIELD_INDEX_DDL:
         connection.execute(ddl)
-    connection.execute("CREATE TABLE executions (run_id VARCHAR PRIMARY KEY)")
-    connection.executemany("INSERT INTO executions VALUES (?)", [[r] for r in _HISTORIES])
+    # The columns of the store's executions table that the field index joins on.
+    connection.execute("CREATE SEQUENCE run_keys START 1")
+    connection.execute(
+        "CREATE TABLE executions (run_id VARCHAR PRIMARY KEY,"
+        " run_key BIGINT DEFAULT nextval('run_keys'))"
+    )
+    connection.executemany("INSERT INTO executions (run_id) VALUES (?)", [[r] for r in _HISTORIES])
     insert_field_rows(
         connection,
         [
@@ -163,10 +171,45 @@ def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConn
 
 
 def test_compact_field_index_keeps_rows_and_answers(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute("INSERT INTO executions (run_id) VALUES ('late')")
     insert_field_rows(conn, [index_rows("late", ABSENT, {"attempts": 9})])
-    conn.execute("INSERT INTO executions VALUES ('late')")
     (before,) = conn.execute("SELECT count(*) FROM field_values").fetchall()[0]
     compact_field_index(conn)
     (after,) = conn.execute("SELECT count(*) FROM field_values").fetchall()[0]
     assert after == before
     assert _matches(conn, "attempts > 2") == {"approved", "late"}
+
+
+def test_filtered_pages_follow_start_then_run_id_across_equal_start_times(
+    tmp_path: Path,
+) -> None:
+    """The filtered page's top-N cutoff keeps every run tied on the cutoff's start time."""
+    store = Store(tmp_path / "ties.duckdb")
+    runs = [(f"run-{n:02d}", 1_000 * (n // 4)) for n in range(20)]  # four runs per start time
+    with store._cursor() as cursor:
+        for run_id, start in runs:
+            cursor.execute(
+                "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"
+                " parent_span_id, status, status_message, start_unix_nano, end_unix_nano,"
+                " received_unix_nano) VALUES (?, 'workflow', 'W', 's', 't', 's', '', 'ok', '',"
+                " ?, ?, 0)",
+                [run_id, start, start + 1],
+            )
+        insert_field_rows(
+            cursor,
+            [index_rows(run_id, ABSENT, {"n": n}) for n, (run_id, _) in enumerate(runs)],
+        )
+    matching = [(run_id, start) for n, (run_id, start) in enumerate(runs) if n >= 5]
+    expected = [run_id for run_id, _ in sorted(matching, key=lambda r: (-r[1], r[0]))]
+
+    seen: list[str] = []
+    params = {"where": "n >= 5", "limit": "3"}
+    while True:
+        rows = store.search(execution_query(params))
+        seen += [row.run_id for row in rows[:3]]
+        if len(rows) <= 3:
+            break
+        last = rows[2]
+        params["cursor"] = encode_cursor(last.start_unix_nano, last.run_id)
+    store.close()
+    assert seen == expected

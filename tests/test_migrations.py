@@ -1,0 +1,80 @@
+"""Numbered migrations upgrade a file written by an earlier statetrail in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from collector.fieldindex import ABSENT, index_rows
+from collector.query import parse_query
+from collector.store import Store
+from collector.store.filters import compile_filter, key64
+from collector.store.migrations import MIGRATIONS, apply_migrations
+
+
+def _file_before(path: Path, migration_name: str) -> None:
+    """A database as the release before `migration_name` left it, with two runs indexed."""
+    names = [function.__name__ for function in MIGRATIONS]
+    connection = duckdb.connect(str(path))
+    try:
+        connection.execute(
+            "CREATE TABLE _migrations (name VARCHAR PRIMARY KEY,"
+            " applied_at TIMESTAMP WITH TIME ZONE DEFAULT now())"
+        )
+        for function in MIGRATIONS[: names.index(migration_name)]:
+            function(connection)
+            connection.execute("INSERT INTO _migrations (name) VALUES (?)", [function.__name__])
+        for number, run_id in enumerate(("old-a", "old-b")):
+            connection.execute(
+                "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"
+                " parent_span_id, status, status_message, start_unix_nano, end_unix_nano,"
+                " received_unix_nano) VALUES (?, 'workflow', 'W', 's', ?, ?, '', 'ok', '',"
+                " ?, ?, 0)",
+                [run_id, f"{number:032x}", f"{number:016x}", number, number + 1],
+            )
+        for run_id, attempts in (("old-a", 1), ("old-b", 5)):
+            for row in index_rows(run_id, ABSENT, {"attempts": attempts}).rows:
+                connection.execute(
+                    "INSERT INTO field_values (run_id, parent_key, path_key, kind, num,"
+                    " is_final, path, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        run_id, key64(row.parent), key64(row.path), row.kind, row.num,
+                        row.is_final, row.path, row.parent,
+                    ],
+                )
+    finally:
+        connection.close()
+
+
+def test_run_keys_migration_keys_existing_runs_and_their_index_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m005_run_keys")
+
+    Store(path).close()  # opening applies what is missing
+
+    connection = duckdb.connect(str(path))
+    try:
+        assert apply_migrations(connection) == []  # recorded: nothing runs twice
+        keys = dict(connection.execute("SELECT run_id, run_key FROM executions").fetchall())
+        assert set(keys) == {"old-a", "old-b"} and len(set(keys.values())) == 2
+        assert None not in keys.values()
+        index_keys = connection.execute(
+            "SELECT DISTINCT run_id, run_key FROM field_values"
+        ).fetchall()
+        assert dict(index_keys) == keys
+        # A run added after the upgrade gets a key of its own.
+        connection.execute(
+            "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"
+            " parent_span_id, status, status_message, start_unix_nano, end_unix_nano,"
+            " received_unix_nano) VALUES ('new', 'workflow', 'W', 's', 't', 's', '', 'ok', '',"
+            " 9, 10, 0)"
+        )
+        new_key = connection.execute("SELECT run_key FROM executions WHERE run_id = 'new'")
+        assert new_key.fetchall()[0][0] not in {None, *keys.values()}
+        # Filters join on the key, so the old rows still answer.
+        where, params = compile_filter(parse_query("attempts > 2"))
+        found = connection.execute(f"SELECT e.run_id FROM executions e WHERE {where}", params)
+        assert found.fetchall() == [("old-b",)]
+    finally:
+        connection.close()
