@@ -166,9 +166,9 @@ def _transitions(conn: duckdb.DuckDBPyConnection) -> None:
 def _replays(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(
         f"""
-        INSERT INTO execution_replays (run_id, verdict, diagnostics, error_count, warning_count,
-            received_transitions, index_truncated, replayed_unix_nano)
-        SELECT r.run_id, CASE WHEN r.i % 50 = 0 THEN 'partial' ELSE 'verified' END, '[]',
+        INSERT INTO execution_replays (run_key, run_id, verdict, diagnostics, error_count,
+            warning_count, received_transitions, index_truncated, replayed_unix_nano)
+        SELECT r.run_key, r.run_id, CASE WHEN r.i % 50 = 0 THEN 'partial' ELSE 'verified' END, '[]',
             (r.i % 50 = 0)::INTEGER, 0, r.transitions, FALSE, {START_NANO}
         FROM runs r
         """

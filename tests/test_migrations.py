@@ -33,6 +33,9 @@ def _file_before(path: Path, migration_name: str) -> None:
                 " ?, ?, 0)",
                 [run_id, f"{number:032x}", f"{number:016x}", number, number + 1],
             )
+        connection.execute(
+            "INSERT INTO execution_replays VALUES ('old-b', 'verified', '[]', 0, 0, 0, FALSE, 0)"
+        )
         for run_id, attempts in (("old-a", 1), ("old-b", 5)):
             for row in index_rows(run_id, ABSENT, {"attempts": attempts}).rows:
                 connection.execute(
@@ -63,6 +66,8 @@ def test_run_keys_migration_keys_existing_runs_and_their_index_rows(tmp_path: Pa
             "SELECT DISTINCT run_id, run_key FROM field_values"
         ).fetchall()
         assert dict(index_keys) == keys
+        replayed = connection.execute("SELECT run_id, run_key FROM execution_replays")
+        assert replayed.fetchall() == [("old-b", keys["old-b"])]
         # A run added after the upgrade gets a key of its own.
         connection.execute(
             "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"

@@ -220,17 +220,20 @@ def m004_field_index(connection: duckdb.DuckDBPyConnection) -> None:
 
 @migration
 def m005_run_keys(connection: duckdb.DuckDBPyConnection) -> None:
-    # A dense integer per execution, copied onto its field-index rows: field
-    # filters join the index to executions on it instead of on the run id
-    # string. At 1M executions an `ever` range filter matching 70% of them spent
-    # most of its time hashing 2.8M run id strings (bench/bench_filter_store.py).
+    # A dense integer per execution, copied onto its field-index and replay rows:
+    # filters and lists join on it instead of on the run id string. At 1M
+    # executions an `ever` range filter matching 70% of them spent most of its
+    # time hashing 2.8M run id strings, and every list page scanned the whole
+    # replay table to join 50 rows (bench/bench_filter_store.py). Keys grow with
+    # arrival, so zone maps skip old row groups when a page joins on them.
     connection.execute("CREATE SEQUENCE run_keys START 1")
     connection.execute("ALTER TABLE executions ADD COLUMN run_key BIGINT")
     connection.execute("UPDATE executions SET run_key = nextval('run_keys')")
     connection.execute(
         "ALTER TABLE executions ALTER COLUMN run_key SET DEFAULT nextval('run_keys')"
     )
-    connection.execute("ALTER TABLE field_values ADD COLUMN run_key BIGINT")
-    connection.execute(
-        "UPDATE field_values v SET run_key = e.run_key FROM executions e WHERE e.run_id = v.run_id"
-    )
+    for table in ("field_values", "execution_replays"):
+        connection.execute(f"ALTER TABLE {table} ADD COLUMN run_key BIGINT")
+        connection.execute(
+            f"UPDATE {table} t SET run_key = e.run_key FROM executions e WHERE e.run_id = t.run_id"
+        )

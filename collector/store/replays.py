@@ -122,7 +122,7 @@ def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
         """
         SELECT DISTINCT e.store_id
         FROM executions e
-        LEFT JOIN execution_replays r ON r.run_id = e.run_id
+        LEFT JOIN execution_replays r ON r.run_key = e.run_key
         LEFT JOIN (SELECT store_id, max(received_unix_nano) AS latest
                    FROM transitions GROUP BY store_id) t ON t.store_id = e.store_id
         WHERE e.store_id IS NOT NULL
@@ -159,9 +159,11 @@ def save(
         delete_field_rows(cursor, replayed_before)
     cursor.register("_replays", _records_table(records))
     try:
+        # Only stored executions are replayed and saved, so each finds its key.
         cursor.execute(
-            f"INSERT INTO execution_replays ({_REPLAY_COLUMNS})"
-            f" SELECT {_REPLAY_COLUMNS} FROM _replays"
+            f"INSERT INTO execution_replays (run_key, {_REPLAY_COLUMNS})"
+            f" SELECT e.run_key, {_RECORD_COLUMNS}"
+            " FROM _replays b JOIN executions e ON e.run_id = b.run_id"
         )
     finally:
         cursor.unregister("_replays")
@@ -172,6 +174,7 @@ _REPLAY_COLUMNS = (
     "run_id, verdict, diagnostics, error_count, warning_count, received_transitions,"
     " index_truncated, replayed_unix_nano"
 )
+_RECORD_COLUMNS = ", ".join(f"b.{name.strip()}" for name in _REPLAY_COLUMNS.split(","))
 
 
 def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:
