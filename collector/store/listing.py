@@ -117,68 +117,83 @@ def _where(conditions: list[str]) -> str:
 
 
 def search(cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery) -> list[ExecutionRow]:
-    """One page, newest first; one more row than asked says there is a next page."""
+    """One page, newest first; one more row than asked says there is a next page.
+
+    Two statements in one read transaction: which runs are on the page (ids
+    only), then their rows, looked up by primary key. One statement joining the
+    page back to executions read every row group the page's runs were spread
+    over (60 ms for five scattered hits at 1M runs); a primary-key lookup of a
+    constant list reads 3-9 ms.
+    """
     conditions, params = _conditions(query)
     if query.after is not None:
         start, run_id = query.after
         conditions.append("(e.start_unix_nano < ? OR (e.start_unix_nano = ? AND e.run_id > ?))")
         params.extend([start, start, run_id])
     filtered = query.where is not None
-    sql = _FILTERED_PAGE_SQL if filtered else _PAGE_SQL
+    sql = _FILTERED_PAGE_IDS_SQL if filtered else _PAGE_IDS_SQL
     replays = _REPLAYS_JOIN if query.verdict is not None else ""
     limits = [query.limit + 1] * (2 if filtered else 1)  # the filtered SQL limits twice
+    cursor.execute("BEGIN TRANSACTION")
+    try:
+        run_ids = [
+            run_id
+            for (run_id,) in cursor.execute(
+                sql.format(where=_where(conditions), replays=replays), [*params, *limits]
+            ).fetchall()
+        ]
+        rows = _rows(cursor, run_ids) if run_ids else []
+    except BaseException:
+        cursor.execute("ROLLBACK")
+        raise
+    cursor.execute("COMMIT")
+    return rows
+
+
+def _rows(cursor: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> list[ExecutionRow]:
+    # One placeholder per id (values stay bound): DuckDB answers a constant IN
+    # list on the primary key from the index, but scans for a list parameter.
+    placeholders = ", ".join("?" * len(run_ids))
     rows = cursor.execute(
-        sql.format(row_select=_ROW_SELECT, where=_where(conditions), replays=replays),
-        [*params, *limits],
+        f"""
+        SELECT {_ROW_SELECT}
+        FROM executions e LEFT JOIN execution_replays r ON r.run_key = e.run_key
+        WHERE e.run_id IN ({placeholders})
+        ORDER BY e.start_unix_nano DESC, e.run_id
+        """,
+        list(run_ids),
     ).fetchall()
     return [ExecutionRow(*row) for row in rows]
 
 
 _REPLAYS_JOIN: Final = "LEFT JOIN execution_replays r ON r.run_key = e.run_key"
 
-# The page is chosen from executions alone, then joined: joined first, DuckDB
-# matched every execution with its replay before taking the top 50 (230 ms at
-# 1M runs). `{replays}` joins the replay table only for a verdict filter.
-_PAGE_SQL: Final = """
-    WITH page AS MATERIALIZED (
-        SELECT e.run_key FROM executions e {replays} {where}
-        ORDER BY e.start_unix_nano DESC, e.run_id LIMIT ?
-    )
-    SELECT {row_select}
-    FROM page p JOIN executions e ON e.run_key = p.run_key
-    LEFT JOIN execution_replays r ON r.run_key = e.run_key
-    ORDER BY e.start_unix_nano DESC, e.run_id
+# `{replays}` joins the replay table only for a verdict filter.
+_PAGE_IDS_SQL: Final = """
+    SELECT e.run_id FROM executions e {replays} {where}
+    ORDER BY e.start_unix_nano DESC, e.run_id LIMIT ?
 """
 
-# With a field filter, the matching runs are collected first and only the
-# page's rows are read whole. Inlined, DuckDB pushes the top-N's dynamic filter
-# into the executions scan and then reads every executions row instead of
-# probing with the filter's run ids (at 100k runs: 31 ms against 6 ms for a
-# `final` equality). The hits are integers (run key, start time): a wide filter
-# can match most runs, and carrying each one's run id string to the top-N cost
-# ~25% of the query at 1M runs. `cutoff` is the page's oldest start time, so
-# `page` sorts only the runs that can be on it, by (start, run id) as the cursor
-# expects. Joining the page back on run keys lets DuckDB push the page's keys
-# into the executions scan (keys grow with arrival, so zone maps skip nearly
-# every row group); on run ids it read all 1M rows. `{replays}` joins the
-# replay table only for a verdict filter.
-_FILTERED_PAGE_SQL: Final = """
+# With a field filter, the matching runs are collected first as integers (run
+# key, start time): a wide filter can match most runs, and carrying each one's
+# run id string to the top-N cost ~25% of the query at 1M runs. `cutoff` is the
+# page's oldest start time, so only the runs that can be on the page are sorted
+# by (start, run id), as the cursor expects. Inlined instead, DuckDB pushed the
+# top-N's dynamic filter into the executions scan and read every row rather
+# than probing with the filter's hits.
+_FILTERED_PAGE_IDS_SQL: Final = """
     WITH hits AS MATERIALIZED (
         SELECT e.run_key, e.start_unix_nano FROM executions e {replays} {where}
     ), cutoff AS MATERIALIZED (
         SELECT min(start_unix_nano) AS start_unix_nano
         FROM (SELECT start_unix_nano FROM hits ORDER BY start_unix_nano DESC LIMIT ?)
-    ), page AS MATERIALIZED (
-        SELECT e.run_key
-        FROM hits h JOIN cutoff c ON h.start_unix_nano >= c.start_unix_nano
-        JOIN executions e ON e.run_key = h.run_key
-        ORDER BY e.start_unix_nano DESC, e.run_id LIMIT ?
     )
-    SELECT {row_select}
-    FROM page p JOIN executions e ON e.run_key = p.run_key
-    LEFT JOIN execution_replays r ON r.run_key = e.run_key
-    ORDER BY e.start_unix_nano DESC, e.run_id
+    SELECT e.run_id
+    FROM hits h JOIN cutoff c ON h.start_unix_nano >= c.start_unix_nano
+    JOIN executions e ON e.run_key = h.run_key
+    ORDER BY e.start_unix_nano DESC, e.run_id LIMIT ?
 """
+
 
 def facets(
     cursor: duckdb.DuckDBPyConnection,
