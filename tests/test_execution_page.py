@@ -14,10 +14,14 @@ from typing import Any
 
 import httpx
 import pytest
+from history_records import scenario
 from support import Server, export_raw, fixture_requests, manifest
 
+from collector.history import replay
 from collector.store.spans import SpanRow
 from studio.graph import layout, node_runs
+from studio.inspect import Inspection
+from studio.timeline_view import PROVENANCE_WINDOW, provenance_view
 from studio.waterfall import build_waterfall
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception")
@@ -254,12 +258,6 @@ def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None
 
 
 def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
-    from test_history import scenario
-
-    from collector.history import replay
-    from studio.inspect import Inspection
-    from studio.timeline_view import PROVENANCE_WINDOW, provenance_view
-
     writes = 4 * PROVENANCE_WINDOW
     execution, transitions, _ = scenario(
         {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, writes + 1)]
