@@ -5,7 +5,8 @@ workflow span holding both full states and a graph snapshot, 100 node spans carr
 100 `set_state` events each, and the 10,000 transitions) into a temporary DuckDB
 file, starts a real `statetrail serve` on it, and times over loopback:
 
-* GET /executions/{id}: the first request (replay included) and cached requests,
+* GET /executions/{id}: the first view after ingest (the replayer's history is
+  reused), the first view after a restart (a cold replay), and cached requests,
   for the default view, a middle step, and a middle step with the provenance of a
   field written 7,500 times (first and cached);
 * GET /api/executions/{id}/timeline and /state?sequence=5000 (the JSON twins);
@@ -205,23 +206,32 @@ def main() -> None:
         store = Store(db)
         store.write([IngestBatch(spans=spans, evidence=evidence)])
         store.close()
-        process, url = serve(db)
-        try:
-            with httpx.Client(base_url=url, timeout=120) as client:
-                report(client, state_kb)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+        # Served twice: first as after ingest (the start-up replay of the loaded
+        # run hands its history to the studio), then after a restart, when the
+        # first view must replay it.
+        cold = {}
+        for restarted in (False, True):
+            process, url = serve(db)
+            try:
+                with httpx.Client(base_url=url, timeout=120) as client:
+                    if restarted:
+                        cold = cold_views(client)
+                    else:
+                        warm = warm_views(client)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+        size, baseline = warm.pop("_size"), warm.pop("_baseline")
+        report({**warm, **cold}, state_kb, size, baseline)
 
 
-def report(client: httpx.Client, state_kb: float) -> None:
+def warm_views(client: httpx.Client) -> dict[str, float]:
     page = f"/executions/{RUN_ID}"
-    first = timed(client, page)
-    size = len(client.get(page).content)
-    baseline = best_of(lambda: timed(client, "/healthz"))
     provenance = page + "?step=5000&path=/turn"
-    figures = {
-        "page, first request (replays)": first,
+    figures = {"page, first view after ingest": timed(client, page)}
+    figures["_size"] = len(client.get(page).content)
+    figures["_baseline"] = best_of(lambda: timed(client, "/healthz"))
+    figures.update({
         "page, cached (default view)": best_of(lambda: timed(client, page)),
         "page, cached, ?step=5000": best_of(lambda: timed(client, page + "?step=5000")),
         "page + provenance, first": timed(client, provenance),
@@ -230,16 +240,23 @@ def report(client: httpx.Client, state_kb: float) -> None:
         "api state?sequence=5000": best_of(
             lambda: timed(client, f"/api/executions/{RUN_ID}/state?sequence=5000")
         ),
-    }
+    })  # fmt: skip
+    return figures
+
+
+def cold_views(client: httpx.Client) -> dict[str, float]:
+    page = f"/executions/{RUN_ID}"
+    return {"page, first view after a restart": timed(client, page)}
+
+
+def report(figures: dict[str, float], state_kb: float, size: float, baseline: float) -> None:
     print(f"execution: {TRANSITIONS:,} transitions, {NODE_SPANS + 1} spans, "
           f"end state {state_kb:.0f} KB; page {size / 1024:.0f} KB of HTML")  # fmt: skip
     print(f"baseline: GET /healthz = {baseline * 1e3:.1f} ms (best of {REPEATS})")
     for name, seconds in figures.items():
-        print(f"{name:<32} {seconds * 1e3:8.1f} ms = {seconds / baseline:7.1f} x baseline")
+        print(f"{name:<34} {seconds * 1e3:8.1f} ms = {seconds / baseline:7.1f} x baseline")
     # The target holds for every page a user can ask for, first views included.
-    worst = max(
-        seconds for name, seconds in figures.items() if name.startswith("page")
-    )
+    worst = max(seconds for name, seconds in figures.items() if name.startswith("page"))
     verdict = "PASS" if worst <= TARGET_SECONDS else "FAIL"
     print(f"target: every execution page view <= {TARGET_SECONDS * 1e3:.0f} ms: {verdict} "
           f"(worst {worst * 1e3:.1f} ms)")  # fmt: skip

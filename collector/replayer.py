@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import Protocol, TypeAlias
 
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.foreground import Foreground
@@ -28,6 +29,19 @@ logger = logging.getLogger(__name__)
 # many executions, small enough that fresh verdicts appear within a second or so.
 REPLAY_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
+
+EvidenceVersion: TypeAlias = tuple[int, int]
+
+
+class HistorySink(Protocol):
+    """Takes replayed histories for reuse (the studio's Inspector keeps long ones).
+
+    `version` is `Store.evidence_version` as read before the evidence was: if
+    more arrived meanwhile, the reader sees a newer version and replays afresh.
+    """
+
+    def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
+        ...
 
 
 def load_history(store: Store, execution: Execution) -> History:
@@ -106,9 +120,15 @@ class Replayer:
     (`Store.stale_store_ids`), so stopping stays quick however busy ingest was.
     """
 
-    def __init__(self, store: Store, foreground: Foreground | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        foreground: Foreground | None = None,
+        sink: HistorySink | None = None,
+    ) -> None:
         self._store = store
         self._foreground = foreground or Foreground()
+        self._sink = sink
         self._pending: set[str] = set(store.stale_store_ids())
         self._busy = bool(self._pending)
         self._stopping = False
@@ -159,7 +179,9 @@ class Replayer:
 
     def _replay_stores(self, store_ids: Sequence[str]) -> None:
         try:
-            replay_stores(self._store, store_ids, between=self._foreground.give_way)
+            replay_stores(
+                self._store, store_ids, between=self._foreground.give_way, sink=self._sink
+            )
         except StoreError as exc:
             # The evidence is stored; the next commit touching these stores, or
             # the next start-up, replays them again.
@@ -176,25 +198,33 @@ class Replayer:
 
 
 def replay_stores(
-    store: Store, store_ids: Sequence[str], between: Callable[[], object] = lambda: None
+    store: Store,
+    store_ids: Sequence[str],
+    between: Callable[[], object] = lambda: None,
+    sink: HistorySink | None = None,
 ) -> int:
     """Replay and save every execution owning one of these stores; return how many.
 
     The evidence of the whole batch is read in two queries. `between` runs
-    before each execution's replay (the replayer gives way to studio requests there).
+    before each execution's replay (the replayer gives way to studio requests
+    there); each history is offered to `sink` as it is made.
     """
     executions = store.executions_for_stores(store_ids)
     if not executions:
         return 0
     owned = sorted({e.store_id for e in executions if e.store_id})
+    traces = sorted({e.trace_id for e in executions})
+    # Read before the evidence, so a version never claims more than was replayed.
+    versions = store.evidence_versions(owned, traces) if sink is not None else ({}, {})
     transitions = store.transitions_for_stores(owned)
-    links = store.evidence_spans_for(sorted({e.trace_id for e in executions}), owned)
+    links = store.evidence_spans_for(traces, owned)
     # Each execution needs its own trace's spans and its carriers elsewhere; hand
     # it those, not the whole batch's, so a batch costs linear time.
     by_trace: dict[str, list[SpanLink]] = {}
     for link in links:
         by_trace.setdefault(link.span.trace_id, []).append(link)
     now = time.time_ns()
+    per_store, per_trace = versions
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
     for execution in executions:
@@ -206,5 +236,8 @@ def replay_stores(
         index = field_index(history, execution.run_id)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
+        if sink is not None:
+            stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
+            sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
     store.save_replays(records, indexes)
     return len(records)

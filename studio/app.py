@@ -84,7 +84,10 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
                 memory_limit=config.memory_limit,
             )
             stack.callback(store.close)
-            replayer = Replayer(store, foreground)
+            # The replayer hands long histories to the inspector, so the first
+            # view of a long run that was just ingested does not replay it again.
+            inspector = Inspector(store)
+            replayer = Replayer(store, foreground, sink=inspector)
             stack.callback(replayer.close)
             ingestor = Ingestor(store, on_commit=replayer.notify, foreground=foreground)
             stack.callback(ingestor.close)
@@ -110,7 +113,7 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             app.state.services = Services(
                 config, store, ingestor, keys, managed_keys,
                 _otlp_http(config, ingestor, keys), admin_token,
-                replayer, Inspector(store),
+                replayer, inspector,
             )
             stack.enter_context(_sidecar(config, admin_token))
             logger.info("statetrail ready: db=%s", config.db_path)

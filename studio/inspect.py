@@ -2,12 +2,20 @@
 
 Replaying a long history costs far more than reading it, and a user stepping
 through a timeline asks for the same execution again and again, so histories
-are kept in a small LRU cache keyed by run id and an evidence version that
-changes whenever anything new arrives for the execution's stores or trace.
+are kept in an LRU cache keyed by run id and an evidence version that changes
+whenever anything new arrives for the execution's stores or trace. The cache is
+bounded by an estimate of the memory the histories hold, not only by count: a
+10,000-step run on a 360 KB state holds ~30 MB of checkpoints and steps.
+
+The background replayer offers the long histories it makes (collector/replayer.py),
+so the first view of a long run that was just ingested does not replay it again.
+The stored row (verdict, counts) is read on every view: the replayer saves a
+verdict after the evidence arrived, so a cached row would go stale.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -15,11 +23,19 @@ from dataclasses import dataclass, field
 from collector.history import History, replay
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
-from collector.replayer import load_history
+from collector.replayer import EvidenceVersion, load_history
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 
 CACHED_HISTORIES = 32
+CACHE_BUDGET_BYTES = 256 * 1024 * 1024
+# Shorter histories replay in milliseconds when first viewed; keeping every
+# replayed history would only churn the cache.
+MIN_OFFERED_STEPS = 1_000
+# Parsed JSON held in Python objects, per byte of its text (measured ~3.9 on a
+# 360 KB state), and what one step (a Step, its Transition and strings) holds.
+_OBJECT_BYTES_PER_JSON_BYTE = 4
+_BYTES_PER_STEP = 600
 # Provenance costs about a replay; a user clicks through a few fields of a run.
 CACHED_PROVENANCES = 8
 
@@ -74,28 +90,38 @@ class Inspection:
 class Inspector:
     """Answers "show me run X" from the store, with a cache of replayed histories."""
 
-    def __init__(self, store: Store, capacity: int = CACHED_HISTORIES) -> None:
+    def __init__(
+        self,
+        store: Store,
+        capacity: int = CACHED_HISTORIES,
+        budget_bytes: int = CACHE_BUDGET_BYTES,
+        min_offered_steps: int = MIN_OFFERED_STEPS,
+    ) -> None:
         self._store = store
         self._capacity = capacity
-        self._cache: OrderedDict[str, tuple[tuple[int, int], Inspection]] = OrderedDict()
+        self._budget = budget_bytes
+        self._min_offered_steps = min_offered_steps
+        self._cache: OrderedDict[str, tuple[EvidenceVersion, Inspection, int]] = OrderedDict()
+        self._cached_bytes = 0
         self._lock = threading.Lock()
 
     def inspect(self, run_id: str) -> Inspection | None:
         execution = self._store.get_execution(run_id)
-        if execution is not None:
-            version = self._store.evidence_version(execution.store_id, execution.trace_id)
-            cached = self._cached(run_id, version)
-            if cached is not None:
-                return cached
-            inspection = Inspection(
-                run_id=run_id,
-                row=self._store.execution_row(run_id),
-                execution=execution,
-                in_flight=None,
-                history=load_history(self._store, execution),
-            )
-            return self._remember(version, inspection)
-        return self._inspect_in_flight(run_id)
+        if execution is None:
+            return self._inspect_in_flight(run_id)
+        version = self._store.evidence_version(execution.store_id, execution.trace_id)
+        row = self._store.execution_row(run_id)
+        cached = self._cached(run_id, version)
+        if cached is not None:
+            # replace() hands the remembered provenances on to the new instance.
+            return cached if cached.row == row else dataclasses.replace(cached, row=row)
+        history = load_history(self._store, execution)
+        return self._remember(version, Inspection(run_id, row, execution, None, history))
+
+    def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
+        """Keep a history replayed elsewhere (the replayer) if it is long enough to matter."""
+        if len(history.steps) >= self._min_offered_steps:
+            self._remember(version, Inspection(execution.run_id, None, execution, None, history))
 
     def _inspect_in_flight(self, run_id: str) -> Inspection | None:
         found = self._store.in_flight(limit=1, run_id=run_id)
@@ -114,7 +140,7 @@ class Inspector:
         history = replay(None, transitions, evidence_spans=spans)
         return Inspection(run_id, None, None, in_flight, history)
 
-    def _cached(self, run_id: str, version: tuple[int, int]) -> Inspection | None:
+    def _cached(self, run_id: str, version: EvidenceVersion) -> Inspection | None:
         with self._lock:
             entry = self._cache.get(run_id)
             if entry is None or entry[0] != version:
@@ -122,10 +148,30 @@ class Inspector:
             self._cache.move_to_end(run_id)
             return entry[1]
 
-    def _remember(self, version: tuple[int, int], inspection: Inspection) -> Inspection:
+    def _remember(self, version: EvidenceVersion, inspection: Inspection) -> Inspection:
+        size = footprint(inspection.history)
         with self._lock:
-            self._cache[inspection.run_id] = (version, inspection)
-            self._cache.move_to_end(inspection.run_id)
-            while len(self._cache) > self._capacity:
-                self._cache.popitem(last=False)
+            old = self._cache.pop(inspection.run_id, None)
+            if old is not None:
+                self._cached_bytes -= old[2]
+            self._cache[inspection.run_id] = (version, inspection, size)
+            self._cached_bytes += size
+            # The newest entry stays even if it alone is over budget: it is the
+            # one being looked at.
+            while len(self._cache) > 1 and (
+                len(self._cache) > self._capacity or self._cached_bytes > self._budget
+            ):
+                _, (_, _, evicted) = self._cache.popitem(last=False)
+                self._cached_bytes -= evicted
         return inspection
+
+
+def footprint(history: History) -> int:
+    """Roughly the bytes a history holds: its checkpointed states and its steps."""
+    execution = history.execution
+    state_text = 0
+    if execution is not None:
+        state_text = max(len(execution.state_start or ""), len(execution.state_end or ""))
+    checkpoints = history.checkpoint_count * state_text * _OBJECT_BYTES_PER_JSON_BYTE
+    patches = sum(len(step.transition.patch_json) for step in history.steps)
+    return checkpoints + patches + _BYTES_PER_STEP * len(history.steps)

@@ -232,6 +232,17 @@ class Store:
         assert row is not None
         return int(row[0]), int(row[1])
 
+    def evidence_versions(
+        self, store_ids: Sequence[str], trace_ids: Sequence[str]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """`evidence_version`'s two parts for many stores and traces at once.
+
+        Returns (transitions per store, latest span arrival per trace); a store
+        or trace with nothing stored is absent (its part is 0).
+        """
+        with self._cursor() as cursor:
+            return replays.evidence_versions(cursor, store_ids, trace_ids)
+
     # -- replay inputs and outputs ----------------------------------------------
 
     def executions_for_stores(self, store_ids: Iterable[str]) -> list[Execution]:

@@ -113,6 +113,25 @@ def evidence_spans_for(
     return [SpanLink(EvidenceSpan(*row[:7]), row[7]) for row in rows]
 
 
+def evidence_versions(
+    cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str], trace_ids: Sequence[str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Transitions per store and latest span arrival per trace, in one read."""
+    rows = cursor.execute(
+        """
+        SELECT 'store', store_id, count(*) FROM transitions
+        WHERE store_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY store_id
+        UNION ALL
+        SELECT 'trace', trace_id, max(received_unix_nano) FROM spans
+        WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY trace_id
+        """,
+        [list(store_ids), list(trace_ids)],
+    ).fetchall()
+    per_store = {key: int(value) for kind, key, value in rows if kind == "store"}
+    per_trace = {key: int(value) for kind, key, value in rows if kind == "trace"}
+    return per_store, per_trace
+
+
 def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
     """Stores with an execution never replayed, or replayed before evidence arrived.
 
