@@ -24,6 +24,7 @@ from typing import Final, Literal, TypeAlias
 from collector.history import History, Step
 from collector.jsondoc import (
     MISSING,
+    OPS_WITH_FROM,
     JsonPatchOp,
     JsonValue,
     Missing,
@@ -103,33 +104,93 @@ def provenance(history: History, pointer: str) -> Provenance:
         return Provenance(pointer=pointer, entries=(), last_writer=None)
     entries: list[ProvenanceEntry] = []
     # state_at hands out a fresh copy, so patching it in place below is safe.
-    doc = history.state_at(history.start_sequence)
+    doc = _Working(history, target)
     for step in history.steps:
         if not step.applied:
             continue
         ops = parse_patch(step.transition.patch_json) or []
-        if not any(_op_relation(op, target) for op in ops):
-            doc = patch_in_place(doc, ops)
-            continue
-        for op in ops:
+        for index, op in enumerate(ops):
             relation = _op_relation(op, target)
             if relation is None:
-                doc = patch_in_place(doc, [op])
+                doc.apply_unrelated(op, step, index)
                 continue
+            doc.prepare_for(op, step, index)
             if relation == "descendant" and not _moves_within(op, target):
-                value_path, before, after, doc = _write_inside(doc, op, target)
+                value_path, before, after, doc.value = _write_inside(doc.value, op, target)
             else:
                 value_path = pointer
-                before = clone_or_missing(resolve_parts(doc, target))
-                doc = patch_in_place(doc, [op])
-                after = clone_or_missing(resolve_parts(doc, target))
+                before = clone_or_missing(resolve_parts(doc.value, target))
+                doc.value = patch_in_place(doc.value, [op])
+                after = clone_or_missing(resolve_parts(doc.value, target))
             entry = _provenance_entry(step, op, relation, value_path, before, after)
             if relation != "shifted" or entry.changed:
                 entries.append(entry)
+        doc.finish_step(step)
     writers = [entry for entry in entries if entry.changed]
     return Provenance(
         pointer=pointer, entries=tuple(entries), last_writer=writers[-1] if writers else None
     )
+
+
+class _Working:
+    """The working document of a provenance pass, exact inside the pointer's region.
+
+    Only operations inside the pointer's top-level member (its region) can
+    change the value at the pointer, or move one element onto it, so the others
+    are skipped: in a long run most operations write other members, and
+    applying them was most of the cost. The document outside the region is
+    then stale; before an operation that reads or writes there (a copy or move
+    across the region's edge) it is rebuilt from the history: the state before
+    the step, plus the step's operations before this one.
+    """
+
+    def __init__(self, history: History, target: tuple[str, ...]) -> None:
+        self._history = history
+        self.value = history.state_at(history.start_sequence)
+        self._region = target[:1]
+        # A top-level array shifts its members into each other: nothing is skipped.
+        self._skipping = bool(self._region) and isinstance(self.value, dict)
+        self._stale = False
+        self._before_step = history.start_sequence
+
+    def apply_unrelated(self, op: JsonPatchOp, step: Step, index: int) -> None:
+        if self._skipping and not self._in_region(op):
+            self._stale = True
+            return
+        self.prepare_for(op, step, index)
+        self.value = patch_in_place(self.value, [op])
+
+    def prepare_for(self, op: JsonPatchOp, step: Step, index: int) -> None:
+        """Rebuild the stale document if `op` touches anything outside the region."""
+        if not self._stale or self._wholly_in_region(op):
+            return
+        doc = self._history.state_at(self._before_step)
+        earlier = (parse_patch(step.transition.patch_json) or [])[:index]
+        self.value = patch_in_place(doc, earlier)
+        self._stale = False
+
+    def finish_step(self, step: Step) -> None:
+        self._before_step = step.sequence
+
+    def _in_region(self, op: JsonPatchOp) -> bool:
+        """Whether `op` reads or writes anything inside the region."""
+        return any(self._within(pointer) for pointer in _touched(op))
+
+    def _wholly_in_region(self, op: JsonPatchOp) -> bool:
+        """Whether everything `op` reads or writes is inside the region."""
+        return all(self._within(pointer) for pointer in _touched(op))
+
+    def _within(self, pointer: str) -> bool:
+        return pointer_parts(pointer)[: len(self._region)] == self._region
+
+
+def _touched(op: JsonPatchOp) -> list[str]:
+    """The pointers an operation reads or writes: its path, and `from` for move/copy."""
+    source = op.get("from")
+    pointers = [str(op["path"])]
+    if op.get("op") in OPS_WITH_FROM and isinstance(source, str):
+        pointers.append(source)
+    return pointers
 
 
 def _write_inside(

@@ -928,6 +928,32 @@ def test_provenance_copy_writes_only_its_target() -> None:
     assert (write.relation, write.before, write.after) == ("ancestor", MISSING, 1)
 
 
+def test_provenance_reads_values_copied_or_moved_across_members_it_skipped() -> None:
+    """Writes to other members are skipped, yet a copy or move across sees them."""
+    patches: list[Patch] = [
+        [{"op": "add", "path": "/other/x", "value": 1}],
+        [
+            {"op": "replace", "path": "/other/x", "value": 2},
+            {"op": "add", "path": "/n", "value": 0},
+        ],
+        [{"op": "copy", "from": "/other/x", "path": "/target"}],
+        [{"op": "add", "path": "/other/list", "value": []}],
+        [{"op": "move", "from": "/target", "path": "/other/list/0"}],
+        [{"op": "add", "path": "/other/y", "value": 3}],
+        [{"op": "move", "from": "/other/y", "path": "/target"}],
+    ]
+    execution, transitions, states = scenario({"other": {}}, patches)
+
+    result = provenance(replay(execution, transitions), "/target")
+
+    assert [(e.sequence, e.op, e.before, e.after) for e in result.entries] == [
+        (3, "copy", MISSING, 2),
+        (5, "move", 2, MISSING),
+        (7, "move", MISSING, 3),
+    ]
+    assert states[-1]["target"] == 3 and states[-1]["other"] == {"x": 2, "list": [2]}
+
+
 def test_provenance_last_writer_is_none_for_a_value_from_the_start_state() -> None:
     execution, transitions, _ = basic()
 
