@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Protocol, TypeAlias
 
@@ -44,12 +44,24 @@ class HistorySink(Protocol):
         ...
 
 
-def load_history(store: Store, execution: Execution) -> History:
-    """Replay one execution from everything stored about its store and trace."""
+def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceVersion]:
+    """Replay one execution from everything stored about its store and trace.
+
+    Also returns the `Store.evidence_version` of what was read, counted from the
+    evidence itself, which saves a read on a first view.
+    """
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
-    stores = [execution.store_id] if execution.store_id else []
-    links = store.evidence_spans_for([execution.trace_id], stores)
-    return replay_with(execution, transitions, links)
+    links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
+    latest = max(
+        (link.received_unix_nano for link in links if link.span.trace_id == execution.trace_id),
+        default=0,
+    )
+    return replay_with(execution, transitions, links), (len(transitions), latest)
+
+
+def carriers_of(transitions: Iterable[Transition]) -> set[tuple[str, str]]:
+    """The spans (trace id, span id) that carried these transitions."""
+    return {(t.trace_id, t.span_id) for t in transitions}
 
 
 def replay_with(
@@ -217,7 +229,9 @@ def replay_stores(
     # Read before the evidence, so a version never claims more than was replayed.
     versions = store.evidence_versions(owned, traces) if sink is not None else ({}, {})
     transitions = store.transitions_for_stores(owned)
-    links = store.evidence_spans_for(traces, owned)
+    links = store.evidence_spans_for(
+        traces, carriers_of(t for received in transitions.values() for t in received)
+    )
     # Each execution needs its own trace's spans and its carriers elsewhere; hand
     # it those, not the whole batch's, so a batch costs linear time.
     by_trace: dict[str, list[SpanLink]] = {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from collector.history import History, replay
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
-from collector.replayer import EvidenceVersion, load_history
+from collector.replayer import EvidenceVersion, carriers_of, load_history
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 
@@ -109,13 +109,14 @@ class Inspector:
         execution = self._store.get_execution(run_id)
         if execution is None:
             return self._inspect_in_flight(run_id)
-        version = self._store.evidence_version(execution.store_id, execution.trace_id)
         row = self._store.execution_row(run_id)
-        cached = self._cached(run_id, version)
-        if cached is not None:
-            # replace() hands the remembered provenances on to the new instance.
-            return cached if cached.row == row else dataclasses.replace(cached, row=row)
-        history = load_history(self._store, execution)
+        if self._holds(run_id):
+            version = self._store.evidence_version(execution.store_id, execution.trace_id)
+            cached = self._cached(run_id, version)
+            if cached is not None:
+                # replace() hands the remembered provenances on to the new instance.
+                return cached if cached.row == row else dataclasses.replace(cached, row=row)
+        history, version = load_history(self._store, execution)
         return self._remember(version, Inspection(run_id, row, execution, None, history))
 
     def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
@@ -135,10 +136,16 @@ class Inspector:
         ]
         spans = [
             link.span
-            for link in self._store.evidence_spans_for([in_flight.trace_id], in_flight.store_ids)
+            for link in self._store.evidence_spans_for(
+                [in_flight.trace_id], carriers_of(transitions)
+            )
         ]
         history = replay(None, transitions, evidence_spans=spans)
         return Inspection(run_id, None, None, in_flight, history)
+
+    def _holds(self, run_id: str) -> bool:
+        with self._lock:
+            return run_id in self._cache
 
     def _cached(self, run_id: str, version: EvidenceVersion) -> Inspection | None:
         with self._lock:

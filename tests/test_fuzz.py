@@ -248,7 +248,7 @@ def _pipeline(store: Store, body: bytes) -> None:
         e for e in evidence.executions if not e.store_id
     ]:
         COUNTS["replays"] += 1
-        history = load_history(store, execution)
+        history, _ = load_history(store, execution)
         index = field_index(history, execution.run_id)
         rendered = {
             "diagnostics": [asdict(d) for d in history.diagnostics],

@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from history_records import scenario
+from support import fixture_requests, scenarios
 
+from collector.decode import SpanRecord, iter_spans, parse_request
 from collector.history import History
-from collector.junjo import Evidence
+from collector.junjo import Evidence, extract
 from collector.model import Execution, Transition
-from collector.replayer import EvidenceVersion, replay_stores
+from collector.replayer import EvidenceVersion, load_history, replay_stores
 from collector.store import IngestBatch, Store
 from studio.inspect import Inspector
 
@@ -99,4 +102,21 @@ def test_cache_is_bounded_by_the_memory_its_histories_hold(tmp_path: Path) -> No
         assert again is not None
         # Within budget the first history is still cached; over it, it was evicted.
         assert (again.history is kept.history) == (inspector is roomy)
+    store.close()
+
+
+@pytest.mark.parametrize("scenario_name", scenarios())
+def test_version_counted_from_the_evidence_read_is_the_stored_version(
+    tmp_path: Path, scenario_name: str
+) -> None:
+    """A first view keys its cache entry by what it read; later views by a query."""
+    store = Store(tmp_path / "versions.duckdb")
+    for body, _ in fixture_requests(scenario_name):
+        spans = [r for r in iter_spans(parse_request(body)) if isinstance(r, SpanRecord)]
+        store.write([IngestBatch(spans=spans, evidence=extract(spans))])
+    executions = store.executions_for_stores(store.stale_store_ids())
+    assert executions
+    for execution in executions:
+        _, version = load_history(store, execution)
+        assert version == store.evidence_version(execution.store_id, execution.trace_id)
     store.close()

@@ -254,10 +254,11 @@ class Store:
             return replays.transitions_for_stores(cursor, store_ids)
 
     def evidence_spans_for(
-        self, trace_ids: Sequence[str], store_ids: Sequence[str]
+        self, trace_ids: Sequence[str], carriers: Iterable[tuple[str, str]]
     ) -> list[replays.SpanLink]:
+        """The spans of these traces and these carrier spans: see replays.evidence_spans_for."""
         with self._cursor() as cursor:
-            return replays.evidence_spans_for(cursor, trace_ids, store_ids)
+            return replays.evidence_spans_for(cursor, trace_ids, carriers)
 
     def stale_store_ids(self) -> list[str]:
         with self._cursor() as cursor:

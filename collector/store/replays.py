@@ -35,6 +35,7 @@ class SpanLink:
 
     span: EvidenceSpan
     parent_span_id: str
+    received_unix_nano: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,30 +88,36 @@ def transitions_for_stores(
 
 
 def evidence_spans_for(
-    cursor: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], store_ids: Sequence[str]
+    cursor: duckdb.DuckDBPyConnection,
+    trace_ids: Sequence[str],
+    carriers: Iterable[tuple[str, str]],
 ) -> list[SpanLink]:
-    """The spans of these traces plus, in any trace, those carrying these stores' events.
+    """The spans of these traces, plus these carrier spans (trace id, span id) elsewhere.
 
     One query for a whole batch of executions: the replayer pays one scan of
-    the spans table per batch, not per execution.
+    the spans table per batch, not per execution. The caller names the carriers
+    from the transitions it already read, so the transitions table is not
+    scanned again to find them.
     """
-    rows = cursor.execute(
-        """
-        SELECT trace_id, span_id, name, span_type, dropped_attributes_count,
-               dropped_events_count, dropped_links_count, parent_span_id
-        FROM spans
-        WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))
-        UNION
-        SELECT s.trace_id, s.span_id, s.name, s.span_type, s.dropped_attributes_count,
-               s.dropped_events_count, s.dropped_links_count, s.parent_span_id
-        FROM spans s
-        JOIN (SELECT DISTINCT trace_id, span_id FROM transitions
-              WHERE store_id IN (SELECT unnest(?::VARCHAR[]))) c
-          ON c.trace_id = s.trace_id AND c.span_id = s.span_id
-        """,
-        [list(trace_ids), list(store_ids)],
-    ).fetchall()
-    return [SpanLink(EvidenceSpan(*row[:7]), row[7]) for row in rows]
+    traces = set(trace_ids)
+    elsewhere = sorted({carrier for carrier in carriers if carrier[0] not in traces})
+    select = (
+        "SELECT s.trace_id, s.span_id, s.name, s.span_type, s.dropped_attributes_count,"
+        " s.dropped_events_count, s.dropped_links_count, s.parent_span_id,"
+        " s.received_unix_nano FROM spans s"
+    )
+    sql = f"{select} WHERE s.trace_id IN (SELECT unnest(?::VARCHAR[]))"
+    params: list[object] = [sorted(traces)]
+    if elsewhere:
+        # Most carriers sit in their execution's own trace; the rest are few.
+        sql += (
+            f" UNION {select} JOIN (SELECT unnest(?::VARCHAR[]) AS trace_id,"
+            " unnest(?::VARCHAR[]) AS span_id) c"
+            " ON c.trace_id = s.trace_id AND c.span_id = s.span_id"
+        )
+        params += [[t for t, _ in elsewhere], [s for _, s in elsewhere]]
+    rows = cursor.execute(sql, params).fetchall()
+    return [SpanLink(EvidenceSpan(*row[:7]), row[7], row[8]) for row in rows]
 
 
 def evidence_versions(
