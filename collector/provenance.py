@@ -148,13 +148,13 @@ class _Working:
         self._history = history
         self.value = history.state_at(history.start_sequence)
         self._region = target[:1]
-        # A top-level array shifts its members into each other: nothing is skipped.
-        self._skipping = bool(self._region) and isinstance(self.value, dict)
         self._stale = False
         self._before_step = history.start_sequence
 
     def apply_unrelated(self, op: JsonPatchOp, step: Step, index: int) -> None:
-        if self._skipping and not self._in_region(op):
+        # Members of a top-level array shift into each other, so skipping is for
+        # an object root only (checked per operation: a write to "" can change it).
+        if self._region and isinstance(self.value, dict) and not self._in_region(op):
             self._stale = True
             return
         self.prepare_for(op, step, index)

@@ -45,7 +45,8 @@ class Inspection:
     """Everything known about one run: stored row, owner span, replayed history.
 
     `execution` and `row` are None while the owner span is in flight; then
-    `in_flight` describes what arrived so far.
+    `in_flight` describes what arrived so far. A cached inspection's `row` is
+    replaced with the stored one on every view (`Inspector.inspect`).
     """
 
     run_id: str
