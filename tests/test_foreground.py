@@ -78,5 +78,5 @@ def _blocks(foreground: Foreground) -> bool:
     """Whether background work would wait now (asked from another thread)."""
     worker = threading.Thread(target=foreground.give_way, daemon=True)
     worker.start()
-    worker.join(timeout=0.05)
+    worker.join(timeout=1.0)  # far longer than an unblocked give_way takes
     return worker.is_alive()
