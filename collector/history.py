@@ -781,8 +781,6 @@ class _Replay:
         if json_equal(replayed, recorded):
             return True
         mismatched = differences(replayed, recorded, (), MISMATCH_POINTERS_SHOWN + 1)
-        if not mismatched:
-            return True
         shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
         more = " and more" if len(mismatched) > MISMATCH_POINTERS_SHOWN else ""
         if complete:

@@ -51,6 +51,7 @@ import pyarrow as pa
 
 from collector.fieldindex import FieldIndex
 from collector.query import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
+from collector.store.run_keys import insert_with_run_keys
 
 TABLE: Final = "field_values"
 SORT_KEY: Final = "parent_key, path_key, kind, num, str_key"
@@ -78,10 +79,6 @@ CREATE TABLE IF NOT EXISTS {name} (
 FIELD_INDEX_DDL: Final[tuple[str, ...]] = (_create_table(TABLE),)
 """CREATE statements for the field index, for a numbered migration."""
 
-_BATCH_COLUMNS: Final = (
-    "run_id, parent_key, path_key, kind, num, str_key, str, bool_val, is_final, path, parent"
-)
-_COLUMNS: Final = "run_key, " + _BATCH_COLUMNS
 _BATCH_SCHEMA: Final = pa.schema(
     [
         ("run_id", pa.string()),
@@ -97,7 +94,8 @@ _BATCH_SCHEMA: Final = pa.schema(
         ("parent", pa.string()),
     ]
 )
-_BATCH_VIEW: Final = "_field_values_batch"
+# Every column, for copying the table: the batch's plus the run key.
+_COLUMNS: Final = ", ".join(["run_key", *_BATCH_SCHEMA.names])
 _ORDERING_SQL: Final = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -122,19 +120,7 @@ def insert_field_rows(conn: duckdb.DuckDBPyConnection, indexes: Iterable[FieldIn
     `delete_field_rows` then this, in one transaction owned by the caller.
     """
     batch = _arrow_batch(indexes)
-    if batch.num_rows == 0:
-        return 0
-    conn.register(_BATCH_VIEW, batch)
-    batch_columns = ", ".join(f"b.{name}" for name in _BATCH_SCHEMA.names)
-    try:
-        # Only executions are indexed, so every row finds its run key.
-        conn.execute(
-            f"INSERT INTO {TABLE} (run_key, {_BATCH_COLUMNS}) SELECT e.run_key, {batch_columns}"
-            f" FROM {_BATCH_VIEW} b JOIN executions e ON e.run_id = b.run_id"
-            f" ORDER BY {SORT_KEY}"
-        )
-    finally:
-        conn.unregister(_BATCH_VIEW)
+    insert_with_run_keys(conn, TABLE, batch, order_by=SORT_KEY)
     written: int = batch.num_rows
     return written
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.store.filters import delete_field_rows, insert_field_rows
+from collector.store.run_keys import insert_with_run_keys
 
 EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
 EXECUTION_SELECT = ", ".join(f"e.{name}" for name in EXECUTION_COLUMNS)
@@ -183,24 +184,8 @@ def save(
             [replayed_before],
         )
         delete_field_rows(cursor, replayed_before)
-    cursor.register("_replays", _records_table(records))
-    try:
-        # Only stored executions are replayed and saved, so each finds its key.
-        cursor.execute(
-            f"INSERT INTO execution_replays (run_key, {_REPLAY_COLUMNS})"
-            f" SELECT e.run_key, {_RECORD_COLUMNS}"
-            " FROM _replays b JOIN executions e ON e.run_id = b.run_id"
-        )
-    finally:
-        cursor.unregister("_replays")
+    insert_with_run_keys(cursor, "execution_replays", _records_table(records))
     insert_field_rows(cursor, indexes)
-
-
-_REPLAY_COLUMNS = (
-    "run_id, verdict, diagnostics, error_count, warning_count, received_transitions,"
-    " index_truncated, replayed_unix_nano"
-)
-_RECORD_COLUMNS = ", ".join(f"b.{name.strip()}" for name in _REPLAY_COLUMNS.split(","))
 
 
 def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:
