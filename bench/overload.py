@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from crashload import ExportLoad, RssSampler, stored_spans
-from support import Server, free_port
+from support import Server
 
 
 def main() -> int:
@@ -31,8 +31,9 @@ def main() -> int:
     parser.add_argument("--max-inflight", type=int, default=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(db=Path(folder) / "overload.duckdb", grpc_port=free_port(),
-                        http_port=free_port(), args=("--max-inflight", str(args.max_inflight)))
+        server = Server.on_free_ports(
+            Path(folder) / "overload.duckdb", "--max-inflight", str(args.max_inflight)
+        )
         server.start()
         assert server.process is not None
         sampler = RssSampler(server.process.pid)

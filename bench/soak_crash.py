@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from crashload import ExportLoad, stored_spans
-from support import Server, free_port
+from support import Server
 
 
 def main() -> int:
@@ -35,8 +35,7 @@ def main() -> int:
     parser.add_argument("--max-uptime", type=float, default=3.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(db=Path(folder) / "soak.duckdb", grpc_port=free_port(),
-                        http_port=free_port(), args=()).start()
+        server = Server.on_free_ports(Path(folder) / "soak.duckdb").start()
         load = ExportLoad(server.grpc_target, exporters=args.exporters,
                           spans_per_request=args.spans_per_request).start()
         started = time.monotonic()

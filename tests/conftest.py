@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Server, free_port
+from support import Server
 
 
 @pytest.fixture
@@ -16,12 +16,7 @@ def make_server(tmp_path: Path) -> Iterator[Any]:
     servers: list[Server] = []
 
     def make(*args: str, db: Path | None = None, start: bool = True) -> Server:
-        server = Server(
-            db=db or tmp_path / f"statetrail-{len(servers)}.duckdb",
-            grpc_port=free_port(),
-            http_port=free_port(),
-            args=args,
-        )
+        server = Server.on_free_ports(db or tmp_path / f"statetrail-{len(servers)}.duckdb", *args)
         servers.append(server)
         return server.start() if start else server
 

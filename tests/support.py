@@ -58,6 +58,20 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
 
+    @classmethod
+    def on_free_ports(
+        cls,
+        db: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Server:
+        """A server (not started yet) for `db` on loopback ports that are free now."""
+        return cls(
+            db=db, grpc_port=free_port(), http_port=free_port(), args=args,
+            env=env or {}, cwd=cwd,
+        )  # fmt: skip
+
     @property
     def grpc_target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
@@ -166,6 +180,22 @@ def fixture_requests(scenario: str) -> list[tuple[bytes, list[tuple[str, str]]]]
         ]
         requests.append((body_path.read_bytes(), metadata))
     return requests
+
+
+def send_scenario(
+    target: str, scenario: str, *, compression: grpc.Compression | None = None
+) -> list[bytes]:
+    """Export every captured request of a scenario to `target`; the replies, in order."""
+    return [
+        export_raw(target, body, metadata, compression=compression)
+        for body, metadata in fixture_requests(scenario)
+    ]
+
+
+def captured_compression(scenario: str) -> grpc.Compression | None:
+    """Gzip if the scenario's exporter compressed its requests when captured."""
+    env = manifest(scenario)["exporter"]["OTEL_env"]
+    return grpc.Compression.Gzip if env.get("OTEL_EXPORTER_OTLP_COMPRESSION") == "gzip" else None
 
 
 def scenarios() -> list[str]:

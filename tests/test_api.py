@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import jsonpatch
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -33,11 +32,12 @@ from otlp_craft import spans_of, variant
 from support import (
     FIXTURE_API_KEY,
     Server,
+    captured_compression,
     export_raw,
     fixture_requests,
-    free_port,
     manifest,
     scenarios,
+    send_scenario,
 )
 
 Json = Any
@@ -86,17 +86,8 @@ def where(server: Server, expression: str) -> set[str]:
 
 
 def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> Server:
-    return Server(
-        db=tmp_path_factory.mktemp(name) / "statetrail.duckdb",
-        grpc_port=free_port(),
-        http_port=free_port(),
-        args=("--api-key", FIXTURE_API_KEY),
-    ).start()
-
-
-def _compressed(scenario: str) -> bool:
-    env = manifest(scenario)["exporter"]["OTEL_env"]
-    return bool(env.get("OTEL_EXPORTER_OTLP_COMPRESSION") == "gzip")
+    db = tmp_path_factory.mktemp(name) / "statetrail.duckdb"
+    return Server.on_free_ports(db, "--api-key", FIXTURE_API_KEY).start()
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +95,8 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = _start(tmp_path_factory, "api-fixtures")
     try:
         for scenario in scenarios():
-            compression = grpc.Compression.Gzip if _compressed(scenario) else None
-            for body, metadata in fixture_requests(scenario):
-                reply = export_raw(server.grpc_target, body, metadata, compression=compression)
+            compression = captured_compression(scenario)
+            for reply in send_scenario(server.grpc_target, scenario, compression=compression):
                 assert reply == b"", f"{scenario}: partial success {reply!r}"
         server.wait_replayed()
         yield server

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from playwright.sync_api import Dialog, Page, expect
-from support import Server, export_raw, fixture_requests, free_port, manifest
+from support import (
+    Server,
+    export_raw,
+    fixture_requests,
+    manifest,
+    send_scenario,
+)
 
 pytestmark = pytest.mark.browser
 # The `browser`, `page` and `screenshot` fixtures.
@@ -75,16 +81,11 @@ def _replace_values(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = Server(
-        db=tmp_path_factory.mktemp("browser-execution") / "statetrail.duckdb",
-        grpc_port=free_port(),
-        http_port=free_port(),
-        args=(),
-    ).start()
+    db = tmp_path_factory.mktemp("browser-execution") / "statetrail.duckdb"
+    server = Server.on_free_ports(db).start()
     try:
         for scenario in ("a_linear", "g_large_state"):
-            for body, metadata in fixture_requests(scenario):
-                export_raw(server.grpc_target, body, metadata)
+            send_scenario(server.grpc_target, scenario)
         export_raw(server.grpc_target, *hostile_loop_request())
         server.wait_replayed()
         yield server

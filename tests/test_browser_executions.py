@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from support import Server, free_port, manifest
+from support import Server, manifest
 from test_studio_pages import EDITED_STEP, Loaded, load
 
 pytestmark = pytest.mark.browser
@@ -23,11 +23,8 @@ pytest_plugins = ("browser",)
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    server = Server(
-        db=tmp_path_factory.mktemp("browser-pages") / "statetrail.duckdb",
-        grpc_port=free_port(),
-        http_port=free_port(),
-        args=(),
+    server = Server.on_free_ports(
+        tmp_path_factory.mktemp("browser-pages") / "statetrail.duckdb"
     ).start()
     try:
         yield load(server)

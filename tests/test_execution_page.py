@@ -15,7 +15,13 @@ from typing import Any
 import httpx
 import pytest
 from history_records import scenario
-from support import Server, export_raw, fixture_requests, manifest
+from support import (
+    Server,
+    export_raw,
+    fixture_requests,
+    manifest,
+    send_scenario,
+)
 
 from collector.history import replay
 from collector.store.spans import SpanRow
@@ -30,18 +36,10 @@ SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception")
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server holding a verified, a partial, a subflow and a failing run."""
-    from support import free_port
-
-    server = Server(
-        db=tmp_path_factory.mktemp("execution-page") / "st.duckdb",
-        grpc_port=free_port(),
-        http_port=free_port(),
-        args=(),
-    ).start()
+    server = Server.on_free_ports(tmp_path_factory.mktemp("execution-page") / "st.duckdb").start()
     try:
         for scenario in SCENARIOS:
-            for body, metadata in fixture_requests(scenario):
-                export_raw(server.grpc_target, body, metadata)
+            send_scenario(server.grpc_target, scenario)
         server.wait_replayed()
         yield server
     finally:

@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import grpc
 import pytest
 from support import (
     FIXTURES,
     Server,
-    export_raw,
-    fixture_requests,
-    free_port,
+    captured_compression,
     manifest,
     scenarios,
+    send_scenario,
 )
 
 OWNER_TYPES = {"workflow", "subflow", "agent"}
@@ -60,20 +58,11 @@ def _hex(b64: str) -> str:
 def loaded_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """All fixtures sent to one server, which is then stopped cleanly."""
     db = tmp_path_factory.mktemp("fixtures") / "statetrail.duckdb"
-    server = Server(
-        db=db, grpc_port=free_port(), http_port=free_port(),
-        args=("--api-key", "test-junjo-api-key-0123456789"),
-    ).start()
+    server = Server.on_free_ports(db, "--api-key", "test-junjo-api-key-0123456789").start()
     try:
         for scenario in scenarios():
-            compressed = manifest(scenario)["exporter"]["OTEL_env"].get(
-                "OTEL_EXPORTER_OTLP_COMPRESSION"
-            ) == "gzip"
-            for body, metadata in fixture_requests(scenario):
-                reply = export_raw(
-                    server.grpc_target, body, metadata,
-                    compression=grpc.Compression.Gzip if compressed else None,
-                )
+            compression = captured_compression(scenario)
+            for reply in send_scenario(server.grpc_target, scenario, compression=compression):
                 assert reply == b"", f"{scenario}: unexpected partial success {reply!r}"
     finally:
         assert server.stop() in (0, -signal.SIGTERM), server.output()

@@ -291,10 +291,7 @@ def test_fuzz_mutated_fixture_bytes_never_crash_the_pipeline(
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from support import free_port
-
-    db = tmp_path_factory.mktemp("fuzz") / "fuzz.duckdb"
-    server = Server(db=db, grpc_port=free_port(), http_port=free_port(), args=()).start()
+    server = Server.on_free_ports(tmp_path_factory.mktemp("fuzz") / "fuzz.duckdb").start()
     for body in _fixture_bodies():
         export_raw(server.grpc_target, body, KEY)
     server.wait_replayed()

@@ -13,7 +13,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from support import Server, free_port
+from support import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +37,7 @@ def test_packaging_plain_install_serves_pages_and_assets(tmp_path: Path) -> None
         check=True, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env},
     ).stdout.split()
     assert [Path(p) for p in located] == [site / "studio" / "templates", site / "studio" / "static"]
-    server = Server(
-        db=tmp_path / "x.duckdb", grpc_port=free_port(), http_port=free_port(), args=(),
-        env=env, cwd=tmp_path,
-    ).start()
+    server = Server.on_free_ports(tmp_path / "x.duckdb", env=env, cwd=tmp_path).start()
     try:
         with urllib.request.urlopen(server.url + "/", timeout=30) as page:
             assert b"statetrail" in page.read()

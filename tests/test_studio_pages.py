@@ -24,7 +24,13 @@ from markupsafe import escape
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otlp_craft import spans_of, variant
-from support import Server, export_raw, fixture_requests, free_port, manifest, scenarios
+from support import (
+    Server,
+    export_raw,
+    manifest,
+    scenarios,
+    send_scenario,
+)
 
 from collector import junjo
 from studio.security import CONTENT_SECURITY_POLICY
@@ -132,8 +138,7 @@ class Loaded:
 def load(server: Server) -> Loaded:
     """Every capture, then the edited, hostile and in-flight copies of `a_linear`."""
     for scenario in scenarios():
-        for body, metadata in fixture_requests(scenario):
-            export_raw(server.grpc_target, body, metadata)
+        send_scenario(server.grpc_target, scenario)
     edited = variant("edited")
     edit_step(edited, EDITED_STEP, EDITED_VALUE)
     hostile = variant("hostile")
@@ -148,12 +153,7 @@ def load(server: Server) -> Loaded:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    server = Server(
-        db=tmp_path_factory.mktemp("pages") / "statetrail.duckdb",
-        grpc_port=free_port(),
-        http_port=free_port(),
-        args=(),
-    ).start()
+    server = Server.on_free_ports(tmp_path_factory.mktemp("pages") / "statetrail.duckdb").start()
     try:
         yield load(server)
     finally:
