@@ -20,10 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +36,9 @@ from collector.decode import SpanRecord, iter_spans
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.store import IngestBatch, Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import Server
 
 TARGET_SECONDS = 0.5
 NODE_SPANS = 100
@@ -157,33 +156,16 @@ def _event(transition: Transition) -> trace_pb2.Span.Event:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--db", str(db), "--grpc-port",
-         str(free_port()), "--http-port", str(port), "--log-level", "warning"],
-        env={**os.environ},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            # Ready, and done with the start-up replay of the bulk-loaded run: a
-            # user opens a run after ingest replayed it, not during.
-            if not httpx.get(url + "/healthz", timeout=5).json()["replaying"]:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("statetrail serve did not start")
+def served(server: Server, views: Callable[[httpx.Client], Views]) -> Views:
+    """Start the server, let it finish replaying, time `views`, stop it."""
+    server.start()
+    try:
+        # A user opens a run after ingest replayed it, not during.
+        server.wait_replayed(timeout=120)
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            return views(client)
+    finally:
+        server.stop()
 
 
 def timed(client: httpx.Client, path: str) -> float:
@@ -209,28 +191,25 @@ def main() -> None:
         # Served twice: first as after ingest (the start-up replay of the loaded
         # run hands its history to the studio), then after a restart, when the
         # first view must replay it.
-        cold = {}
-        for restarted in (False, True):
-            process, url = serve(db)
-            try:
-                with httpx.Client(base_url=url, timeout=120) as client:
-                    if restarted:
-                        cold = cold_views(client)
-                    else:
-                        warm = warm_views(client)
-            finally:
-                process.send_signal(signal.SIGTERM)
-                process.wait(timeout=60)
-        size, baseline = warm.pop("_size"), warm.pop("_baseline")
-        report({**warm, **cold}, state_kb, size, baseline)
+        server = Server.on_free_ports(db)
+        warm = served(server, warm_views)
+        cold = served(server, cold_views)
+        report({**warm.figures, **cold.figures}, state_kb, warm.page_bytes, warm.baseline)
 
 
-def warm_views(client: httpx.Client) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class Views:
+    figures: dict[str, float]
+    page_bytes: int = 0
+    baseline: float = 0.0
+
+
+def warm_views(client: httpx.Client) -> Views:
     page = f"/executions/{RUN_ID}"
     provenance = page + "?step=5000&path=/turn"
     figures = {"page, first view after ingest": timed(client, page)}
-    figures["_size"] = len(client.get(page).content)
-    figures["_baseline"] = best_of(lambda: timed(client, "/healthz"))
+    page_bytes = len(client.get(page).content)
+    baseline = best_of(lambda: timed(client, "/healthz"))
     figures.update({
         "page, cached (default view)": best_of(lambda: timed(client, page)),
         "page, cached, ?step=5000": best_of(lambda: timed(client, page + "?step=5000")),
@@ -241,12 +220,11 @@ def warm_views(client: httpx.Client) -> dict[str, float]:
             lambda: timed(client, f"/api/executions/{RUN_ID}/state?sequence=5000")
         ),
     })  # fmt: skip
-    return figures
+    return Views(figures, page_bytes, baseline)
 
 
-def cold_views(client: httpx.Client) -> dict[str, float]:
-    page = f"/executions/{RUN_ID}"
-    return {"page, first view after a restart": timed(client, page)}
+def cold_views(client: httpx.Client) -> Views:
+    return Views({"page, first view after a restart": timed(client, f"/executions/{RUN_ID}")})
 
 
 def report(figures: dict[str, float], state_kb: float, size: float, baseline: float) -> None:
