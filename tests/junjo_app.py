@@ -89,6 +89,14 @@ class Explode(Node[RefundStore]):
         raise RuntimeError("payment provider returned 502")
 
 
+def _refund_workflow(name: str, graph: Callable[[], Graph]) -> Workflow[RefundState, RefundStore]:
+    """A workflow over a fresh refund store, as every test app here runs one."""
+    return Workflow[RefundState, RefundStore](
+        name=name, graph_factory=graph,
+        store_factory=lambda: RefundStore(initial_state=RefundState()),
+    )
+
+
 def linear_workflow() -> Workflow[RefundState, RefundStore]:
     def graph() -> Graph:
         load, check, decide = LoadOrder(), CheckPolicy(), Decide()
@@ -97,10 +105,7 @@ def linear_workflow() -> Workflow[RefundState, RefundStore]:
             edges=[Edge(tail=load, head=check), Edge(tail=check, head=decide)],
         )
 
-    return Workflow[RefundState, RefundStore](
-        name="Refund Workflow", graph_factory=graph,
-        store_factory=lambda: RefundStore(initial_state=RefundState()),
-    )
+    return _refund_workflow("Refund Workflow", graph)
 
 
 def concurrent_workflow() -> Workflow[RefundState, RefundStore]:
@@ -109,10 +114,7 @@ def concurrent_workflow() -> Workflow[RefundState, RefundStore]:
         decide = Decide()
         return Graph(source=concurrent, sinks=[decide], edges=[Edge(tail=concurrent, head=decide)])
 
-    return Workflow[RefundState, RefundStore](
-        name="Concurrent Refund Workflow", graph_factory=graph,
-        store_factory=lambda: RefundStore(initial_state=RefundState()),
-    )
+    return _refund_workflow("Concurrent Refund Workflow", graph)
 
 
 class ReviewState(BaseState):
@@ -157,10 +159,7 @@ def subflow_workflow() -> Workflow[RefundState, RefundStore]:
             edges=[Edge(tail=load, head=review), Edge(tail=review, head=decide)],
         )
 
-    return Workflow[RefundState, RefundStore](
-        name="Reviewed Refund Workflow", graph_factory=graph,
-        store_factory=lambda: RefundStore(initial_state=RefundState()),
-    )
+    return _refund_workflow("Reviewed Refund Workflow", graph)
 
 
 def failing_workflow() -> Workflow[RefundState, RefundStore]:
@@ -171,10 +170,7 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
             edges=[Edge(tail=load, head=explode), Edge(tail=explode, head=decide)],
         )
 
-    return Workflow[RefundState, RefundStore](
-        name="Failing Refund Workflow", graph_factory=graph,
-        store_factory=lambda: RefundStore(initial_state=RefundState()),
-    )
+    return _refund_workflow("Failing Refund Workflow", graph)
 
 
 SCENARIOS: dict[str, Callable[[], Workflow[RefundState, RefundStore]]] = {
