@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
+from collector.evidence import EvidenceVersion, carriers_of, replay_with
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.foreground import Foreground
-from collector.history import History, replay, walk
+from collector.history import History, walk
 from collector.jsondoc import Missing, resolve
-from collector.model import Execution, Transition, span_subtree
+from collector.model import Execution
 from collector.store import Store, StoreError, WriteResult
 from collector.store.replays import ReplayRecord, SpanLink
 
@@ -30,9 +31,6 @@ logger = logging.getLogger(__name__)
 REPLAY_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
 
-EvidenceVersion: TypeAlias = tuple[int, int]
-
-
 class HistorySink(Protocol):
     """Takes replayed histories for reuse (the studio's Inspector keeps long ones).
 
@@ -42,48 +40,6 @@ class HistorySink(Protocol):
 
     def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
         ...
-
-
-def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceVersion]:
-    """Replay one execution from everything stored about its store and trace.
-
-    Also returns the `Store.evidence_version` of what was read, counted from the
-    evidence itself, which saves a read on a first view.
-    """
-    transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
-    links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
-    latest = max(
-        (link.received_unix_nano for link in links if link.span.trace_id == execution.trace_id),
-        default=0,
-    )
-    return replay_with(execution, transitions, links), (len(transitions), latest)
-
-
-def carriers_of(transitions: Iterable[Transition]) -> set[tuple[str, str]]:
-    """The spans (trace id, span id) that carried these transitions."""
-    return {(t.trace_id, t.span_id) for t in transitions}
-
-
-def replay_with(
-    execution: Execution, transitions: Sequence[Transition], links: Sequence[SpanLink]
-) -> History:
-    """Replay with the evidence already loaded: the owner's trace plus the carriers."""
-    carriers = {(t.trace_id, t.span_id) for t in transitions}
-    same_trace = [link for link in links if link.span.trace_id == execution.trace_id]
-    elsewhere = [
-        link.span
-        for link in links
-        if link.span.trace_id != execution.trace_id
-        and (link.span.trace_id, link.span.span_id) in carriers
-    ]
-    return replay(
-        execution,
-        transitions,
-        evidence_spans=[link.span for link in same_trace] + elsewhere,
-        owner_span_ids=span_subtree(
-            execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
-        ),
-    )
 
 
 def replay_record(

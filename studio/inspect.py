@@ -20,10 +20,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from collector.evidence import EvidenceVersion, carriers_of, load_history
 from collector.history import History, replay
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
-from collector.replayer import EvidenceVersion, carriers_of, load_history
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 

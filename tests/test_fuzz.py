@@ -31,10 +31,11 @@ from support import FIXTURE_API_KEY, FIXTURES, Server, export_raw
 
 from collector import junjo
 from collector.decode import DecodeError, SpanRecord, iter_spans, parse_request
+from collector.evidence import load_history
 from collector.history import StateUnavailableError, timeline
 from collector.jsondoc import MISSING
 from collector.junjo import extract
-from collector.replayer import field_index, load_history
+from collector.replayer import field_index
 from collector.store import IngestBatch, Store
 
 FUZZ_MESSAGES = 200

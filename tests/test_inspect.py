@@ -10,10 +10,11 @@ from history_records import scenario
 from support import fixture_requests, scenarios
 
 from collector.decode import SpanRecord, iter_spans, parse_request
+from collector.evidence import EvidenceVersion, load_history
 from collector.history import History
 from collector.junjo import Evidence, extract
 from collector.model import Execution, Transition
-from collector.replayer import EvidenceVersion, load_history, replay_stores
+from collector.replayer import replay_stores
 from collector.store import IngestBatch, Store
 from studio.inspect import Inspector
 

@@ -1,0 +1,62 @@
+"""One execution's evidence, read from the store and replayed.
+
+Shared by the background replayer (collector/replayer.py), which replays many
+executions per batch, and the studio's Inspector, which replays one on demand:
+both hand `replay_with` the owner's trace and the carrier spans elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
+from collector.history import History, replay
+from collector.model import Execution, Transition, span_subtree
+from collector.store import Store
+from collector.store.replays import SpanLink
+
+# `Store.evidence_version`: (transitions of the store, latest span arrival in the
+# trace). It changes whenever evidence for an execution arrives; a cache key.
+EvidenceVersion: TypeAlias = tuple[int, int]
+
+
+def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceVersion]:
+    """Replay one execution from everything stored about its store and trace.
+
+    Also returns the `Store.evidence_version` of what was read, counted from the
+    evidence itself, which saves a read on a first view.
+    """
+    transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
+    links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
+    latest = max(
+        (link.received_unix_nano for link in links if link.span.trace_id == execution.trace_id),
+        default=0,
+    )
+    return replay_with(execution, transitions, links), (len(transitions), latest)
+
+
+def carriers_of(transitions: Iterable[Transition]) -> set[tuple[str, str]]:
+    """The spans (trace id, span id) that carried these transitions."""
+    return {(t.trace_id, t.span_id) for t in transitions}
+
+
+def replay_with(
+    execution: Execution, transitions: Sequence[Transition], links: Sequence[SpanLink]
+) -> History:
+    """Replay with the evidence already loaded: the owner's trace plus the carriers."""
+    carriers = carriers_of(transitions)
+    same_trace = [link for link in links if link.span.trace_id == execution.trace_id]
+    elsewhere = [
+        link.span
+        for link in links
+        if link.span.trace_id != execution.trace_id
+        and (link.span.trace_id, link.span.span_id) in carriers
+    ]
+    return replay(
+        execution,
+        transitions,
+        evidence_spans=[link.span for link in same_trace] + elsewhere,
+        owner_span_ids=span_subtree(
+            execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
+        ),
+    )
