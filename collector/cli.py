@@ -59,6 +59,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from collector.allocators import tune_for_server
     from studio.app import create_app
 
     try:
@@ -67,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"statetrail: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    tune_for_server()
     # A studio request that waits for the interpreter lock after each DuckDB
     # query waits up to one switch interval per CPU-bound thread; the 5 ms default
     # made executions-page latency under full ingest mostly waiting.

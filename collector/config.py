@@ -44,7 +44,7 @@ class Config:
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
     checkpoint_threshold: str = "256MB"
     # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
-    memory_limit: str = "256MB"
+    memory_limit: str = "128MB"
     # Studio access (studio/access.py): a login is required when `auth` is set
     # or the studio listens beyond loopback. repr=False keeps the secret out of logs.
     auth: bool = False
