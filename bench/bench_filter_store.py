@@ -13,7 +13,9 @@ Timed through the API's code path (`studio.params.execution_query` then
   * a `final` equality filter, p50 and p99 over --queries values;
   * an `ever` numeric range filter, p50;
   * one cold `Inspector.inspect` + timeline + `state_at` of a middle step for a
-    10,000-transition execution on a ~250 KB state (written with `Store.write`).
+    10,000-transition execution on a ~250 KB state (written with `Store.write`
+    and replayed once, as `serve` does on arrival; the same for a copy that was
+    never replayed, which has no snapshot to restore, is shown for comparison).
 Each figure is also a ratio to a same-run baseline, `SELECT count(*) FROM
 executions`, so the ratios hold across machines.
 
@@ -23,6 +25,7 @@ executions`, so the ratios hold across machines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -36,6 +39,7 @@ from bench.bench_replay import TRANSITIONS
 from bench.bench_replay import build as build_long_history
 from collector.history import timeline
 from collector.junjo import Evidence
+from collector.replayer import replay_stores
 from collector.store import IngestBatch, Store
 from collector.store.filters import compact_field_index, key64
 from studio.inspect import Inspector
@@ -238,13 +242,26 @@ def _insert_rows(
     )
 
 
-def write_long_history(store: Store) -> str:
-    """One 10,000-transition run on a ~250 KB state, through the store's own write path."""
+def write_long_history(store: Store, *, replayed: bool) -> str:
+    """One 10,000-transition run on a ~250 KB state, through the store's own write path.
+
+    `replayed`: replay it as `serve`'s replayer does when the run arrives, which
+    saves the snapshot a first view restores (collector/snapshot.py); without it,
+    a first view replays all 10,000 patches.
+    """
     execution, generated, _ = build_long_history()
+    suffix = "replayed" if replayed else "unreplayed"
+    store_id = f"{execution.store_id}-{suffix}"
+    execution = dataclasses.replace(execution, run_id=f"{execution.run_id}-{suffix}",
+                                    store_id=store_id)  # fmt: skip
     # bench_replay puts every event at index 0 of one span; the store keys events
     # by (trace, span, index), so give each its own index.
-    transitions = [t._replace(event_index=i) for i, t in enumerate(generated)]
+    transitions = [
+        t._replace(event_index=i, store_id=store_id) for i, t in enumerate(generated)
+    ]
     store.write([IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))])
+    if replayed:
+        replay_stores(store, [store_id])
     return execution.run_id
 
 
@@ -328,7 +345,8 @@ def main() -> None:
 
         store = Store(path)
         try:
-            run_id = write_long_history(store)
+            run_id = write_long_history(store, replayed=True)
+            unreplayed_id = write_long_history(store, replayed=False)
             baseline_conn = duckdb.connect(str(path))  # same process: shares the instance
             baseline = [
                 time_ms(lambda: _scalar(baseline_conn, "SELECT count(*) FROM executions"))
@@ -350,6 +368,7 @@ def main() -> None:
                 time_ms(search(store, "refund.eligible = true", True)) for _ in range(10)
             ]
             inspect = [time_ms(inspect_long(store, run_id)) for _ in range(5)]
+            inspect_replaying = [time_ms(inspect_long(store, unreplayed_id)) for _ in range(5)]
             # What a user stepping through the timeline sees after the first view:
             # the inspector's cached history, plus one state rebuilt per step.
             inspector = Inspector(store)
@@ -367,6 +386,7 @@ def main() -> None:
         ("refund.eligible = true p50", percentile(eligible, 0.5), None),
         ("ever range p50", percentile(ever_range, 0.5), TARGET_EVER_P50_MS),
         ("inspect+timeline+state p50", percentile(inspect, 0.5), TARGET_INSPECT_MS),
+        ("  same, never replayed (no snapshot)", percentile(inspect_replaying, 0.5), None),
         ("cached inspect+state p50", percentile(stepping, 0.5), None),
     ]
     for name, ms, target in report:

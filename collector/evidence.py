@@ -2,7 +2,9 @@
 
 Shared by the background replayer (collector/replayer.py), which replays many
 executions per batch, and the studio's Inspector, which replays one on demand:
-both hand `replay_with` the owner's trace and the carrier spans elsewhere.
+both hand `replay_with` the owner's trace and the carrier spans elsewhere. The
+Inspector restores a long history from the replayer's snapshot instead
+(collector/snapshot.py) when the evidence has not changed since it was taken.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TypeAlias
 
 from collector.history import History, replay
 from collector.model import Execution, Transition, span_subtree
+from collector.snapshot import restore
 from collector.store import Store
 from collector.store.replays import SpanLink
 
@@ -28,11 +31,24 @@ def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceV
     """
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
     links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
+    version = version_of(execution, transitions, links)
+    snapshot = store.replay_snapshot(execution.run_id) if transitions else None
+    if snapshot is not None and snapshot.version == version:
+        history = restore(snapshot, execution, transitions)
+        if history is not None:
+            return history, version
+    return replay_with(execution, transitions, links), version
+
+
+def version_of(
+    execution: Execution, transitions: Sequence[Transition], links: Iterable[SpanLink]
+) -> EvidenceVersion:
+    """`Store.evidence_version` counted from evidence already read for `execution`."""
     latest = max(
         (link.received_unix_nano for link in links if link.span.trace_id == execution.trace_id),
         default=0,
     )
-    return replay_with(execution, transitions, links), (len(transitions), latest)
+    return (len(transitions), latest)
 
 
 def carriers_of(transitions: Iterable[Transition]) -> set[tuple[str, str]]:

@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple, TypeAlias
 
@@ -355,6 +355,60 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
 def timeline(history: History) -> tuple[TimelineEntry, ...]:
     """One flattened record per step, with the patch parsed (None if unreadable)."""
     return tuple(_timeline_entry(step) for step in history.steps)
+
+
+# --- saving and restoring (collector/snapshot.py) -------------------------------------
+
+
+def spaced_checkpoints(history: History, min_work: int) -> list[tuple[int, JsonValue]]:
+    """(step index, state) checkpoints at least `min_work` patch work apart, start and end kept.
+
+    Index -1 is the start state. The states are the history's own: read them
+    (to serialize) and never change them. Empty when the history has no states.
+    """
+    if history._states is None:
+        return []
+    return history._states.spaced(min_work)
+
+
+def restored(
+    *,
+    execution: Execution,
+    steps: tuple[Step, ...],
+    diagnostics: tuple[Diagnostic, ...],
+    verdict: Verdict,
+    start_sequence: int,
+    end_sequence: int | None,
+    checkpoints: Sequence[tuple[int, str]],
+) -> History:
+    """A History rebuilt from what a replay saved, without applying its patches again.
+
+    `checkpoints` are `spaced_checkpoints` as JSON text (none when the replayed
+    history had no states). A step's patch is applied when a state is rebuilt
+    exactly when it was applied in the replay, which `Step.applied` records.
+    """
+    states = None
+    if checkpoints:
+        patches = [step.transition.patch_json if step.applied else None for step in steps]
+        states = _States.restored(checkpoints, patches)
+    return History(
+        execution=execution,
+        steps=steps,
+        diagnostics=diagnostics,
+        verdict=verdict,
+        start_sequence=start_sequence,
+        end_sequence=end_sequence,
+        states=states,
+        recorded_end=_recorded_end_of(execution),
+    )
+
+
+def _recorded_end_of(execution: Execution) -> JsonValue | Missing:
+    """The end state as `_Replay._recorded_end` reads it, without reporting why it is absent."""
+    mode = execution.state_end_mode
+    if (mode is not None and mode != FULL_MODE) or execution.state_end is None:
+        return MISSING
+    return parse_json(execution.state_end)
 
 
 # --- the replay itself ---------------------------------------------------------------
@@ -981,13 +1035,24 @@ class _States:
 
     Step index -1 is the start state. `patches[i]` is the text that step i
     applied, or None if step i changed nothing. Checkpoint states are never
-    mutated: every state handed out is rebuilt from a copy.
+    mutated: every state handed out is rebuilt from a copy. A checkpoint
+    restored from a snapshot stays JSON text until a state needs it.
     """
 
     def __init__(self, start: JsonValue) -> None:
         self._indexes = [-1]
-        self._checkpoints = [start]
+        self._checkpoints: list[JsonValue | _Unparsed] = [start]
         self._patches: list[str | None] = []
+
+    @classmethod
+    def restored(
+        cls, checkpoints: Sequence[tuple[int, str]], patches: list[str | None]
+    ) -> _States:
+        states = cls(None)
+        states._indexes = [index for index, _ in checkpoints]
+        states._checkpoints = [_Unparsed(text) for _, text in checkpoints]
+        states._patches = patches
+        return states
 
     @property
     def last_index(self) -> int:
@@ -1013,17 +1078,55 @@ class _States:
         """The state after step `index`, to read and never change (no copy if checkpointed)."""
         position = bisect_right(self._indexes, index) - 1
         if self._indexes[position] == index:
-            return self._checkpoints[position]
+            return self._checkpoint(position)
         return self.after(index)
 
     def after(self, index: int) -> JsonValue:
         """A fresh copy of the state after step `index`."""
         position = bisect_right(self._indexes, index) - 1
-        doc = clone(self._checkpoints[position])
+        doc = clone(self._checkpoint(position))
         for text in self._patches[self._indexes[position] + 1 : index + 1]:
             if text is not None:
                 doc = patch_in_place(doc, json.loads(text))
         return doc
+
+    def spaced(self, min_work: int) -> list[tuple[int, JsonValue]]:
+        """Checkpoints at least `min_work` patch work apart: the start, those, and the last.
+
+        Work counts as in `_Tape`: patch text plus `_PATCH_WORK_BYTES` a patch.
+        """
+        kept = [0]
+        work = 0
+        for position in range(1, len(self._indexes)):
+            first, last = self._indexes[position - 1] + 1, self._indexes[position] + 1
+            work += sum(
+                len(text) + _PATCH_WORK_BYTES
+                for text in self._patches[first:last]
+                if text is not None
+            )
+            if work >= min_work or position == len(self._indexes) - 1:
+                kept.append(position)
+                work = 0
+        return [(self._indexes[p], self._checkpoint(p)) for p in dict.fromkeys(kept)]
+
+    def _checkpoint(self, position: int) -> JsonValue:
+        found = self._checkpoints[position]
+        if isinstance(found, _Unparsed):
+            # Two threads may parse the same text at once; both get equal states,
+            # and either may be kept: checkpoints are never mutated.
+            parsed = parse_json(found.text)
+            if parsed is MISSING:
+                raise StateUnavailableError("a saved checkpoint is not valid JSON")
+            self._checkpoints[position] = parsed
+            return parsed
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Unparsed:
+    """A checkpoint as saved JSON text, parsed when a state is first rebuilt from it."""
+
+    text: str
 
 
 class _Tape:

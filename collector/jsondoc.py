@@ -60,6 +60,10 @@ def resolve(doc: JsonValue, pointer: str) -> JsonValue | Missing:
 
 def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
     """Equality as JSON sees it: unlike `==`, `true` is not `1` and `1` is not `"1"`."""
+    if type(left) is type(right) and isinstance(left, str | int | float | bool | None):
+        # Two scalars of one type: the common case (a provenance pass asks for
+        # every write of a counter), answered without serializing either.
+        return left == right
     if left is not MISSING and right is not MISSING and _canonical(left) == _canonical(right):
         # Identical canonical text proves equality, found in C: comparing a large
         # replayed end state with the recorded one this way is ~10x faster. Only
@@ -125,15 +129,21 @@ _DECODER: Final = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no
 
 
 def _deeper_than(value: JsonValue, limit: int) -> bool:
-    """Whether containers nest more than `limit` levels (iterative: no recursion)."""
-    pending: list[tuple[JsonValue, int]] = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        if isinstance(node, dict | list):
-            if depth > limit:
-                return True
+    """Whether containers nest more than `limit` levels (level by level: no recursion)."""
+    level: list[list[JsonValue] | dict[str, JsonValue]] = (
+        [value] if isinstance(value, dict | list) else []
+    )
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        below: list[list[JsonValue] | dict[str, JsonValue]] = []
+        for node in level:
             children = node.values() if isinstance(node, dict) else node
-            pending.extend((child, depth + 1) for child in children)
+            # Only containers go down a level; scalars, most of a state, stop here.
+            below += [child for child in children if isinstance(child, dict | list)]
+        level = below
+        depth += 1
     return False
 
 

@@ -105,8 +105,12 @@ def provenance(history: History, pointer: str) -> Provenance:
     entries: list[ProvenanceEntry] = []
     # state_at hands out a fresh copy, so patching it in place below is safe.
     doc = _Working(history, target)
+    needle = _region_needle(target)
     for step in history.steps:
         if not step.applied:
+            continue
+        if needle is not None and doc.skips(step.transition.patch_json, needle):
+            doc.finish_step(step)
             continue
         ops = parse_patch(step.transition.patch_json) or []
         for index, op in enumerate(ops):
@@ -151,6 +155,22 @@ class _Working:
         self._stale = False
         self._before_step = history.start_sequence
 
+    def skips(self, patch_text: str, needle: str) -> bool:
+        """Skip a whole step, unparsed, if its text proves it writes outside the region.
+
+        Every pointer into the region, as JSON text, starts with `needle` (`"/` and
+        the region's key), and the root pointer is `""`. Without either, and with
+        no escape that could spell a pointer differently, no operation of the step
+        reads or writes the region. That holds for an object root only, as in
+        `apply_unrelated`.
+        """
+        if not isinstance(self.value, dict) or "\\" in patch_text:
+            return False
+        if needle in patch_text or '""' in patch_text:
+            return False
+        self._stale = True
+        return True
+
     def apply_unrelated(self, op: JsonPatchOp, step: Step, index: int) -> None:
         # Members of a top-level array shift into each other, so skipping is for
         # an object root only (checked per operation: a write to "" can change it).
@@ -182,6 +202,11 @@ class _Working:
 
     def _within(self, pointer: str) -> bool:
         return pointer_parts(pointer)[: len(self._region)] == self._region
+
+
+def _region_needle(target: tuple[str, ...]) -> str | None:
+    """How every pointer into the target's top-level member starts in JSON text."""
+    return '"' + pointer_text(target[:1]) if target else None
 
 
 def _touched(op: JsonPatchOp) -> list[str]:

@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Protocol
 
-from collector.evidence import EvidenceVersion, carriers_of, replay_with
+from collector.evidence import EvidenceVersion, carriers_of, replay_with, version_of
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.foreground import Foreground
 from collector.history import History, walk
 from collector.jsondoc import Missing, resolve
 from collector.model import Execution
+from collector.snapshot import Snapshot, take
 from collector.store import Store, StoreError, WriteResult
 from collector.store.replays import ReplayRecord, SpanLink
 
@@ -197,6 +198,7 @@ def replay_stores(
     per_store, per_trace = versions
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
+    snapshots: list[Snapshot] = []
     for execution in executions:
         between()
         received = transitions.get(execution.store_id, []) if execution.store_id else []
@@ -206,8 +208,11 @@ def replay_stores(
         index = field_index(history, execution.run_id)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
+        snapshot = take(history, received, version_of(execution, received, relevant))
+        if snapshot is not None:
+            snapshots.append(snapshot)
         if sink is not None:
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
-    store.save_replays(records, indexes)
+    store.save_replays(records, indexes, snapshots)
     return len(records)

@@ -34,6 +34,7 @@ from collector.decode import ResourceRecord, SpanRecord
 from collector.fieldindex import FieldIndex
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
+from collector.snapshot import Snapshot
 from collector.store import keys, listing, replays, retention
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
@@ -190,6 +191,11 @@ class Store:
         with self._cursor() as cursor:
             return replays.execution(cursor, run_id)
 
+    def replay_snapshot(self, run_id: str) -> Snapshot | None:
+        """The snapshot the replayer saved of a long history (collector/snapshot.py)."""
+        with self._cursor() as cursor:
+            return replays.snapshot(cursor, run_id)
+
     def transitions_for_store(self, store_id: str) -> list[Transition]:
         return self.transitions_for_stores([store_id])[store_id]
 
@@ -265,13 +271,16 @@ class Store:
             return replays.stale_store_ids(cursor)
 
     def save_replays(
-        self, records: Sequence[replays.ReplayRecord], indexes: Sequence[FieldIndex]
+        self,
+        records: Sequence[replays.ReplayRecord],
+        indexes: Sequence[FieldIndex],
+        snapshots: Sequence[Snapshot] = (),
     ) -> None:
         """Replace what is stored about these executions' replays, atomically."""
         with self._write_lock, self._cursor() as cursor:
             try:
                 cursor.execute("BEGIN TRANSACTION")
-                replays.save(cursor, records, indexes)
+                replays.save(cursor, records, indexes, snapshots)
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)

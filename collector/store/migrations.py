@@ -237,3 +237,27 @@ def m005_run_keys(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(
             f"UPDATE {table} t SET run_key = e.run_key FROM executions e WHERE e.run_id = t.run_id"
         )
+
+
+@migration
+def m006_replay_snapshots(connection: duckdb.DuckDBPyConnection) -> None:
+    # What the replayer found for a long history (collector/snapshot.py), so the
+    # first view after a restart need not apply 10,000 patches again. Rewritten
+    # with the execution's replay row; no key index: only long runs have a row.
+    connection.execute(
+        """
+        CREATE TABLE replay_snapshots (
+            run_key BIGINT,
+            run_id VARCHAR NOT NULL,
+            transitions_seen BIGINT NOT NULL,
+            latest_span_unix_nano BIGINT NOT NULL,
+            verdict VARCHAR NOT NULL,
+            start_sequence BIGINT NOT NULL,
+            end_sequence BIGINT,
+            diagnostics_json VARCHAR NOT NULL,
+            steps_json VARCHAR NOT NULL,
+            checkpoint_steps BIGINT[] NOT NULL,
+            checkpoint_states VARCHAR[] NOT NULL
+        )
+        """
+    )

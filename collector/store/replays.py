@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
+from collector.snapshot import Snapshot
 from collector.store.filters import delete_field_rows, insert_field_rows
 from collector.store.run_keys import insert_with_run_keys
 
@@ -28,6 +29,7 @@ EXECUTION_SELECT = ", ".join(f"e.{name}" for name in EXECUTION_COLUMNS)
 TRANSITION_SELECT = ", ".join(
     "patch AS patch_json" if name == "patch_json" else name for name in Transition._fields
 )
+SNAPSHOT_COLUMNS = tuple(field.name for field in fields(Snapshot))
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +162,18 @@ def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
     return [store_id for (store_id,) in rows]
 
 
+def snapshot(cursor: duckdb.DuckDBPyConnection, run_id: str) -> Snapshot | None:
+    row = cursor.execute(
+        f"SELECT {', '.join(SNAPSHOT_COLUMNS)} FROM replay_snapshots WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return Snapshot(*row) if row else None
+
+
 def save(
     cursor: duckdb.DuckDBPyConnection,
     records: Sequence[ReplayRecord],
     indexes: Sequence[FieldIndex],
+    snapshots: Sequence[Snapshot] = (),
 ) -> None:
     """Replace the stored replay of each record's run id (the caller owns the transaction).
 
@@ -184,8 +194,14 @@ def save(
             [replayed_before],
         )
         delete_field_rows(cursor, replayed_before)
+        cursor.execute(
+            "DELETE FROM replay_snapshots WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [replayed_before],
+        )
     insert_with_run_keys(cursor, "execution_replays", _records_table(records))
     insert_field_rows(cursor, indexes)
+    if snapshots:
+        insert_with_run_keys(cursor, "replay_snapshots", _snapshots_table(snapshots))
 
 
 def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:
@@ -202,4 +218,20 @@ def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:
             "index_truncated": pa.array([r.index_truncated for r in records], pa.bool_()),
             "replayed_unix_nano": pa.array([r.replayed_unix_nano for r in records], pa.int64()),
         }
+    )
+
+
+def _snapshots_table(snapshots: Sequence[Snapshot]) -> pa.Table:
+    columns = {name: [getattr(s, name) for s in snapshots] for name in SNAPSHOT_COLUMNS}
+    types = {
+        "transitions_seen": pa.int64(),
+        "latest_span_unix_nano": pa.int64(),
+        "start_sequence": pa.int64(),
+        "end_sequence": pa.int64(),
+        "checkpoint_steps": pa.list_(pa.int64()),
+        "checkpoint_states": pa.list_(pa.large_string()),
+        "steps_json": pa.large_string(),
+    }
+    return pa.table(
+        {name: pa.array(values, types.get(name)) for name, values in columns.items()}
     )

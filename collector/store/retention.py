@@ -83,6 +83,7 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
                            run_ids)
     replays = _delete(cursor, "DELETE FROM execution_replays WHERE list_contains(?, run_id)",
                       run_ids)
+    _delete(cursor, "DELETE FROM replay_snapshots WHERE list_contains(?, run_id)", run_ids)
     executions = _delete(cursor, "DELETE FROM executions WHERE list_contains(?, run_id)",
                          run_ids)
     transitions = _delete(cursor, "DELETE FROM transitions WHERE list_contains(?, trace_id)",
@@ -110,6 +111,9 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     replays = _count(cursor.execute(
         "DELETE FROM execution_replays WHERE run_id NOT IN (SELECT run_id FROM executions)"
     ))
+    cursor.execute(
+        "DELETE FROM replay_snapshots WHERE run_id NOT IN (SELECT run_id FROM executions)"
+    )
     cursor.execute(
         "DELETE FROM resources WHERE resource_key NOT IN (SELECT resource_key FROM spans)"
     )
