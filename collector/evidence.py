@@ -14,7 +14,7 @@ from typing import TypeAlias
 
 from collector.history import History, replay
 from collector.model import Execution, Transition, span_subtree
-from collector.snapshot import restore
+from collector.snapshot import MIN_SNAPSHOT_STEPS, restore
 from collector.store import Store
 from collector.store.replays import SpanLink
 
@@ -32,7 +32,9 @@ def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceV
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
     links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
     version = version_of(execution, transitions, links)
-    snapshot = store.replay_snapshot(execution.run_id) if transitions else None
+    # Only long histories have a snapshot; a short one skips the read.
+    long_enough = len(transitions) >= MIN_SNAPSHOT_STEPS
+    snapshot = store.replay_snapshot(execution.run_id) if long_enough else None
     if snapshot is not None and snapshot.version == version:
         history = restore(snapshot, execution, transitions)
         if history is not None:

@@ -404,7 +404,7 @@ def restored(
 
 
 def _recorded_end_of(execution: Execution) -> JsonValue | Missing:
-    """The end state as `_Replay._recorded_end` reads it, without reporting why it is absent."""
+    """The producer's end state, parsed; MISSING if withheld, absent or unreadable."""
     mode = execution.state_end_mode
     if (mode is not None and mode != FULL_MODE) or execution.state_end is None:
         return MISSING
@@ -714,7 +714,9 @@ class _Replay:
         return parsed
 
     def _recorded_end(self) -> JsonValue | Missing:
+        """`_recorded_end_of`, reporting why the end state cannot be compared with."""
         execution = self.execution
+        parsed = _recorded_end_of(execution)
         mode = execution.state_end_mode
         if mode is not None and mode != FULL_MODE:
             self.report(
@@ -723,11 +725,7 @@ class _Replay:
                 f"The producer withheld the end state (mode {mode!r}, policy "
                 f"{execution.state_end_policy!r}), so the replay cannot be checked against it.",
             )
-            return MISSING
-        if execution.state_end is None:
-            return MISSING
-        parsed = parse_json(execution.state_end)
-        if parsed is MISSING:
+        elif parsed is MISSING and execution.state_end is not None:
             self.report(
                 "invalid_json_payload",
                 "error",

@@ -21,7 +21,7 @@ from collector.foreground import Foreground
 from collector.history import History, walk
 from collector.jsondoc import Missing, resolve
 from collector.model import Execution
-from collector.snapshot import Snapshot, take
+from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
 from collector.store.replays import ReplayRecord, SpanLink
 
@@ -208,9 +208,10 @@ def replay_stores(
         index = field_index(history, execution.run_id)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
-        snapshot = take(history, received, version_of(execution, received, relevant))
-        if snapshot is not None:
-            snapshots.append(snapshot)
+        if worth_taking(history):
+            snapshot = take(history, received, version_of(execution, received, relevant))
+            if snapshot is not None:
+                snapshots.append(snapshot)
         if sink is not None:
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))

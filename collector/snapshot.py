@@ -77,16 +77,21 @@ class Snapshot:
         return (self.transitions_seen, self.latest_span_unix_nano)
 
 
+def worth_taking(history: History) -> bool:
+    """Whether a history is long enough that restoring it beats replaying it."""
+    return history.execution is not None and len(history.steps) >= MIN_SNAPSHOT_STEPS
+
+
 def take(
-    history: History,
-    transitions: Sequence[Transition],
-    version: tuple[int, int],
-    *,
-    min_steps: int = MIN_SNAPSHOT_STEPS,
+    history: History, transitions: Sequence[Transition], version: tuple[int, int]
 ) -> Snapshot | None:
-    """A snapshot of `history`, replayed from `transitions`; None when not worth keeping."""
+    """A snapshot of `history`, replayed from `transitions` at evidence `version`.
+
+    None for an in-flight history, or when `transitions` are not keyed as the
+    store keys them. Whether a history is worth a snapshot is `worth_taking`.
+    """
     execution = history.execution
-    if execution is None or len(history.steps) < min_steps:
+    if execution is None:
         return None
     positions = {_key(t): index for index, t in enumerate(transitions)}
     if len(positions) != len(transitions):

@@ -48,7 +48,7 @@ def assert_same_history(restored: History, replayed: History) -> None:
 
 
 def round_trip(history: History, transitions: list[Transition]) -> History:
-    snapshot = take(history, transitions, (len(transitions), 0), min_steps=0)
+    snapshot = take(history, transitions, (len(transitions), 0))
     assert snapshot is not None
     assert history.execution is not None
     restored = restore(snapshot, history.execution, transitions)
@@ -207,7 +207,7 @@ def test_short_histories_get_no_snapshot(tmp_path: Path) -> None:
 def test_a_snapshot_that_no_longer_lines_up_is_refused() -> None:
     execution, transitions = _long_run(30)
     history = replay(execution, transitions)
-    snapshot = take(history, transitions, version_of(execution, transitions, []), min_steps=0)
+    snapshot = take(history, transitions, version_of(execution, transitions, []))
     assert snapshot is not None
     assert restore(snapshot, execution, transitions[:-1]) is None  # a step points past the end
     assert restore(snapshot, execution, transitions[1:]) is None  # sequences shifted
