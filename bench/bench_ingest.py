@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -437,6 +438,7 @@ class Server:
     process: subprocess.Popen[bytes]
     grpc_port: int
     db_path: Path | None = None
+    http_port: int | None = None
 
 
 def _free_port() -> int:
@@ -489,7 +491,7 @@ def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Serv
             env=env,
         )
     _wait_for_port(process, grpc_port)
-    return Server("statetrail", process, grpc_port, db_path)
+    return Server("statetrail", process, grpc_port, db_path, http_port)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -666,12 +668,51 @@ def drive(
 
 
 @dataclass(frozen=True, slots=True)
+class CatchUp:
+    """After the load: when everything acknowledged was stored, and then replayed."""
+
+    stored_seconds: float
+    replayed_seconds: float
+    peak_backlog_mib: float
+
+
+def catch_up(server: Server, timeout: float) -> CatchUp:
+    """Poll statetrail's /healthz until the spool backlog and the replays are done."""
+    assert server.http_port is not None
+    started = time.perf_counter()
+    stored = replayed = float("nan")
+    peak_backlog = 0
+    while time.perf_counter() - started < timeout:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{server.http_port}/healthz",
+                                    timeout=60) as reply:
+            health = json.load(reply)
+        peak_backlog = max(peak_backlog, health["backlog_bytes"])
+        elapsed = time.perf_counter() - started
+        if health["backlog_bytes"] == 0 and stored != stored:
+            stored = elapsed
+        if not health["replaying"]:
+            replayed = elapsed
+            break
+        time.sleep(0.2)
+    return CatchUp(stored, replayed, peak_backlog / MIB)
+
+
+@dataclass(frozen=True, slots=True)
 class Measurement:
     name: str
     load: LoadResult
     peak_rss_mb: float
     request_bytes: int
     stop_seconds: float
+    caught_up: CatchUp | None = None
+
+    @property
+    def stored_spans_per_second(self) -> float:
+        """Acknowledged spans over the time until the last of them was in DuckDB."""
+        if self.caught_up is None:
+            return self.load.spans_per_second
+        seconds = self.load.seconds + self.caught_up.stored_seconds
+        return self.load.acked_spans / seconds if seconds else 0.0
 
     @property
     def mib_per_second(self) -> float:
@@ -729,6 +770,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="do not set MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_")
     parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_SECONDS,
                         help="seconds a server gets to exit after SIGTERM before it is killed")
+    parser.add_argument("--catch-up-timeout", type=float, default=900.0,
+                        help="seconds to wait after the load for statetrail to store and "
+                        "replay everything it acknowledged")
     parser.add_argument("--keep-db", action="store_true", help="leave the DuckDB file behind")
     parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -813,6 +857,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"target statetrail peak RSS <= {TARGET_RSS_MB:.0f} MB: "
         f"{_verdict(statetrail.peak_rss_mb <= TARGET_RSS_MB)} ({statetrail.peak_rss_mb:.0f} MB)"
     )
+    caught_up = statetrail.caught_up
+    if caught_up is not None:
+        stored_ratio = (
+            statetrail.stored_spans_per_second / baseline.load.spans_per_second
+            if baseline.load.spans_per_second
+            else 0.0
+        )
+        print(
+            f"after the load: backlog peaked at {caught_up.peak_backlog_mib:.0f} MiB; every "
+            f"acknowledged span was in DuckDB {caught_up.stored_seconds:.1f}s later and "
+            f"replayed {caught_up.replayed_seconds:.1f}s later"
+        )
+        print(
+            f"sustained: acknowledged spans / (load + time to store them) = "
+            f"{statetrail.stored_spans_per_second:,.0f} spans/s ({stored_ratio:.0%} of baseline)"
+        )
     print(
         f"durability: {acked} spans acknowledged, {stored} in the DB after SIGTERM: "
         f"{_verdict(acked == stored)}"
@@ -834,7 +894,13 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
             max_requests=args.requests,
             warmup_requests=args.warmup_requests,
         )
+        rss_during_load = peak_rss_mb(server.process.pid)
+        caught_up = (
+            catch_up(server, args.catch_up_timeout) if server.http_port is not None else None
+        )
         rss = peak_rss_mb(server.process.pid)
+        print(f"  {server.name}: peak RSS {rss_during_load:.0f} MB by the end of the load, "
+              f"{rss:.0f} MB after catching up", flush=True)
     finally:
         stopped = stop(server, args.stop_timeout)
     if stopped.killed:
@@ -843,7 +909,8 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
     elif stopped.exit_code not in (0, -signal.SIGTERM):
         print(f"  {server.name} exited with status {stopped.exit_code}")
     return Measurement(
-        server.name, load, max(rss, stopped.peak_rss_mb), template.size, stopped.seconds
+        server.name, load, max(rss, stopped.peak_rss_mb), template.size, stopped.seconds,
+        caught_up,
     )
 
 

@@ -40,6 +40,9 @@ class Config:
     max_inflight_requests: int = 32
     max_inflight_bytes: int = 256 * MIB
     retry_after_seconds: int = 2
+    # Exports made durable in the intake spool but not yet stored in DuckDB
+    # (collector/ingest.py); past this, exports are refused with a retry delay.
+    max_backlog_bytes: int = 1024 * MIB
     grpc_workers: int = 16
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
     checkpoint_threshold: str = "256MB"
@@ -53,6 +56,11 @@ class Config:
     retain_nanos: int | None = None
     prune_interval_seconds: float = 600.0
     prune_first_delay_seconds: float = 30.0
+
+    @property
+    def spool_path(self) -> Path:
+        """The intake spool directory, beside the database file (collector/spool.py)."""
+        return self.db_path.with_name(self.db_path.name + ".spool")
 
     @property
     def studio_auth_required(self) -> bool:
@@ -145,6 +153,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "(env STATETRAIL_MAX_INFLIGHT; default %(default)s)",
     )
     parser.add_argument(
+        "--max-backlog-mib", type=int, default=int(env("MAX_BACKLOG_MIB", "1024")),
+        help="received exports not yet stored (kept in DB.spool/) before refusing new ones "
+        "with a retry delay (env STATETRAIL_MAX_BACKLOG_MIB; default %(default)s)",
+    )
+    parser.add_argument(
         "--auth", action="store_true", default=env("AUTH", "") not in ("", "0", "false"),
         help="require a studio login even on loopback (always required beyond loopback; "
         "env STATETRAIL_AUTH)",
@@ -194,6 +207,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         insecure=args.insecure,
         max_receive_bytes=args.max_receive_mib * MIB,
         max_inflight_requests=args.max_inflight,
+        max_backlog_bytes=args.max_backlog_mib * MIB,
         auth=args.auth,
         studio_password=password,
         retain_nanos=args.retain,

@@ -1,11 +1,21 @@
-"""The ingest pipeline shared by every transport: decode -> extract -> durable write.
+"""The ingest pipeline shared by every transport: screen -> spool -> extract -> store.
 
-Transports (gRPC, HTTP) call `Ingestor.ingest` from their worker threads. The
-decoding happens on the caller's thread; the writes go to one writer thread that
-commits whatever has queued up in a single transaction (group commit), so many
-concurrent exporters share one fsync instead of each paying for its own. A call
-returns only after its data is committed, which is the moment a transport may
-acknowledge the export.
+Transports (gRPC, HTTP) call `Ingestor.ingest` from their worker threads with
+a parsed request. The call screens the spans (which can be stored, which are
+rejected and why), then hands the request's bytes to one writer thread that
+appends whatever has queued up to the intake spool with a single fdatasync
+(group commit), so concurrent exporters share one flush. Once the bytes are
+synced the export is durable, and the extractor thread turns it into DuckDB
+rows in arrival order (collector/spool.py, collector/extractor.py).
+
+When to acknowledge: if nothing is queued ahead of this export (the extractor
+is idle, as it is for an exporter that sends one request at a time), the call
+also waits, briefly, until the export's rows are committed, so an exporter
+that then queries sees its data, and a failing database is answered with
+"retry" as before. Otherwise the call returns as soon as the spool has the
+export: a burst waits in the spool instead of in the exporters' queues (which
+drop spans when full). The backlog is bounded; past the bound exports are
+refused with a retry delay until the extractor catches up.
 """
 
 from __future__ import annotations
@@ -13,20 +23,31 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
 
-from collector.decode import ExportRequestPB2, RejectedSpan, SpanRecord, iter_spans
+from collector.decode import ExportRequestPB2, RejectedSpan, screen
+from collector.extractor import Extractor
 from collector.foreground import Foreground
-from collector.junjo import extract
-from collector.store import IngestBatch, Store, StoreError, WriteResult
+from collector.spool import Position, Spool, SpoolError
+from collector.store import Store, StoreError, WriteResult
 
 logger = logging.getLogger(__name__)
 
-# Enough to amortize a commit across every exporter that is likely to be waiting,
-# small enough that one transaction stays well under the WAL checkpoint threshold.
-MAX_BATCHES_PER_COMMIT = 64
+# Enough to amortize an fdatasync across every exporter that is likely to be
+# waiting; bounded so one group never holds much memory.
+MAX_EXPORTS_PER_APPEND: Final = 64
+MAX_BYTES_PER_APPEND: Final = 64 * 1024 * 1024
+# An acknowledgement waits at most this long for rows; the export is durable anyway.
+VISIBLE_WAIT_SECONDS: Final = 5.0
+DEFAULT_MAX_BACKLOG_BYTES: Final = 1024 * 1024 * 1024
+# On shutdown the extractor stores what it can in this time; the rest waits
+# in the spool for the next start.
+DRAIN_SECONDS: Final = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,74 +57,94 @@ class IngestOutcome:
     error_message: str
 
 
-class IngestorClosed(RuntimeError):
+class RetryLater(RuntimeError):
+    """The export is not acknowledged; the exporter should send it again later."""
+
+
+class IngestorClosed(RetryLater):
     """The server is shutting down and takes no new exports."""
 
 
+class IngestorBusy(RetryLater):
+    """The spooled backlog is at its bound; exports wait until it shrinks."""
+
+
 class Ingestor:
-    """Owns the writer thread; safe to call from any number of threads."""
+    """Owns the spool, its writer thread and the extractor; safe from any thread."""
 
     def __init__(
         self,
         store: Store,
+        spool_directory: Path,
+        *,
         on_commit: Callable[[WriteResult], None] | None = None,
         foreground: Foreground | None = None,
+        max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
     ) -> None:
-        self._store = store
-        self._on_commit = on_commit
-        self._foreground = foreground or Foreground()
-        self._queue: queue.Queue[tuple[IngestBatch, Future[WriteResult]] | None] = queue.Queue()
+        resume_at = Position(*store.stored_spool_position())
+        self._spool = Spool(spool_directory, resume_at)
+        self._extractor = Extractor(store, self._spool, resume_at, on_commit, foreground)
+        self._max_backlog_bytes = max_backlog_bytes
+        self._queue: queue.Queue[tuple[bytes, Future[tuple[Position, int]]] | None] = (
+            queue.Queue()
+        )
         self._closed = False
         self._close_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="statetrail-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="statetrail-spool", daemon=True)
         self._thread.start()
 
-    def ingest(self, request: ExportRequestPB2) -> IngestOutcome:
-        """Decode, extract and durably store one request.
+    def ingest(self, request: ExportRequestPB2, body: bytes | None = None) -> IngestOutcome:
+        """Screen and durably spool one request; `body` is its protobuf bytes if at hand.
 
-        Raises StoreError when the write failed (nothing of it was stored) and
-        IngestorClosed during shutdown; both mean "do not acknowledge, retry".
+        Raises RetryLater when the export must not be acknowledged: the spool
+        or the database failed, the backlog is full, or the server is stopping.
         """
-        # Decoding and extraction hold the interpreter lock for tens of ms per
-        # request, so both give way to studio requests between spans.
-        spans: list[SpanRecord] = []
-        rejected: list[RejectedSpan] = []
-        for record in iter_spans(request):
-            self._foreground.give_way()
-            if isinstance(record, SpanRecord):
-                spans.append(record)
-            else:
-                rejected.append(record)
-        if spans:
-            batch = IngestBatch(spans=spans, evidence=extract(self._paced(spans)))
-            self._submit(batch).result()
+        accepted, rejected = screen(request)
+        if accepted:
+            if self.backlog_bytes() > self._max_backlog_bytes:
+                raise IngestorBusy(
+                    f"statetrail has {self.backlog_bytes() // 2**20} MiB of exports still to "
+                    "store; retry after the delay"
+                )
+            # Rejected spans stay in the bytes: extraction skips them by the same checks.
+            spooled = self._submit(request.SerializeToString() if body is None else body)
+            try:
+                end, queued_ahead = spooled.result()
+            except SpoolError as exc:
+                raise RetryLater(f"not stored, retry: {exc}") from exc
+            if not queued_ahead:
+                try:
+                    self._extractor.wait_stored(end, VISIBLE_WAIT_SECONDS)
+                except StoreError as exc:
+                    raise RetryLater(f"not stored, retry: {exc}") from exc
         return IngestOutcome(
-            accepted_spans=len(spans),
+            accepted_spans=accepted,
             rejected_spans=len(rejected),
             error_message=_rejection_message(rejected),
         )
 
-    def _paced(self, spans: list[SpanRecord]) -> Iterator[SpanRecord]:
-        for span in spans:
-            self._foreground.give_way()
-            yield span
+    def backlog_bytes(self) -> int:
+        """Spooled export bytes the extractor has not stored yet."""
+        return self._extractor.backlog_bytes()
 
-    def _submit(self, batch: IngestBatch) -> Future[WriteResult]:
-        future: Future[WriteResult] = Future()
+    def _submit(self, body: bytes) -> Future[tuple[Position, int]]:
+        future: Future[tuple[Position, int]] = Future()
         with self._close_lock:
             if self._closed:
                 raise IngestorClosed("statetrail is shutting down; retry shortly")
-            self._queue.put((batch, future))
+            self._queue.put((body, future))
         return future
 
-    def close(self) -> None:
-        """Stop taking exports, finish everything already queued, stop the writer."""
+    def close(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+        """Take no more exports, spool what is queued, store what time allows, stop."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
             self._queue.put(None)
         self._thread.join()
+        self._extractor.close(drain_seconds)
+        self._spool.close()
 
     def _run(self) -> None:
         stopping = False
@@ -112,7 +153,8 @@ class Ingestor:
             if item is None:
                 break
             pending = [item]
-            while len(pending) < MAX_BATCHES_PER_COMMIT:
+            size = len(item[0])
+            while len(pending) < MAX_EXPORTS_PER_APPEND and size < MAX_BYTES_PER_APPEND:
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
@@ -121,34 +163,27 @@ class Ingestor:
                     stopping = True
                     break
                 pending.append(more)
-            self._commit(pending)
+                size += len(more[0])
+            self._append(pending)
 
-    def _commit(self, pending: list[tuple[IngestBatch, Future[WriteResult]]]) -> None:
-        # Building the commit's Arrow tables holds the interpreter lock too.
-        self._foreground.give_way()
+    def _append(self, pending: list[tuple[bytes, Future[tuple[Position, int]]]]) -> None:
+        queued_ahead = self._extractor.backlog_bytes()
         try:
-            result = self._store.write([batch for batch, _ in pending])
+            ends = self._spool.append([body for body, _ in pending], time.time_ns())
         except Exception as exc:
-            # Catching more than StoreError is deliberate: a batch the store
-            # cannot represent (a bug upstream) must not end this thread, or no
-            # export would ever be acknowledged again. And one export the store
-            # refuses must not fail the others grouped with it, so a failed
-            # group is retried one export at a time.
-            if len(pending) > 1:
-                for item in pending:
-                    self._commit([item])
-                return
-            if isinstance(exc, StoreError):
-                logger.error("write failed: %s", exc)
-            else:
-                logger.exception("could not store an export")
-                exc = StoreError(f"could not store the export: {exc}")
-            pending[0][1].set_exception(exc)
+            # Anything else is a bug, and must not end this thread: no export
+            # would ever be acknowledged again.
+            if not isinstance(exc, SpoolError):
+                logger.exception("could not spool exports")
+                exc = SpoolError(f"could not spool the export: {exc}")
+            logger.error("%s", exc)
+            for _, future in pending:
+                future.set_exception(exc)
             return
-        for _, future in pending:
-            future.set_result(result)
-        if self._on_commit is not None:
-            self._on_commit(result)
+        self._extractor.notify()
+        for (body, future), end in zip(pending, ends, strict=True):
+            future.set_result((end, queued_ahead))
+            queued_ahead += len(body)
 
 
 def _rejection_message(rejected: list[RejectedSpan]) -> str:

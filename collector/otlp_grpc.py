@@ -7,7 +7,8 @@ paying to parse it. Status codes follow the OTLP specification:
 
 - UNAUTHENTICATED: no accepted key;
 - INVALID_ARGUMENT: the body is not an ExportTraceServiceRequest (not retryable);
-- UNAVAILABLE + RetryInfo: overload, storage failure or shutdown (retryable);
+- UNAVAILABLE + RetryInfo: overload, a full backlog, storage failure or shutdown
+  (retryable);
 - RESOURCE_EXHAUSTED: over the receive limit (grpcio answers this itself).
 """
 
@@ -27,8 +28,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
 from collector.decode import DecodeError, parse_request
-from collector.ingest import Ingestor, IngestorClosed
-from collector.store import StoreError
+from collector.ingest import Ingestor, RetryLater
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ class TraceExportHandler:
         except DecodeError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         try:
-            outcome = self._ingestor.ingest(request)
-        except (StoreError, IngestorClosed) as exc:
-            self._abort_retryable(context, f"not stored, retry: {exc}")
+            outcome = self._ingestor.ingest(request, body)
+        except RetryLater as exc:
+            self._abort_retryable(context, str(exc))
         response = ExportResponsePB2()
         if outcome.rejected_spans:
             response.partial_success.rejected_spans = outcome.rejected_spans

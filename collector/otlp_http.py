@@ -4,7 +4,8 @@ The HTTP twin of `collector/otlp_grpc.py`, following the same rules; nothing
 here decodes spans or touches storage except through the injected `Ingestor`.
 
 Invariants:
-- a 200 is sent only after `Ingestor.ingest` returned, that is after COMMIT;
+- a 200 is sent only after `Ingestor.ingest` returned, that is once the export
+  is durable (collector/ingest.py);
 - one request never holds more than the receive limit, compressed or inflated:
   Content-Length is checked before reading, and bytes are counted while reading
   and while inflating (a gzip bomb stops at the limit);
@@ -16,7 +17,8 @@ Status codes follow the OTLP/HTTP specification:
   the gzip stream is corrupt (not retryable);
 - 401 UNAUTHENTICATED: no accepted key;
 - 413: over the receive limit; 415: a content type or encoding we do not read;
-- 503 UNAVAILABLE + Retry-After: overload, storage failure or shutdown (retryable).
+- 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
+  shutdown (retryable).
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ from starlette.responses import Response
 from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
 from collector.decode import DecodeError, ExportRequestPB2, parse_request
-from collector.ingest import Ingestor, IngestorClosed, IngestOutcome
-from collector.store import StoreError
+from collector.ingest import Ingestor, IngestOutcome, RetryLater
 
 logger = logging.getLogger(__name__)
 
@@ -174,15 +175,15 @@ class HttpTraceReceiver:
             body = self._gunzip(body, share)
         try:
             if body_format is BodyFormat.PROTOBUF:
-                request = parse_request(body)
+                request, protobuf = parse_request(body), body
             else:
-                request = parse_json(body)
+                request, protobuf = parse_json(body), None
         except DecodeError as exc:
             raise _bad_request(str(exc)) from exc
         try:
-            return self._ingestor.ingest(request)
-        except (StoreError, IngestorClosed) as exc:
-            raise self._unavailable(f"not stored, retry: {exc}") from exc
+            return self._ingestor.ingest(request, protobuf)
+        except RetryLater as exc:
+            raise self._unavailable(str(exc)) from exc
 
     def _gunzip(self, body: bytes, share: _Share) -> bytes:
         """Inflate, never past the receive limit, growing the admission share as it goes.

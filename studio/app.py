@@ -1,9 +1,12 @@
 """The Starlette application and the one lifespan that starts and stops everything.
 
-Start-up order matters for durability: the store opens (and migrates) first, the
-writer thread next, and only then do the receivers accept exports. Shutdown runs
-the same stack backwards: receivers stop taking requests and finish in-flight
-ones, the writer drains its queue, and the store checkpoints and closes.
+Start-up order matters for durability: the store opens (and migrates) first,
+the ingestor (spool, its writer, the extractor, which stores whatever an
+earlier run left in the spool) next, and only then do the receivers accept
+exports. Shutdown runs the same stack backwards: receivers stop taking requests
+and finish in-flight ones, the ingestor spools its queue and stores what it
+can in a bounded time (the rest waits in the spool), and the store checkpoints
+and closes.
 """
 
 from __future__ import annotations
@@ -89,7 +92,13 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             inspector = Inspector(store)
             replayer = Replayer(store, foreground, sink=inspector)
             stack.callback(replayer.close)
-            ingestor = Ingestor(store, on_commit=replayer.notify, foreground=foreground)
+            ingestor = Ingestor(
+                store,
+                config.spool_path,
+                on_commit=replayer.notify,
+                foreground=foreground,
+                max_backlog_bytes=config.max_backlog_bytes,
+            )
             stack.callback(ingestor.close)
             if config.retain_nanos is not None:
                 # Registered after the writer, so it stops before the store closes.

@@ -177,9 +177,23 @@ def load_comparison(request: Request, a: str, b: str) -> tuple[Comparison | None
 
 
 def healthz(request: Request) -> Response:
-    """Liveness plus counts; `replaying` says stored verdicts may still change."""
-    replaying = not request.app.state.services.replayer.wait_idle(0)
-    return JSONResponse({"status": "ok", "replaying": replaying, **store_of(request).counts()})
+    """Liveness plus counts; `replaying` says stored rows or verdicts may still change.
+
+    `backlog_bytes` is what was received and acknowledged (durable in the spool)
+    but not stored in DuckDB yet.
+    """
+    services = request.app.state.services
+    # Backlog first: the extractor tells the replayer before it reports progress.
+    backlog = services.ingestor.backlog_bytes()
+    replaying = bool(backlog) or not services.replayer.wait_idle(0)
+    return JSONResponse(
+        {
+            "status": "ok",
+            "replaying": replaying,
+            "backlog_bytes": backlog,
+            **store_of(request).counts(),
+        }
+    )
 
 
 # --- the executions view model ---------------------------------------------------------

@@ -35,7 +35,7 @@ from collector.fieldindex import FieldIndex
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.snapshot import Snapshot
-from collector.store import keys, listing, replays, retention
+from collector.store import keys, listing, replays, retention, spool_position
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
@@ -131,9 +131,13 @@ class Store:
 
     # -- writes -------------------------------------------------------------
 
-    def write(self, batches: Sequence[IngestBatch]) -> WriteResult:
+    def write(
+        self, batches: Sequence[IngestBatch], progress: tuple[int, int] | None = None
+    ) -> WriteResult:
         """Store several batches in one transaction; return after COMMIT.
 
+        `progress` is the intake spool position (segment, byte offset) after
+        these batches, recorded in the same transaction (collector/extractor.py).
         Raises StoreError if anything fails; then nothing of these batches is
         stored and the caller must not acknowledge them.
         """
@@ -164,6 +168,8 @@ class Store:
                     cursor, "executions", _executions_table(executions, now), skip_existing=True
                 )
                 _insert(cursor, "transitions", _transitions_table(transitions, now))
+                if progress is not None:
+                    spool_position.save(cursor, *progress)
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
@@ -186,6 +192,11 @@ class Store:
             ).fetchone()
         assert row is not None
         return {"spans": row[0], "executions": row[1], "transitions": row[2]}
+
+    def stored_spool_position(self) -> tuple[int, int]:
+        """(segment, byte offset) of the intake spool stored so far."""
+        with self._cursor() as cursor:
+            return spool_position.read(cursor)
 
     def get_execution(self, run_id: str) -> Execution | None:
         with self._cursor() as cursor:

@@ -261,3 +261,13 @@ def m006_replay_snapshots(connection: duckdb.DuckDBPyConnection) -> None:
         )
         """
     )
+
+
+@migration
+def m008_spool_position(connection: duckdb.DuckDBPyConnection) -> None:
+    # How far the extractor has stored the intake spool (collector/spool.py).
+    # Written in the same transaction as the rows it stored: exactly once.
+    connection.execute(
+        "CREATE TABLE spool_position (segment BIGINT NOT NULL, byte_offset BIGINT NOT NULL)"
+    )
+    connection.execute("INSERT INTO spool_position VALUES (1, 0)")

@@ -1,0 +1,216 @@
+"""Turns spool records into DuckDB rows, in arrival order, on one background thread.
+
+Each round reads a run of records from the spool (collector/spool.py), decodes
+and extracts them (collector/decode.py, collector/junjo.py), and writes the
+spans, executions and transitions in one transaction that also records the
+spool position after them. That position is what makes processing exactly
+once: after a crash the extractor resumes from the last committed position, so
+a record is never half-stored and never stored twice (and a redelivered export
+is deduplicated by the store's keys anyway).
+
+Failures:
+- The store refused the write (StoreError: disk, lock, WAL): nothing was
+  stored, the records stay in the spool, and the extractor retries after a
+  growing pause. Exports waiting to become visible are told, so a receiver
+  that is still holding the call answers "retry" rather than success.
+- Anything else is a bug meeting hostile input. A failed run of records is
+  retried one record at a time; a single record that still fails is copied to
+  the spool's quarantine folder with the reason, logged, and passed over, so
+  one bad export never stops ingestion.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from collector.decode import DecodeError, SpanRecord, iter_spans, parse_request
+from collector.foreground import Foreground
+from collector.junjo import extract
+from collector.spool import Position, Spool, SpoolRecord
+from collector.store import IngestBatch, Store, StoreError, WriteResult
+
+logger = logging.getLogger(__name__)
+
+# One transaction's worth of records: large enough to amortize a commit,
+# small enough that the decoded batch stays a few tens of MB.
+BATCH_BYTES: Final = 2 * 1024 * 1024
+FIRST_RETRY_SECONDS: Final = 0.25
+MAX_RETRY_SECONDS: Final = 5.0
+# How many refused records' reasons are kept for waiting receivers.
+MAX_REFUSALS_KEPT: Final = 1024
+
+
+class Extractor:
+    """The one thread that moves records from the spool into the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        spool: Spool,
+        resume_at: Position,
+        on_commit: Callable[[WriteResult], None] | None = None,
+        foreground: Foreground | None = None,
+    ) -> None:
+        self._store = store
+        self._spool = spool
+        self._on_commit = on_commit
+        self._foreground = foreground or Foreground()
+        self._position = resume_at
+        # (end of the failed run, reason) while the store refuses writes.
+        self._failure: tuple[Position, str] | None = None
+        self._refused: dict[Position, str] = {}
+        self._stopping = False
+        self._drain_deadline = 0.0
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._run, name="statetrail-extractor", daemon=True
+        )
+        self._thread.start()
+
+    # -- what other threads ask ------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        with self._changed:
+            return self._position
+
+    def backlog_bytes(self) -> int:
+        """Spooled bytes not yet in the store."""
+        return self._spool.backlog_bytes(self.position)
+
+    def notify(self) -> None:
+        """New records are durable in the spool."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_stored(self, end: Position, timeout: float) -> bool:
+        """Wait until the record ending at `end` is in the store; False on timeout.
+
+        Raises StoreError if the store refused it (the record stays spooled and
+        is retried, but the caller should not report success yet).
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._position < end:
+                refused = self._refused.get(end)
+                if refused is not None:
+                    raise StoreError(refused)
+                if self._failure is not None and end <= self._failure[0]:
+                    raise StoreError(self._failure[1])
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    return False
+                self._changed.wait(left)
+            refused = self._refused.get(end)
+            if refused is not None:
+                raise StoreError(refused)
+            return True
+
+    def close(self, drain_seconds: float) -> None:
+        """Stop after storing what is spooled, or after `drain_seconds`.
+
+        Whatever is left stays in the spool and is stored after the next start.
+        """
+        with self._changed:
+            self._stopping = True
+            self._drain_deadline = time.monotonic() + drain_seconds
+            self._changed.notify_all()
+        self._thread.join()
+
+    # -- the thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        retry_after = FIRST_RETRY_SECONDS
+        while True:
+            with self._changed:
+                self._changed.wait_for(self._has_work_or_must_stop)
+                if self._must_stop():
+                    return
+                position = self._position
+            records, after = self._spool.read(position, BATCH_BYTES)
+            try:
+                self._store_records(records, after)
+            except StoreError as exc:
+                logger.error("could not store spooled exports, retrying: %s", exc)
+                with self._changed:
+                    self._failure = (after, str(exc))
+                    self._changed.notify_all()
+                    self._changed.wait_for(self._must_stop, retry_after)
+                retry_after = min(retry_after * 2, MAX_RETRY_SECONDS)
+                continue
+            retry_after = FIRST_RETRY_SECONDS
+            self._spool.release(after)
+
+    def _has_work_or_must_stop(self) -> bool:
+        return self._spool.durable_end > self._position or self._must_stop()
+
+    def _must_stop(self) -> bool:
+        if not self._stopping:
+            return False
+        caught_up = self._spool.durable_end <= self._position
+        return caught_up or time.monotonic() >= self._drain_deadline
+
+    def _store_records(self, records: list[SpoolRecord], after: Position) -> None:
+        """Store a run of records and the position after it; on a bug, one by one."""
+        try:
+            result = self._store.write([self._batch(r) for r in records], progress=after)
+        except StoreError:
+            raise
+        except Exception:
+            if len(records) > 1:
+                for record in records:
+                    self._store_records([record], record.end)
+                # A run that ended in a skipped, corrupt stretch has nothing to
+                # store but its position.
+                if records[-1].end < after:
+                    self._advance(self._store.write([], progress=after), after)
+                return
+            self._refuse(records[0])
+            return
+        self._advance(result, after)
+
+    def _advance(self, result: WriteResult, after: Position) -> None:
+        # The replayer hears first, so that no moment shows "nothing pending"
+        # between this commit and its replays.
+        if self._on_commit is not None:
+            self._on_commit(result)
+        with self._changed:
+            self._position = after
+            self._failure = None
+            self._changed.notify_all()
+
+    def _refuse(self, record: SpoolRecord) -> None:
+        logger.exception("could not store an export; it is kept in the spool's quarantine")
+        reason = "statetrail could not store this export (kept for inspection); see the log"
+        try:
+            kept = self._spool.quarantine(record, reason)
+            logger.error("quarantined export: %s", kept)
+        except OSError:
+            logger.exception("could not quarantine the export")
+        result = self._store.write([], progress=record.end)
+        with self._changed:
+            if len(self._refused) >= MAX_REFUSALS_KEPT:
+                self._refused.pop(next(iter(self._refused)))
+            self._refused[record.end] = reason
+        self._advance(result, record.end)
+
+    def _batch(self, record: SpoolRecord) -> IngestBatch:
+        # Receivers parsed this body before spooling it: a failure here is a
+        # bug or a damaged disk, and goes to quarantine like any other.
+        try:
+            request = parse_request(record.body)
+        except DecodeError as exc:
+            raise ValueError(f"spooled export no longer decodes: {exc}") from exc
+        spans = [r for r in iter_spans(request) if isinstance(r, SpanRecord)]
+        return IngestBatch(spans=spans, evidence=extract(self._paced(spans)))
+
+    def _paced(self, spans: list[SpanRecord]) -> Iterator[SpanRecord]:
+        # Extraction holds the interpreter lock for tens of ms per export; it
+        # gives way to studio requests between spans.
+        for span in spans:
+            self._foreground.give_way()
+            yield span

@@ -1,0 +1,313 @@
+"""The intake spool: an export is durable once its bytes are in an fsynced segment file.
+
+Why a spool in front of DuckDB: turning an export into rows (decoding the Junjo
+attributes, extracting transitions, inserting into keyed tables) costs hundreds
+of microseconds a span under the interpreter lock, while appending the request's
+own protobuf bytes and calling fdatasync costs about a microsecond a span and
+releases the lock. So an export is acknowledged once its bytes are here, and
+the extractor (collector/extractor.py) turns records into DuckDB rows in order,
+storing how far it got in the same transaction as the rows. A burst is absorbed
+here instead of making exporters wait until their queues drop spans.
+
+Layout: the directory holds numbered segments, `00000000000000000001.seg`, ...
+A record is a 16-byte header (body length, CRC-32 of the body, arrival time in
+Unix nanoseconds; little-endian) followed by the body: one
+ExportTraceServiceRequest as protobuf. Only the newest segment is appended to;
+past SEGMENT_BYTES it is sealed and the next one started. Segments wholly
+before the extractor's position are deleted.
+
+Crash safety: a record is acknowledged only after fdatasync, and readers never
+look past the last synced byte. A crash mid-append leaves a torn record at the
+tail of the newest segment, which nobody acknowledged; opening the spool cuts
+it off (a record running past the end, or whose CRC does not match).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, NamedTuple
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_BYTES: Final = 64 * 1024 * 1024
+SEGMENT_SUFFIX: Final = ".seg"
+QUARANTINE_DIR: Final = "quarantine"
+_HEADER: Final = struct.Struct("<IIQ")  # body length, CRC-32 of the body, arrival ns
+MAX_BODY_BYTES: Final = 2**32 - 1
+
+
+class SpoolError(OSError):
+    """The spool could not make an export durable (disk full, I/O error)."""
+
+
+class Position(NamedTuple):
+    """A byte offset in a numbered segment; positions order as tuples."""
+
+    segment: int
+    offset: int
+
+
+START: Final = Position(1, 0)
+
+
+class SpoolRecord(NamedTuple):
+    start: Position
+    end: Position
+    received_unix_nano: int
+    body: bytes
+
+
+class Spool:
+    """Append (one writer thread) and read (one reader thread) durable records."""
+
+    def __init__(self, directory: Path, resume_at: Position) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        numbers = self._segment_numbers()
+        for number in numbers:
+            if number < resume_at.segment:
+                self._path(number).unlink()
+        numbers = [n for n in numbers if n >= resume_at.segment]
+        # Sizes of segments no longer appended to, for reading and the backlog.
+        self._sealed: dict[int, int] = {}
+        for number in numbers[:-1]:
+            self._sealed[number] = self._path(number).stat().st_size
+        if numbers:
+            active = numbers[-1]
+            size = _cut_torn_tail(self._path(active))
+        else:
+            active, size = resume_at.segment, 0
+        if (active, size) < resume_at:
+            # The position says more was processed than the files hold (the
+            # spool was deleted or replaced): start afresh after it.
+            logger.warning(
+                "spool %s ends before the processed position %s; starting a new segment",
+                directory, tuple(resume_at),
+            )
+            if numbers:
+                self._sealed[active] = size
+            active, size = resume_at.segment + 1, 0
+        self._active = active
+        self._file = open(self._path(active), "ab", buffering=0)  # noqa: SIM115
+        self._sync_directory()
+        self._durable_end = Position(active, size)
+
+    # -- writing (one thread) ------------------------------------------------
+
+    def append(self, bodies: Sequence[bytes], received_unix_nano: int) -> list[Position]:
+        """Write records and fdatasync them; return each record's end position.
+
+        On failure nothing of this call stays in the file, and SpoolError says why.
+        """
+        start = self._durable_end
+        pieces: list[bytes] = []
+        ends: list[Position] = []
+        offset = start.offset
+        for body in bodies:
+            if len(body) > MAX_BODY_BYTES:
+                raise SpoolError(f"an export of {len(body)} bytes is too large for the spool")
+            pieces.append(_HEADER.pack(len(body), zlib.crc32(body), received_unix_nano))
+            pieces.append(body)
+            offset += _HEADER.size + len(body)
+            ends.append(Position(start.segment, offset))
+        try:
+            _write_all(self._file.fileno(), pieces)
+            os.fdatasync(self._file.fileno())
+        except OSError as exc:
+            self._undo(start)
+            raise SpoolError(f"could not write the spool {self.directory}: {exc}") from exc
+        with self._lock:
+            self._durable_end = ends[-1]
+        if offset >= SEGMENT_BYTES:
+            self._start_next_segment()
+        return ends
+
+    def _undo(self, start: Position) -> None:
+        try:
+            os.ftruncate(self._file.fileno(), start.offset)
+        except OSError:
+            # Readers never pass the durable end, and the next open cuts a torn tail.
+            logger.exception("could not cut a failed append from the spool")
+
+    def _start_next_segment(self) -> None:
+        number = self._active + 1
+        try:
+            following = open(self._path(number), "ab", buffering=0)  # noqa: SIM115
+            self._sync_directory()
+        except OSError:
+            # Keep appending to the current segment; rotation is tried again later.
+            logger.exception("could not start spool segment %d", number)
+            return
+        previous = self._file
+        with self._lock:
+            self._sealed[self._active] = self._durable_end.offset
+            self._active = number
+            self._file = following
+            self._durable_end = Position(number, 0)
+        previous.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    # -- reading (one thread) --------------------------------------------------
+
+    @property
+    def durable_end(self) -> Position:
+        with self._lock:
+            return self._durable_end
+
+    def read(self, position: Position, max_bytes: int) -> tuple[list[SpoolRecord], Position]:
+        """Records from `position` (at least one if any is durable, then up to `max_bytes`).
+
+        Returns the records and the position after them. A record that fails its
+        CRC (the disk corrupted a synced record) is logged and its segment
+        skipped, since nothing after it in that segment can be framed again.
+        """
+        records: list[SpoolRecord] = []
+        size = 0
+        with self._lock:
+            end = self._durable_end
+            sealed = dict(self._sealed)
+        while position < end and (not records or size < max_bytes):
+            limit = sealed.get(position.segment, end.offset)
+            if position.offset >= limit:
+                position = Position(position.segment + 1, 0)
+                continue
+            batch, position = self._read_segment(position, limit, max_bytes - size)
+            records.extend(batch)
+            size += sum(len(record.body) for record in batch)
+        return records, position
+
+    def _read_segment(
+        self, position: Position, limit: int, max_bytes: int
+    ) -> tuple[list[SpoolRecord], Position]:
+        records: list[SpoolRecord] = []
+        size = 0
+        with open(self._path(position.segment), "rb") as segment:
+            segment.seek(position.offset)
+            offset = position.offset
+            while offset < limit and (not records or size < max_bytes):
+                header = segment.read(_HEADER.size)
+                length, crc, received = _HEADER.unpack(header)
+                body = segment.read(length)
+                end = offset + _HEADER.size + length
+                if end > limit or zlib.crc32(body) != crc:
+                    logger.error(
+                        "spool segment %d is corrupt at byte %d; skipping the rest of it",
+                        position.segment, offset,
+                    )
+                    return records, Position(position.segment, limit)
+                records.append(
+                    SpoolRecord(
+                        Position(position.segment, offset),
+                        Position(position.segment, end),
+                        received,
+                        body,
+                    )
+                )
+                size += length
+                offset = end
+        return records, Position(position.segment, offset)
+
+    def backlog_bytes(self, position: Position) -> int:
+        """Bytes of records after `position` (headers included)."""
+        with self._lock:
+            end = self._durable_end
+            sealed = dict(self._sealed)
+        if position >= end:
+            return 0
+        if position.segment == end.segment:
+            return end.offset - position.offset
+        total = sealed.get(position.segment, 0) - position.offset + end.offset
+        for number in range(position.segment + 1, end.segment):
+            total += sealed.get(number, 0)
+        return total
+
+    def release(self, position: Position) -> None:
+        """Delete the segments wholly before `position`: their records are processed."""
+        with self._lock:
+            done = [number for number in self._sealed if number < position.segment]
+            for number in done:
+                del self._sealed[number]
+        for number in done:
+            try:
+                self._path(number).unlink()
+            except OSError:
+                logger.exception("could not delete processed spool segment %d", number)
+
+    def quarantine(self, record: SpoolRecord, reason: str) -> Path:
+        """Keep a record that could not be processed, for a person to look at."""
+        folder = self.directory / QUARANTINE_DIR
+        folder.mkdir(exist_ok=True)
+        name = f"{record.start.segment:020d}-{record.start.offset:012d}"
+        (folder / f"{name}.pb").write_bytes(record.body)
+        (folder / f"{name}.txt").write_text(reason + "\n", encoding="utf-8")
+        return folder / f"{name}.pb"
+
+    # -- files -------------------------------------------------------------------
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{number:020d}{SEGMENT_SUFFIX}"
+
+    def _segment_numbers(self) -> list[int]:
+        return sorted(
+            int(path.stem)
+            for path in self.directory.glob(f"*{SEGMENT_SUFFIX}")
+            if path.stem.isdigit()
+        )
+
+    def _sync_directory(self) -> None:
+        # A new file's directory entry must be durable too, or a crash could
+        # lose a whole acknowledged segment.
+        descriptor = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _write_all(descriptor: int, pieces: list[bytes]) -> None:
+    views = [memoryview(piece) for piece in pieces if piece]
+    while views:
+        written = os.writev(descriptor, views[:_IOV_MAX])
+        while written and views:
+            if written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][written:]
+                written = 0
+
+
+_IOV_MAX: Final = 1024
+
+
+def _cut_torn_tail(path: Path) -> int:
+    """Truncate a segment after its last whole record; return its size."""
+    with open(path, "r+b") as segment:
+        total = segment.seek(0, os.SEEK_END)
+        segment.seek(0)
+        offset = 0
+        while offset + _HEADER.size <= total:
+            length, crc, _ = _HEADER.unpack(segment.read(_HEADER.size))
+            if offset + _HEADER.size + length > total:
+                break
+            if zlib.crc32(segment.read(length)) != crc:
+                break
+            offset += _HEADER.size + length
+        if offset < total:
+            logger.warning(
+                "spool segment %s: cutting %d bytes of a record a crash left unfinished",
+                path.name, total - offset,
+            )
+            segment.truncate(offset)
+            segment.flush()
+            os.fsync(segment.fileno())
+    return offset

@@ -1,0 +1,233 @@
+"""The intake spool and its extractor: durable records, torn tails, exactly-once storage.
+
+Everything is real: segment files on disk, a DuckDB file, the captured fixture
+requests. "Crashes" are made the way they look on disk afterwards: a record cut
+in the middle, a flipped byte, a spool never closed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support import fixture_requests
+
+from collector import spool as spool_module
+from collector.decode import parse_request
+from collector.ingest import Ingestor, IngestorBusy
+from collector.spool import START, Position, Spool
+from collector.store import Store
+
+HEADER_BYTES = 16
+
+
+def _bodies(count: int, size: int = 100) -> list[bytes]:
+    return [bytes([n % 251]) * (size + n) for n in range(count)]
+
+
+def _read_all(spool: Spool, position: Position = START) -> list[bytes]:
+    bodies: list[bytes] = []
+    while True:
+        records, position = spool.read(position, 1 << 20)
+        if not records:
+            return bodies
+        bodies.extend(record.body for record in records)
+
+
+def _segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.seg"))
+
+
+def test_records_round_trip_across_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spool_module, "SEGMENT_BYTES", 1000)
+    spool = Spool(tmp_path / "spool", START)
+    written = _bodies(30)
+    ends = [end for body in written for end in spool.append([body], 1)]
+    assert len(_segments(tmp_path / "spool")) > 3
+    assert ends == sorted(ends) and len(set(ends)) == len(ends)
+    assert _read_all(spool) == written
+    assert spool.backlog_bytes(START) == sum(HEADER_BYTES + len(b) for b in written)
+    # Reading from any record's end gives exactly the records after it.
+    assert _read_all(spool, ends[11]) == written[12:]
+    assert spool.backlog_bytes(ends[-1]) == 0
+    spool.close()
+
+
+def test_a_torn_tail_is_cut_on_open_and_appends_continue(tmp_path: Path) -> None:
+    directory = tmp_path / "spool"
+    spool = Spool(directory, START)
+    written = _bodies(3)
+    spool.append(written, 7)
+    spool.close()
+    (segment,) = _segments(directory)
+    whole = segment.stat().st_size
+    with segment.open("ab") as file:  # a crash in the middle of the next append
+        file.write(b"\x40\x00\x00\x00" + b"\x00" * 20)
+    reopened = Spool(directory, START)
+    assert segment.stat().st_size == whole
+    reopened.append([b"after the crash"], 8)
+    assert _read_all(reopened) == [*written, b"after the crash"]
+    reopened.close()
+
+
+def test_a_corrupt_record_skips_its_segment_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(spool_module, "SEGMENT_BYTES", 300)
+    spool = Spool(tmp_path / "spool", START)
+    written = _bodies(8)
+    for body in written:
+        spool.append([body], 1)
+    first = _segments(tmp_path / "spool")[0]
+    data = bytearray(first.read_bytes())
+    data[HEADER_BYTES + 5] ^= 0xFF  # inside the first record's body
+    first.write_bytes(bytes(data))
+    survivors = _read_all(spool)
+    in_first = sum(
+        1 for record in spool.read(START, 1 << 20)[0] if record.start.segment == 1
+    )
+    assert in_first == 0
+    assert survivors == written[len(written) - len(survivors):]
+    assert 0 < len(survivors) < len(written)
+    assert "corrupt" in caplog.text
+    spool.close()
+
+
+def test_release_and_reopen_drop_processed_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spool_module, "SEGMENT_BYTES", 500)
+    directory = tmp_path / "spool"
+    spool = Spool(directory, START)
+    ends = [end for body in _bodies(20) for end in spool.append([body], 1)]
+    before = len(_segments(directory))
+    spool.release(ends[9])
+    assert len(_segments(directory)) < before
+    assert _read_all(spool, ends[9]) == _bodies(20)[10:]
+    spool.close()
+    reopened = Spool(directory, ends[14])
+    assert min(int(p.stem) for p in _segments(directory)) == ends[14].segment
+    assert _read_all(reopened, ends[14]) == _bodies(20)[15:]
+    reopened.close()
+
+
+def test_a_position_past_the_files_starts_a_new_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "spool"
+    resume_at = Position(3, 5000)  # the spool was deleted after records were stored
+    spool = Spool(directory, resume_at)
+    spool.append([b"new"], 1)
+    assert _read_all(spool, resume_at) == [b"new"]
+    spool.close()
+
+
+def _spans_in(body: bytes) -> int:
+    request = parse_request(body)
+    return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+
+
+def _set_state_events_in(body: bytes) -> int:
+    request = parse_request(body)
+    return sum(
+        event.name == "set_state"
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+        for event in span.events
+    )
+
+
+def _wait_for_backlog(ingestor: Ingestor, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while ingestor.backlog_bytes():
+        assert time.monotonic() < deadline, "the extractor did not catch up"
+        time.sleep(0.02)
+
+
+def test_spooled_exports_are_stored_once_after_a_restart(tmp_path: Path) -> None:
+    """Exports durable in the spool but never stored (a crash) are stored on the next start."""
+    db, directory = tmp_path / "s.duckdb", tmp_path / "s.duckdb.spool"
+    requests = [body for body, _ in fixture_requests("d_subflow")]
+    spool = Spool(directory, START)
+    spool.append(requests, time.time_ns())
+    spool.close()  # as if the server died right after acknowledging
+    for _ in range(2):  # a second start must not store anything again
+        store = Store(db)
+        ingestor = Ingestor(store, directory)
+        _wait_for_backlog(ingestor)
+        ingestor.close()
+        counts = store.counts()
+        store.close()
+        assert counts["spans"] == sum(_spans_in(body) for body in requests)
+        assert counts["transitions"] == sum(_set_state_events_in(body) for body in requests)
+        assert counts["transitions"] > 0
+        assert counts["executions"] == 3
+
+
+def test_an_export_that_cannot_be_stored_is_quarantined_and_the_rest_flow(
+    tmp_path: Path,
+) -> None:
+    db, directory = tmp_path / "q.duckdb", tmp_path / "q.duckdb.spool"
+    (good, _), *_ = fixture_requests("a_linear")
+    spool = Spool(directory, START)
+    # Bytes that are not an export, behind a valid CRC: a damaged disk, or a bug.
+    spool.append([b"\xff\xff\xff not protobuf", good], time.time_ns())
+    spool.close()
+    store = Store(db)
+    ingestor = Ingestor(store, directory)
+    _wait_for_backlog(ingestor)
+    ingestor.close()
+    assert store.counts()["spans"] == _spans_in(good)
+    store.close()
+    kept = sorted((directory / "quarantine").glob("*.pb"))
+    assert [path.read_bytes() for path in kept] == [b"\xff\xff\xff not protobuf"]
+
+
+def test_a_full_backlog_refuses_exports_and_loses_none_acknowledged(tmp_path: Path) -> None:
+    store = Store(tmp_path / "b.duckdb")
+    ingestor = Ingestor(store, tmp_path / "b.duckdb.spool", max_backlog_bytes=1)
+    requests = [parse_request(body) for body, _ in fixture_requests("g_large_state")]
+    acknowledged: set[int] = set()
+    refused: list[IngestorBusy] = []
+    lock = threading.Lock()
+
+    def export(index: int) -> None:
+        try:
+            ingestor.ingest(requests[index % len(requests)])
+        except IngestorBusy as busy:
+            with lock:
+                refused.append(busy)
+            return
+        with lock:
+            acknowledged.add(index % len(requests))
+
+    for _ in range(20):
+        threads = [threading.Thread(target=export, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if refused:
+            break
+    _wait_for_backlog(ingestor)
+    ingestor.close()
+    assert refused, "eight concurrent exports never found a backlog above one byte"
+    assert "retry" in str(refused[0])
+    expected = {
+        (span.trace_id.hex(), span.span_id.hex())
+        for index in acknowledged
+        for resource in requests[index].resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    }
+    stored = {
+        (row.trace_id, row.span_id)
+        for trace_id in {trace for trace, _ in expected}
+        for row in store.spans_of_trace(trace_id)
+    }
+    assert expected and expected <= stored
+    assert store.counts()["spans"] == len(stored)  # repeats stored once
+    store.close()
