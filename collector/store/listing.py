@@ -180,11 +180,14 @@ def _recent_page_ids(
     it was free. Here the table holds only the window. The window is every run
     that started at or after `since`, so any run outside it started earlier
     than every run in it: when a page's worth matches within the window, no
-    run outside could be on the page. `since` comes from the latest-arrived
-    runs (run keys grow with arrival; a scan of the key column, ~2 ms at 1M),
-    not from a top-N on start time (~6 ms): arrival order only decides how
-    many runs the window holds, never whether the page is right. A narrow
-    filter finds too few here and pays for this statement on top of the full one.
+    run outside could be on the page. `since` is the `recent_runs`-th newest
+    start among the 2 x `recent_runs` latest-arrived runs (run keys grow with
+    arrival, so zone maps find them; a top-N over every start cost ~6 ms at
+    1M), not simply the oldest of them: one long run arriving late with an old
+    start then cannot widen the window to every run. Arrival order only
+    decides how many runs the window holds, never whether the page is right.
+    A narrow filter finds too few here and pays for this statement on top of
+    the full one.
     """
     plain, plain_params = _page_conditions(query, field_filter=False)
     latest = f"(SELECT max(e.run_key) FROM executions e {replays} {_where(plain)}) - ?"
@@ -195,7 +198,8 @@ def _recent_page_ids(
         since_where=since_where, where=_where(conditions), replays=replays
     )
     limits = [query.limit + 1] * 2
-    return _ids(cursor, sql, [*plain_params, *plain_params, recent_runs, *params, *limits])
+    window = [*plain_params, *plain_params, 2 * recent_runs, recent_runs]
+    return _ids(cursor, sql, [*window, *params, *limits])
 
 
 def _ids(cursor: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> list[str]:
@@ -257,7 +261,9 @@ _FILTERED_PAGE_IDS_SQL: Final = (
 _RECENT_PAGE_IDS_SQL: Final = (
     """
     WITH w AS MATERIALIZED (
-        SELECT min(e.start_unix_nano) AS since FROM executions e {replays} {since_where}
+        SELECT min(start_unix_nano) AS since FROM (
+            SELECT e.start_unix_nano FROM executions e {replays} {since_where}
+            ORDER BY e.start_unix_nano DESC LIMIT ?)
     ), hits AS MATERIALIZED (
         SELECT e.run_key, e.start_unix_nano FROM executions e {replays} CROSS JOIN w {where}
     ),"""
