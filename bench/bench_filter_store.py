@@ -4,8 +4,9 @@ Bulk-loads N executions (default 1,000,000, about 10 transitions each) into a
 fresh store's own tables with vectorised `INSERT ... SELECT` over DuckDB
 `range()`: `executions`, `transitions`, `execution_replays` and `field_values`
 (about 20 leaves per final state, a nested `refund.eligible` bool, and an
-`attempts` counter whose earlier values are `ever`-only history rows), then
-sorts the index with the store's own `compact_field_index`. Synthetic rows
+`attempts` counter whose earlier values are `ever`-only history rows), with
+`field_ranges` aggregated from it as the store's writes would, then sorts the
+index with the store's own `compact_field_index`. Synthetic rows
 carry no state JSON on `executions`: lists and filters never read it.
 
 Timed through the API's code path (`studio.params.execution_query` then
@@ -91,6 +92,9 @@ CONTAINERS = [
     ("/tokens", "object"),
     ("/flags", "array"),
 ]
+LOADED_TABLES = (
+    "executions", "transitions", "execution_replays", "field_values", "field_ranges"
+)
 WORKFLOWS = ["Refund Workflow", "Triage Workflow", "Chat Workflow", "Review Workflow"]
 
 
@@ -104,7 +108,8 @@ def load(path: Path, executions: int) -> dict[str, int]:
             f" (8 + {_pick('transitions', 5)})::BIGINT AS transitions FROM range(?) r(i)",
             [executions],
         )
-        for step in (_executions, _run_keys, _transitions, _replays, _field_values):
+        steps = (_executions, _run_keys, _transitions, _replays, _field_values, _field_ranges)
+        for step in steps:
             began = time.perf_counter()
             step(conn)
             print(f"  {step.__name__.strip('_')}: {time.perf_counter() - began:.1f} s")
@@ -116,7 +121,7 @@ def load(path: Path, executions: int) -> dict[str, int]:
         conn.execute("CHECKPOINT")
         counts = {
             table: _scalar(conn, f"SELECT count(*) FROM {table}")
-            for table in ("executions", "transitions", "execution_replays", "field_values")
+            for table in LOADED_TABLES
         }
     finally:
         conn.close()
@@ -205,6 +210,16 @@ def _field_values(conn: duckdb.DuckDBPyConnection) -> None:
         conn, "/status", "string", str_key="w.str_key", text="w.str", is_final="FALSE",
         tail=" JOIN vocabulary w ON TRUE",
     )  # fmt: skip
+
+
+def _field_ranges(conn: duckdb.DuckDBPyConnection) -> None:
+    # What `insert_field_rows` writes next to the values: per run and numeric
+    # path, the least and greatest number (compaction sorts it afterwards).
+    conn.execute(
+        "INSERT INTO field_ranges (run_key, run_id, parent_key, path_key, path, lo, hi)"
+        " SELECT run_key, any_value(run_id), parent_key, path_key, path, min(num), max(num)"
+        " FROM field_values WHERE kind = 'number' GROUP BY run_key, parent_key, path_key, path"
+    )
 
 
 def _register_vocabulary(conn: duckdb.DuckDBPyConnection, words: list[str]) -> None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from collector.fieldindex import ABSENT, JsonValue, index_rows
+from collector.fieldindex import ABSENT, Absent, JsonValue, index_rows
 from collector.query import parse_query
-from collector.store import Store
+from collector.store import Store, listing
 from collector.store.filters import (
     FIELD_INDEX_DDL,
     compact_field_index,
@@ -18,10 +23,15 @@ from collector.store.filters import (
     delete_field_rows,
     insert_field_rows,
 )
+from collector.store.replays import ReplayRecord
+from collector.store.retention import delete_traces
 from studio.params import encode_cursor, execution_query
 
-# run_id -> (start state, touched (pointer, value after) in order, final state)
-_HISTORIES: dict[str, tuple[JsonValue, list[tuple[str, JsonValue]], JsonValue]] = {
+# (start state, touched (pointer, value after) in order, final state)
+_History = tuple[JsonValue, list[tuple[str, JsonValue | Absent]], JsonValue]
+
+# run_id -> its history
+_HISTORIES: dict[str, _History] = {
     "approved": (
         {"refund": {"eligible": False}, "attempts": 0, "status": "queued"},
         [
@@ -61,6 +71,12 @@ _HISTORIES: dict[str, tuple[JsonValue, list[tuple[str, JsonValue]], JsonValue]] 
 
 @pytest.fixture
 def conn() -> Iterator[duckdb.DuckDBPyConnection]:
+    connection = _index_connection(_HISTORIES)
+    yield connection
+    connection.close()
+
+
+def _index_connection(histories: dict[str, _History]) -> duckdb.DuckDBPyConnection:
     connection = duckdb.connect(":memory:")
     for ddl in FIELD_INDEX_DDL:
         connection.execute(ddl)
@@ -70,16 +86,15 @@ def conn() -> Iterator[duckdb.DuckDBPyConnection]:
         "CREATE TABLE executions (run_id VARCHAR PRIMARY KEY,"
         " run_key BIGINT DEFAULT nextval('run_keys'))"
     )
-    connection.executemany("INSERT INTO executions (run_id) VALUES (?)", [[r] for r in _HISTORIES])
+    connection.executemany("INSERT INTO executions (run_id) VALUES (?)", [[r] for r in histories])
     insert_field_rows(
         connection,
         [
             index_rows(run_id, start, final, touched)
-            for run_id, (start, touched, final) in _HISTORIES.items()
+            for run_id, (start, touched, final) in histories.items()
         ],
     )
-    yield connection
-    connection.close()
+    return connection
 
 
 def _matches(conn: duckdb.DuckDBPyConnection, query: str) -> set[str]:
@@ -173,11 +188,12 @@ def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConn
 def test_compact_field_index_keeps_rows_and_answers(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute("INSERT INTO executions (run_id) VALUES ('late')")
     insert_field_rows(conn, [index_rows("late", ABSENT, {"attempts": 9})])
-    (before,) = conn.execute("SELECT count(*) FROM field_values").fetchall()[0]
+    count = "SELECT (SELECT count(*) FROM field_values), (SELECT count(*) FROM field_ranges)"
+    before = conn.execute(count).fetchall()
     compact_field_index(conn)
-    (after,) = conn.execute("SELECT count(*) FROM field_values").fetchall()[0]
-    assert after == before
+    assert conn.execute(count).fetchall() == before
     assert _matches(conn, "attempts > 2") == {"approved", "late"}
+    assert _matches(conn, "ever attempts >= 2") == {"approved", "late"}
 
 
 def test_filtered_pages_follow_start_then_run_id_across_equal_start_times(
@@ -202,14 +218,219 @@ def test_filtered_pages_follow_start_then_run_id_across_equal_start_times(
     matching = [(run_id, start) for n, (run_id, start) in enumerate(runs) if n >= 5]
     expected = [run_id for run_id, _ in sorted(matching, key=lambda r: (-r[1], r[0]))]
 
-    seen: list[str] = []
-    params = {"where": "n >= 5", "limit": "3"}
-    while True:
-        rows = store.search(execution_query(params))
-        seen += [row.run_id for row in rows[:3]]
-        if len(rows) <= 3:
-            break
-        last = rows[2]
-        params["cursor"] = encode_cursor(last.start_unix_nano, last.run_id)
+    seen = _paged(store, "n >= 5", listing.RECENT_RUNS)
     store.close()
     assert seen == expected
+
+
+# --- `ever` numeric ranges, answered from field_ranges --------------------------
+
+# run_id -> (start state, touched, final state): values only seen mid-history.
+_COUNTERS: dict[str, _History] = {
+    "spiked": ({"n": 0}, [("/n", 7), ("/n", 2)], {"n": 2}),
+    "dipped": ({"n": 5}, [("/n", -3), ("/n", 5)], {"n": 5}),
+    "steady": ({"n": 4}, [], {"n": 4}),
+    "texty": ({"n": "9"}, [("/n", "10")], {"n": "10"}),  # strings never match a number
+    "dropped": ({"n": 8}, [("/n", ABSENT)], {}),  # held 8, then removed
+}
+
+
+@pytest.fixture
+def counters() -> Iterator[duckdb.DuckDBPyConnection]:
+    connection = _index_connection(_COUNTERS)
+    yield connection
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("ever n >= 7", {"spiked", "dropped"}),
+        ("ever n > 7", {"dropped"}),
+        ("ever n > 8", set()),
+        ("ever n <= -3", {"dipped"}),
+        ("ever n < -3", set()),
+        ("ever n < 0", {"dipped"}),
+        ("ever n <= 0", {"spiked", "dipped"}),
+        ("ever n >= 4.0", {"spiked", "dipped", "steady", "dropped"}),
+        ("ever n < 4", {"spiked", "dipped"}),
+        ("final n >= 7", set()),
+        ("final n < 0", set()),
+        ("ever n >= 7 and ever n <= 0", {"spiked"}),
+        ("ever n >= 7 and not ever n <= 0", {"dropped"}),
+        ("ever n < 0 or ever n > 7", {"dipped", "dropped"}),
+        ("not (ever n > 3 or ever n < 0)", {"texty"}),
+        ("ever n > 3 and final n < 3", {"spiked"}),
+        ('ever n >= "9"', {"texty"}),
+    ],
+)
+def test_compile_filter_ever_ranges_see_values_held_only_mid_history(
+    counters: duckdb.DuckDBPyConnection, query: str, expected: set[str]
+) -> None:
+    assert _matches(counters, query) == expected
+
+
+def test_compile_filter_ever_numeric_ranges_read_the_ranges_table() -> None:
+    sql, params = compile_filter(parse_query("ever n >= 3"))
+    assert "field_ranges" in sql and "field_values" not in sql
+    assert sql.count("?") == len(params)
+    final_sql, _ = compile_filter(parse_query("n >= 3"))
+    assert "field_ranges" not in final_sql
+
+
+def test_field_ranges_hold_one_row_per_run_and_numeric_path(
+    counters: duckdb.DuckDBPyConnection,
+) -> None:
+    rows = counters.execute("SELECT run_id, path, lo, hi FROM field_ranges ORDER BY run_id")
+    assert rows.fetchall() == [
+        ("dipped", "/n", -3.0, 5.0),
+        ("dropped", "/n", 8.0, 8.0),
+        ("spiked", "/n", 0.0, 7.0),
+        ("steady", "/n", 4.0, 4.0),
+    ]
+
+
+_BOUNDS = st.one_of(
+    st.integers(min_value=-50, max_value=50),
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+)
+# States may also hold what an integer beyond float range is indexed as.
+_NUMBERS = st.one_of(_BOUNDS, st.sampled_from([math.inf, -math.inf, -0.0]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    histories=st.lists(
+        st.lists(st.one_of(_NUMBERS, st.just("s"), st.none()), min_size=1, max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    op=st.sampled_from(["<", "<=", ">", ">="]),
+    bound=_BOUNDS,
+)
+def test_ever_ranges_agree_with_a_scan_of_every_value(
+    histories: list[list[JsonValue]], op: str, bound: int | float
+) -> None:
+    """The pre-aggregate answers exactly as scanning every indexed number did."""
+    runs: dict[str, _History] = {
+        f"run-{n}": ({"x": values[0]}, [("/x", v) for v in values[1:-1]], {"x": values[-1]})
+        for n, values in enumerate(histories)
+    }
+    connection = _index_connection(runs)
+    try:
+        scanned = connection.execute(
+            "SELECT DISTINCT run_id FROM field_values WHERE path = '/x' AND kind = 'number'"
+            f" AND num {op} ?",
+            [float(bound)],
+        ).fetchall()
+        query = f"ever x {op} {json.dumps(bound)}"
+        assert _matches(connection, query) == {run_id for (run_id,) in scanned}
+        expected = {
+            run_id
+            for run_id, values in zip(runs, histories, strict=True)
+            if any(_holds(value, op, bound) for value in values)
+        }
+        assert _matches(connection, query) == expected
+    finally:
+        connection.close()
+
+
+def _holds(value: JsonValue, op: str, bound: int | float) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    number, limit = float(value), float(bound)
+    return {
+        "<": number < limit,
+        "<=": number <= limit,
+        ">": number > limit,
+        ">=": number >= limit,
+    }[op]
+
+
+def test_replaying_again_replaces_an_executions_ranges(tmp_path: Path) -> None:
+    """Late evidence re-indexes a run: its old least and greatest must not answer."""
+    store = Store(tmp_path / "late.duckdb")
+    with store._cursor() as cursor:
+        _insert_execution(cursor, "late", 1)
+    first = index_rows("late", {"n": 0}, {"n": 1}, [("/n", 9)])
+    store.save_replays([_record("late")], [first])
+    assert _store_matches(store, "ever n >= 9") == ["late"]
+
+    again = index_rows("late", {"n": 0}, {"n": 2}, [("/n", 1)])
+    store.save_replays([_record("late")], [again])
+    assert _store_matches(store, "ever n >= 9") == []
+    assert _store_matches(store, "ever n >= 2") == ["late"]
+    with store._cursor() as cursor:
+        rows = cursor.execute("SELECT run_id, lo, hi FROM field_ranges").fetchall()
+    assert rows == [("late", 0.0, 2.0)]
+    store.close()
+
+
+def _record(run_id: str) -> ReplayRecord:
+    return ReplayRecord(run_id, "verified", [], 0, 0, 1, False, time.time_ns())
+
+
+def _insert_execution(cursor: duckdb.DuckDBPyConnection, run_id: str, start: int) -> None:
+    cursor.execute(
+        "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"
+        " parent_span_id, status, status_message, start_unix_nano, end_unix_nano,"
+        " received_unix_nano) VALUES (?, 'workflow', 'W', 's', 't', 's', '', 'ok', '',"
+        " ?, ?, 0)",
+        [run_id, start, start + 1],
+    )
+
+
+def _store_matches(store: Store, where: str) -> list[str]:
+    return [row.run_id for row in store.search(execution_query({"where": where}))]
+
+
+def test_pruning_a_trace_deletes_its_ranges(tmp_path: Path) -> None:
+    store = Store(tmp_path / "prune.duckdb")
+    with store._cursor() as cursor:
+        _insert_execution(cursor, "gone", 1)
+    store.save_replays([_record("gone")], [index_rows("gone", {"n": 0}, {"n": 5})])
+    with store._cursor() as cursor:
+        counts = delete_traces(cursor, ["t"])
+        left = cursor.execute("SELECT count(*) FROM field_ranges").fetchall()
+    assert counts.field_ranges == 1 and counts.field_values == 2  # 0, then 5
+    assert left == [(0,)]
+    store.close()
+
+
+# --- field-filtered pages: recent runs first, every run when that falls short ----
+
+
+def test_filtered_pages_are_the_same_whatever_the_recent_window(tmp_path: Path) -> None:
+    """Arrival order differs from start order; every window size gives the same pages."""
+    store = Store(tmp_path / "window.duckdb")
+    starts = [(n * 7919) % 40 for n in range(40)]  # a permutation of 0..39, arrival order
+    with store._cursor() as cursor:
+        for n, start in enumerate(starts):
+            _insert_execution(cursor, f"run-{n:02d}", 1_000 * start)
+        insert_field_rows(
+            cursor,
+            [index_rows(f"run-{n:02d}", {"k": 0}, {"k": n % 5}, [("/k", n)]) for n in range(40)],
+        )
+    for where, wanted in (
+        ("ever k >= 30", lambda n: n >= 30),
+        ("ever k >= 1 and not k = 2", lambda n: n >= 1 and n % 5 != 2),
+        ("k = 4", lambda n: n % 5 == 4),
+    ):
+        matching = [(f"run-{n:02d}", 1_000 * starts[n]) for n in range(40) if wanted(n)]
+        expected = [run_id for run_id, _ in sorted(matching, key=lambda r: (-r[1], r[0]))]
+        for recent_runs in (0, 1, 3, 8, 1_000):
+            assert _paged(store, where, recent_runs) == expected, (where, recent_runs)
+    store.close()
+
+
+def _paged(store: Store, where: str, recent_runs: int) -> list[str]:
+    seen: list[str] = []
+    params = {"where": where, "limit": "3"}
+    with store._cursor() as cursor:
+        while True:
+            rows = listing.search(cursor, execution_query(params), recent_runs=recent_runs)
+            seen += [row.run_id for row in rows[:3]]
+            if len(rows) <= 3:
+                return seen
+            last = rows[2]
+            params["cursor"] = encode_cursor(last.start_unix_nano, last.run_id)

@@ -34,7 +34,9 @@ def _file_before(path: Path, migration_name: str) -> None:
                 [run_id, f"{number:032x}", f"{number:016x}", number, number + 1],
             )
         connection.execute(
-            "INSERT INTO execution_replays VALUES ('old-b', 'verified', '[]', 0, 0, 0, FALSE, 0)"
+            "INSERT INTO execution_replays (run_id, verdict, diagnostics, error_count,"
+            " warning_count, received_transitions, index_truncated, replayed_unix_nano)"
+            " VALUES ('old-b', 'verified', '[]', 0, 0, 0, FALSE, 0)"
         )
         for run_id, attempts in (("old-a", 1), ("old-b", 5)):
             for row in index_rows(run_id, ABSENT, {"attempts": attempts}).rows:
@@ -46,6 +48,12 @@ def _file_before(path: Path, migration_name: str) -> None:
                         row.is_final, row.path, row.parent,
                     ],
                 )
+        if "m005_run_keys" in names[: names.index(migration_name)]:
+            # As that release's writer did: index rows carry their run's key.
+            connection.execute(
+                "UPDATE field_values f SET run_key = e.run_key FROM executions e"
+                " WHERE e.run_id = f.run_id"
+            )
     finally:
         connection.close()
 
@@ -79,6 +87,27 @@ def test_run_keys_migration_keys_existing_runs_and_their_index_rows(tmp_path: Pa
         assert new_key.fetchall()[0][0] not in {None, *keys.values()}
         # Filters join on the key, so the old rows still answer.
         where, params = compile_filter(parse_query("attempts > 2"))
+        found = connection.execute(f"SELECT e.run_id FROM executions e WHERE {where}", params)
+        assert found.fetchall() == [("old-b",)]
+    finally:
+        connection.close()
+
+
+def test_field_ranges_migration_fills_ranges_from_the_stored_index(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m007_field_ranges")
+
+    Store(path).close()
+
+    connection = duckdb.connect(str(path))
+    try:
+        ranges = connection.execute(
+            "SELECT r.run_id, r.path, r.lo, r.hi, r.run_key = e.run_key"
+            " FROM field_ranges r JOIN executions e USING (run_id) ORDER BY r.run_id"
+        ).fetchall()
+        assert ranges == [("old-a", "/attempts", 1.0, 1.0, True),
+                          ("old-b", "/attempts", 5.0, 5.0, True)]  # fmt: skip
+        where, params = compile_filter(parse_query("ever attempts > 2"))
         found = connection.execute(f"SELECT e.run_id FROM executions e WHERE {where}", params)
         assert found.fetchall() == [("old-b",)]
     finally:

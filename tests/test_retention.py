@@ -60,6 +60,7 @@ def _table_counts(db: Path, cutoff: int) -> dict[str, tuple[int, int]]:
         "transitions": ("SELECT count(*) FROM transitions", "trace_id"),
         "replays": ("SELECT count(*) FROM execution_replays", "run_id"),
         "field_values": ("SELECT count(*) FROM field_values", "run_id"),
+        "field_ranges": ("SELECT count(*) FROM field_ranges", "run_id"),
     }
     counts = {}
     with duckdb.connect(str(db), read_only=True) as connection:

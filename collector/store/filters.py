@@ -25,6 +25,15 @@ path's slice. The exact `path`/`parent`/`str` columns are still compared, so
 a hash collision can cost time but never a wrong answer. Rows appended in
 small batches lose the global order; `compact_field_index` restores it.
 
+`field_ranges` holds, per execution and numeric path, the least and greatest
+number the path held in any indexed state, written and deleted with the
+execution's `field_values` rows. An `ever` numeric range reads it (one row per
+run) instead of every historical value: `ever p >= x` holds exactly when the
+greatest is >= x, `ever p <= x` when the least is <= x. A counter bumped on
+every transition otherwise puts one row per step in the range's semi-join.
+DuckDB orders NaN above every number in both `max` and comparisons, so the
+two tables answer alike even then.
+
 Semantics of comparisons (scope `final`: rows of the end state; `ever`: rows
 of any state the history passed through):
 - `=`: a row at the path has that JSON value. Numbers compare numerically
@@ -42,12 +51,13 @@ of any state the history passed through):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Final, assert_never
+from typing import Final, Literal, TypeAlias, assert_never
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.fieldindex import FieldIndex
 from collector.query import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
@@ -55,6 +65,10 @@ from collector.store.run_keys import insert_with_run_keys
 
 TABLE: Final = "field_values"
 SORT_KEY: Final = "parent_key, path_key, kind, num, str_key"
+RANGES: Final = "field_ranges"
+# `hi` last: most `ever` ranges are lower bounds (`>=`, `>`), which zone maps
+# on `hi` then prune within the path's slice.
+RANGES_SORT_KEY: Final = "parent_key, path_key, hi"
 
 
 def _create_table(name: str) -> str:
@@ -76,8 +90,21 @@ CREATE TABLE IF NOT EXISTS {name} (
 )"""
 
 
-FIELD_INDEX_DDL: Final[tuple[str, ...]] = (_create_table(TABLE),)
-"""CREATE statements for the field index, for a numbered migration."""
+def _create_ranges_table(name: str) -> str:
+    return f"""
+CREATE TABLE IF NOT EXISTS {name} (
+    run_id     VARCHAR NOT NULL,
+    run_key    BIGINT,            -- executions.run_key, as on field_values
+    parent_key BIGINT  NOT NULL,
+    path_key   BIGINT  NOT NULL,
+    path       VARCHAR NOT NULL,
+    lo         DOUBLE  NOT NULL,  -- least number at `path` in any indexed state
+    hi         DOUBLE  NOT NULL   -- greatest
+)"""
+
+
+FIELD_INDEX_DDL: Final[tuple[str, ...]] = (_create_table(TABLE), _create_ranges_table(RANGES))
+"""CREATE statements for the field index (values, then numeric ranges)."""
 
 _BATCH_SCHEMA: Final = pa.schema(
     [
@@ -94,9 +121,11 @@ _BATCH_SCHEMA: Final = pa.schema(
         ("parent", pa.string()),
     ]
 )
-# Every column, for copying the table: the batch's plus the run key.
+# Every column, for copying the tables: the batch's plus the run key.
 _COLUMNS: Final = ", ".join(["run_key", *_BATCH_SCHEMA.names])
-_ORDERING_SQL: Final = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_RANGE_COLUMNS: Final = "run_key, run_id, parent_key, path_key, path, lo, hi"
+Ordering: TypeAlias = Literal["<", "<=", ">", ">="]
+_ORDERING_SQL: Final[dict[Ordering, str]] = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
 @lru_cache(maxsize=1 << 16)
@@ -121,8 +150,18 @@ def insert_field_rows(conn: duckdb.DuckDBPyConnection, indexes: Iterable[FieldIn
     """
     batch = _arrow_batch(indexes)
     insert_with_run_keys(conn, TABLE, batch, order_by=SORT_KEY)
+    insert_with_run_keys(conn, RANGES, _ranges(batch), order_by=RANGES_SORT_KEY)
     written: int = batch.num_rows
     return written
+
+
+def _ranges(batch: pa.Table) -> pa.Table:
+    """The least and greatest number per (run, path) among the batch's rows."""
+    numbers = batch.filter(pc.equal(batch["kind"], "number"))
+    grouped = numbers.group_by(["run_id", "parent_key", "path_key", "path"]).aggregate(
+        [("num", "min"), ("num", "max")]
+    )
+    return grouped.rename_columns(["run_id", "parent_key", "path_key", "path", "lo", "hi"])
 
 
 def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
@@ -144,33 +183,46 @@ def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
 
 
 def delete_field_rows(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> None:
-    """Remove every row of the given executions."""
-    conn.execute(
-        f"DELETE FROM {TABLE} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [list(run_ids)]
-    )
+    """Remove every row of the given executions, values and ranges."""
+    listed = list(run_ids)
+    for table in (TABLE, RANGES):
+        conn.execute(
+            f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [listed]
+        )
 
 
 def compact_field_index(conn: duckdb.DuckDBPyConnection) -> None:
-    """Rewrite the table in sort order so zone maps prune again.
+    """Rewrite both tables in sort order so zone maps prune again.
 
     Small appends leave each row group holding many paths, and then every
     filter scans the whole table. Run this when idle or after bulk ingestion;
     it rewrites every row in a transaction of its own, so call it outside one.
     """
-    staging = f"{TABLE}_compacting"
     conn.execute("BEGIN TRANSACTION")
     try:
-        conn.execute(f"DROP TABLE IF EXISTS {staging}")
-        conn.execute(_create_table(staging))
-        conn.execute(
-            f"INSERT INTO {staging} ({_COLUMNS}) SELECT {_COLUMNS} FROM {TABLE} ORDER BY {SORT_KEY}"
-        )
-        conn.execute(f"DROP TABLE {TABLE}")
-        conn.execute(f"ALTER TABLE {staging} RENAME TO {TABLE}")
+        _rewrite_sorted(conn, TABLE, _create_table, _COLUMNS, SORT_KEY)
+        _rewrite_sorted(conn, RANGES, _create_ranges_table, _RANGE_COLUMNS, RANGES_SORT_KEY)
     except duckdb.Error:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _rewrite_sorted(
+    conn: duckdb.DuckDBPyConnection,
+    table: str,
+    create: Callable[[str], str],
+    columns: str,
+    sort_key: str,
+) -> None:
+    staging = f"{table}_compacting"
+    conn.execute(f"DROP TABLE IF EXISTS {staging}")
+    conn.execute(create(staging))
+    conn.execute(
+        f"INSERT INTO {staging} ({columns}) SELECT {columns} FROM {table} ORDER BY {sort_key}"
+    )
+    conn.execute(f"DROP TABLE {table}")
+    conn.execute(f"ALTER TABLE {staging} RENAME TO {table}")
 
 
 # --- filter compiler -----------------------------------------------------------
@@ -212,6 +264,8 @@ def _compare(compare: Compare, params: list[object]) -> str:
         case "!=":
             condition, values = _equals(value)
             return _rows_at(path, scope, f"NOT ({condition})", values, params)
+        case "<" | "<=" | ">" | ">=" if scope == "ever" and _is_number(value):
+            return _ever_in_range(path, compare.op, _as_float(value), params)
         case "<" | "<=" | ">" | ">=":
             column, kind = ("v.str", "string") if isinstance(value, str) else ("v.num", "number")
             condition = f"v.kind = '{kind}' AND {column} {_ORDERING_SQL[compare.op]} ?"
@@ -221,6 +275,21 @@ def _compare(compare: Compare, params: list[object]) -> str:
             return _contains(path, scope, value, params)
         case _:
             assert_never(compare.op)
+
+
+def _ever_in_range(path: Path, op: Ordering, bound: float, params: list[object]) -> str:
+    """`e` had a number at `path`, in some state, that is `op` `bound`.
+
+    Some value is >= bound exactly when the greatest is, and some value is
+    <= bound exactly when the least is; likewise for the strict orderings.
+    """
+    column = "r.hi" if op in (">", ">=") else "r.lo"
+    pointer, parent = path.pointer, path.parent.pointer
+    params.extend([key64(parent), key64(pointer), pointer, bound])
+    return (
+        f"e.run_key IN (SELECT r.run_key FROM {RANGES} r WHERE r.parent_key = ? "
+        f"AND r.path_key = ? AND r.path = ? AND {column} {_ORDERING_SQL[op]} ?)"
+    )
 
 
 def _contains(path: Path, scope: Scope, value: Scalar, params: list[object]) -> str:
@@ -276,6 +345,10 @@ def _rows_under(
 def _scope_sql(scope: Scope) -> str:
     # `ever` includes the final rows: the end state is one of the states.
     return " AND v.is_final" if scope == "final" else ""
+
+
+def _is_number(value: Scalar) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _as_float(value: Scalar) -> float:

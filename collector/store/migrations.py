@@ -264,6 +264,36 @@ def m006_replay_snapshots(connection: duckdb.DuckDBPyConnection) -> None:
 
 
 @migration
+def m007_field_ranges(connection: duckdb.DuckDBPyConnection) -> None:
+    # The least and greatest number each numeric path held in each execution
+    # (collector/store/filters.py), so an `ever` range reads one row per run
+    # rather than every value a counter ever took. Filled from the field index
+    # already stored; written and deleted with field_values from now on.
+    connection.execute(
+        """
+        CREATE TABLE field_ranges (
+            run_id VARCHAR NOT NULL,
+            run_key BIGINT,
+            parent_key BIGINT NOT NULL,
+            path_key BIGINT NOT NULL,
+            path VARCHAR NOT NULL,
+            lo DOUBLE NOT NULL,
+            hi DOUBLE NOT NULL
+        )
+        """
+    )
+    connection.execute(
+        """
+        INSERT INTO field_ranges (run_id, run_key, parent_key, path_key, path, lo, hi)
+        SELECT run_id, any_value(run_key), parent_key, path_key, path, min(num), max(num)
+        FROM field_values WHERE kind = 'number'
+        GROUP BY run_id, parent_key, path_key, path
+        ORDER BY parent_key, path_key, max(num)
+        """
+    )
+
+
+@migration
 def m008_spool_position(connection: duckdb.DuckDBPyConnection) -> None:
     # How far the extractor has stored the intake spool (collector/spool.py).
     # Written in the same transaction as the rows it stored: exactly once.

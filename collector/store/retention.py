@@ -3,9 +3,9 @@
 The unit of deletion is a trace whose newest span ended before the cutoff,
 together with everything derived from it: its spans, the transitions its spans
 carried, the executions whose owner span sat in it, and those executions'
-stored replays and field-index rows. Deleting whole traces (never half of one)
-means a trace still receiving spans is never shown with holes, and an execution
-is never kept without its owner span.
+stored replays and field-index rows (values and numeric ranges). Deleting whole
+traces (never half of one) means a trace still receiving spans is never shown
+with holes, and an execution is never kept without its owner span.
 
 Each call of `prune_batch` deletes a bounded number of traces (about
 `max_spans` spans, or one trace when a single trace is bigger) and the caller
@@ -32,6 +32,7 @@ class PruneCounts:
     transitions: int = 0
     replays: int = 0
     field_values: int = 0
+    field_ranges: int = 0
 
     def __add__(self, other: PruneCounts) -> PruneCounts:
         return PruneCounts(
@@ -81,6 +82,8 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
     ]
     field_values = _delete(cursor, "DELETE FROM field_values WHERE list_contains(?, run_id)",
                            run_ids)
+    field_ranges = _delete(cursor, "DELETE FROM field_ranges WHERE list_contains(?, run_id)",
+                           run_ids)
     replays = _delete(cursor, "DELETE FROM execution_replays WHERE list_contains(?, run_id)",
                       run_ids)
     _delete(cursor, "DELETE FROM replay_snapshots WHERE list_contains(?, run_id)", run_ids)
@@ -96,6 +99,7 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
         transitions=transitions,
         replays=replays,
         field_values=field_values,
+        field_ranges=field_ranges,
     )
 
 
@@ -108,6 +112,9 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     field_values = _count(cursor.execute(
         "DELETE FROM field_values WHERE run_id NOT IN (SELECT run_id FROM executions)"
     ))
+    field_ranges = _count(cursor.execute(
+        "DELETE FROM field_ranges WHERE run_id NOT IN (SELECT run_id FROM executions)"
+    ))
     replays = _count(cursor.execute(
         "DELETE FROM execution_replays WHERE run_id NOT IN (SELECT run_id FROM executions)"
     ))
@@ -117,7 +124,7 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     cursor.execute(
         "DELETE FROM resources WHERE resource_key NOT IN (SELECT resource_key FROM spans)"
     )
-    return PruneCounts(replays=replays, field_values=field_values)
+    return PruneCounts(replays=replays, field_values=field_values, field_ranges=field_ranges)
 
 
 def _delete(cursor: duckdb.DuckDBPyConnection, statement: str, keys: list[str]) -> int:
