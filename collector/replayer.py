@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 # many executions, small enough that fresh verdicts appear within a second or so.
 REPLAY_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
+# Ingest counts as active for this long after its last commit.
+INGEST_QUIET_SECONDS = 1.0
 
 class HistorySink(Protocol):
     """Takes replayed histories for reuse (the studio's Inspector keeps long ones).
@@ -101,6 +103,7 @@ class Replayer:
         self._pending: set[str] = set(store.stale_store_ids())
         self._busy = bool(self._pending)
         self._stopping = False
+        self._last_commit = float("-inf")
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="statetrail-replayer", daemon=True)
         self._thread.start()
@@ -109,6 +112,7 @@ class Replayer:
         if not result.store_ids:
             return
         with self._changed:
+            self._last_commit = time.monotonic()
             self._pending |= result.store_ids
             self._busy = True
             self._changed.notify_all()
@@ -140,11 +144,13 @@ class Replayer:
                     self._busy = False
                     self._changed.notify_all()
                     continue
-                # Under sustained ingest, rest as long as the batch took: replay
-                # shares one interpreter lock with the receivers, and acknowledging
-                # exports comes first. Verdicts lag; nothing is skipped.
-                rest = min(time.monotonic() - started, MAX_REST_SECONDS)
-                self._changed.wait_for(lambda: self._stopping, rest)
+                # While ingest commits, rest as long as the batch took: replay
+                # shares one interpreter lock with the receivers and the
+                # extractor, and storing exports comes first. Verdicts lag;
+                # nothing is skipped. Once ingest is quiet, catch up at full speed.
+                if time.monotonic() - self._last_commit < INGEST_QUIET_SECONDS:
+                    rest = min(time.monotonic() - started, MAX_REST_SECONDS)
+                    self._changed.wait_for(lambda: self._stopping, rest)
 
     def _replay_stores(self, store_ids: Sequence[str]) -> None:
         try:
