@@ -8,10 +8,11 @@ saved; the execution pages replay on demand from the evidence itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Protocol
 
@@ -19,7 +20,7 @@ from collector.evidence import EvidenceVersion, carriers_of, replay_with, versio
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.foreground import Foreground
 from collector.history import History, walk
-from collector.jsondoc import Missing, resolve
+from collector.jsondoc import Missing, list_index, resolve
 from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
@@ -71,15 +72,58 @@ def field_index(history: History, run_id: str) -> FieldIndex:
     if not history.has_states:
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     start = history.state_at(history.start_sequence)
-    touched: list[tuple[str, JsonValue | Absent]] = []
-    for step, state in walk(history):
-        for pointer in step.changed_paths:
-            # The walked state is replay's working document: index it now, and
-            # let index_rows copy what it keeps (it stores scalars only).
-            value = resolve(state, pointer)
-            touched.append((pointer, ABSENT if isinstance(value, Missing) else value))
     end = history.replayed_end if isinstance(recorded, Missing) else recorded
-    return index_rows(run_id, start, end, touched)
+    return index_rows(run_id, start, end, _touched(history))
+
+
+def _touched(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
+    """Every node a step may have changed, with its value in the state after the step.
+
+    A generator on purpose: the walked state is replay's one working document,
+    patched in place, so index_rows must flatten each value before the walk
+    moves on. (Collected into a list first, a value later patched in place was
+    indexed with its later content, and `ever` missed the earlier one.)
+    """
+    for step, state in walk(history):
+        if not step.applied:
+            continue
+        shifted: frozenset[str] | None = None
+        for pointer in step.changed_paths:
+            parent_pointer, _, token = pointer.rpartition("/")
+            parent = resolve(state, parent_pointer) if pointer else None
+            if isinstance(parent, list):
+                if shifted is None:
+                    shifted = _shifting_pointers(step.transition.patch_json)
+                if pointer in shifted:
+                    yield from _elements_from(parent_pointer, parent, token)
+                    continue
+            value = resolve(state, pointer)
+            yield pointer, ABSENT if isinstance(value, Missing) else value
+
+
+# Ops that insert into or remove from an array, moving every later element to
+# a new index: (path, value) pairs that no op names.
+_SHIFTING_OPS = frozenset({"add", "remove", "move", "copy"})
+
+
+def _shifting_pointers(patch_text: str) -> frozenset[str]:
+    """The pointers a patch inserts at or removes from (an applied patch parses)."""
+    pointers: set[str] = set()
+    for op in json.loads(patch_text):
+        if op.get("op") in _SHIFTING_OPS:
+            pointers.add(op.get("path"))
+            if op.get("op") == "move":
+                pointers.add(op.get("from"))
+    return frozenset(p for p in pointers if isinstance(p, str))
+
+
+def _elements_from(
+    pointer: str, array: list[JsonValue], token: str
+) -> Iterator[tuple[str, JsonValue | Absent]]:
+    """The elements of `array` (at `pointer`) from the index `token` names to the end."""
+    first = len(array) - 1 if token == "-" else list_index(token)
+    for index in range(max(first or 0, 0), len(array)):
+        yield f"{pointer}/{index}", array[index]
 
 
 class Replayer:

@@ -9,10 +9,12 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collector.fieldindex import ABSENT, index_rows
 from collector.history import replay
 from collector.jsondoc import MISSING, json_equal, resolve
 from collector.model import Execution, Transition
 from collector.provenance import provenance
+from collector.replayer import field_index
 
 KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)
@@ -123,3 +125,25 @@ def test_provenance_property_last_writer_holds_the_final_value(
         after_state = states[sequence].get(key, "absent")
         if not json_equal(before, after_state):
             assert sequence in changed_steps
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=st.lists(ROOTS, min_size=1, max_size=8))
+def test_field_index_property_holds_every_node_of_every_state(documents: list[Any]) -> None:
+    """`ever` sees exactly the (path, value) pairs of the states the history passed through.
+
+    Found by this test: values patched in place after they were indexed, and
+    array elements moved by an insert or a removal, were missing.
+    """
+    execution_, transitions, states = chain(documents)
+
+    index = field_index(replay(execution_, transitions), "run")
+
+    def nodes(state: Any) -> set[tuple[Any, ...]]:
+        rows = index_rows("run", ABSENT, state).rows
+        return {(r.path, r.kind, r.num, r.text, r.flag) for r in rows}
+
+    every_state = set().union(*(nodes(state) for state in states))
+    assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows} == every_state
+    final = nodes(states[-1])
+    assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows if r.is_final} == final
