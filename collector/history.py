@@ -127,6 +127,10 @@ MISMATCH_POINTERS_SHOWN: Final = 5
 # each patch as this many bytes of work keeps checkpoints from being taken so
 # often that copying dominates a replay of many tiny patches.
 _PATCH_WORK_BYTES: Final = 1024
+# ...and never closer than this: rebuilding a state from up to 64 KB of patch
+# work takes a millisecond or so, while a checkpoint every step or two made
+# copying a tenth of replaying the many short runs the replayer sees.
+_MIN_CHECKPOINT_WORK: Final = 64 * 1024
 
 
 class StateUnavailableError(LookupError):
@@ -1154,7 +1158,7 @@ class _Tape:
         self._states.record(text)
         self._size += len(text)
         self._work += len(text) + _PATCH_WORK_BYTES
-        if self._work >= self._size:
+        if self._work >= max(self._size, _MIN_CHECKPOINT_WORK):
             self._states.checkpoint(clone(self._doc))
             self._work = 0
         return True
