@@ -5,10 +5,11 @@ migrations, and the filter compiler), so moving to DuckLake with a PostgreSQL
 catalog touches nothing else. Values are always bound parameters; identifiers
 come only from allow-lists.
 
-Writes: `write` stores a group of decoded batches in one transaction and returns
-only after COMMIT, which is what lets the receivers acknowledge an export as
-durable. Duplicated deliveries are normal in OTLP, so every table is keyed by
-its natural identity and inserted with OR IGNORE: a repeat is stored once.
+Writes: `write` stores a group of decoded batches in one transaction, with the
+intake spool position they were read up to (collector/extractor.py), and
+returns only after COMMIT. Duplicated deliveries are normal in OTLP, so every
+table is keyed by its natural identity and inserted with OR IGNORE: a repeat
+is stored once.
 
 Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
 not safe to share between threads).
