@@ -120,6 +120,8 @@ def index_rows(
 
 def escape_token(token: str) -> str:
     """RFC 6901 escaping of one reference token ("~" first, then "/")."""
+    if "~" not in token and "/" not in token:
+        return token
     return token.replace("~", "~0").replace("/", "~1")
 
 
@@ -127,7 +129,9 @@ def _subtree(pointer: str, value: JsonValue) -> Iterator[_Key]:
     """Pre-order nodes at and under `pointer`; the document root itself is no row.
 
     Iterative rather than recursive: telemetry may carry states nested deeper
-    than Python's recursion limit.
+    than Python's recursion limit. This and `_key` run for every node of every
+    indexed state, the largest part of the replayer's work, hence the order of
+    the type checks (commonest first).
     """
     stack: list[tuple[str, JsonValue]] = [(pointer, value)]
     while stack:
@@ -135,25 +139,24 @@ def _subtree(pointer: str, value: JsonValue) -> Iterator[_Key]:
         if path:
             yield _key(path, node)
         if isinstance(node, dict):
-            children = [(f"{path}/{escape_token(_clean(k))}", v) for k, v in node.items()]
+            stack.extend(
+                reversed([(f"{path}/{escape_token(_clean(k))}", v) for k, v in node.items()])
+            )
         elif isinstance(node, list):
-            children = [(f"{path}/{i}", v) for i, v in enumerate(node)]
-        else:
-            continue
-        stack.extend(reversed(children))
+            stack.extend(reversed([(f"{path}/{i}", v) for i, v in enumerate(node)]))
 
 
 def _key(path: str, node: JsonValue) -> _Key:
     parent = path.rpartition("/")[0]
-    # bool before int/float: True is an int in Python but a JSON boolean.
-    if node is None:
-        return (path, parent, "null", None, None, None)
-    if isinstance(node, bool):
-        return (path, parent, "bool", None, None, node)
-    if isinstance(node, int | float):
-        return (path, parent, "number", _as_float(node), None, None)
     if isinstance(node, str):
         return (path, parent, "string", None, _clean(node), None)
+    # bool before int/float: True is an int in Python but a JSON boolean.
+    if isinstance(node, bool):
+        return (path, parent, "bool", None, None, node)
+    if isinstance(node, (int, float)):  # a tuple checks faster than a union
+        return (path, parent, "number", _as_float(node), None, None)
+    if node is None:
+        return (path, parent, "null", None, None, None)
     if isinstance(node, dict):
         return (path, parent, "object", None, None, None)
     return (path, parent, "array", None, None, None)
@@ -168,6 +171,8 @@ def _as_float(number: int | float) -> float:
 
 def _clean(text: str) -> str:
     """Make text encodable as UTF-8: JSON allows lone surrogate escapes, UTF-8 does not."""
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
