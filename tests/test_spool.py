@@ -16,8 +16,8 @@ from support import fixture_requests
 
 from collector import spool as spool_module
 from collector.decode import parse_request
-from collector.ingest import Ingestor, IngestorBusy
-from collector.spool import START, Position, Spool
+from collector.ingest import Ingestor, IngestorBusy, RetryLater
+from collector.spool import START, Position, Spool, SpoolError
 from collector.store import Store
 
 HEADER_BYTES = 16
@@ -115,6 +115,27 @@ def test_release_and_reopen_drop_processed_segments(
     reopened.close()
 
 
+def test_a_failed_append_leaves_nothing_behind_and_the_next_one_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that refuses the flush (ENOSPC, EIO): the export is not durable, so not kept."""
+    spool = Spool(tmp_path / "spool", START)
+    spool.append([b"before"], 1)
+    size = _segments(tmp_path / "spool")[0].stat().st_size
+
+    def refuse(descriptor: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(spool_module.os, "fdatasync", refuse)
+        with pytest.raises(SpoolError, match="No space left"):
+            spool.append([b"lost", b"also lost"], 2)
+    assert _segments(tmp_path / "spool")[0].stat().st_size == size
+    spool.append([b"after"], 3)
+    assert _read_all(spool) == [b"before", b"after"]
+    spool.close()
+
+
 def test_a_position_past_the_files_starts_a_new_segment(tmp_path: Path) -> None:
     directory = tmp_path / "spool"
     resume_at = Position(3, 5000)  # the spool was deleted after records were stored
@@ -184,6 +205,28 @@ def test_an_export_that_cannot_be_stored_is_quarantined_and_the_rest_flow(
     store.close()
     kept = sorted((directory / "quarantine").glob("*.pb"))
     assert [path.read_bytes() for path in kept] == [b"\xff\xff\xff not protobuf"]
+
+
+def test_an_export_the_spool_cannot_keep_is_answered_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "f.duckdb")
+    ingestor = Ingestor(store, tmp_path / "f.duckdb.spool")
+    (body, _), *_ = fixture_requests("a_linear")
+    request = parse_request(body)
+
+    def refuse(descriptor: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(spool_module.os, "fdatasync", refuse)
+        with pytest.raises(RetryLater, match="Input/output error"):
+            ingestor.ingest(request, body)
+    assert store.counts()["spans"] == 0
+    assert ingestor.ingest(request, body).accepted_spans == _spans_in(body)
+    assert store.counts()["spans"] == _spans_in(body)  # a lone exporter reads its writes
+    ingestor.close()
+    store.close()
 
 
 def test_a_full_backlog_refuses_exports_and_loses_none_acknowledged(tmp_path: Path) -> None:
