@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
-from collector.history import History, replay
+from collector.history import AppliedObserver, History, replay
 from collector.model import Execution, Transition, span_subtree
 from collector.snapshot import MIN_SNAPSHOT_STEPS, restore
 from collector.store import Store
@@ -59,7 +59,10 @@ def carriers_of(transitions: Iterable[Transition]) -> set[tuple[str, str]]:
 
 
 def replay_with(
-    execution: Execution, transitions: Sequence[Transition], links: Sequence[SpanLink]
+    execution: Execution,
+    transitions: Sequence[Transition],
+    links: Sequence[SpanLink],
+    on_applied: AppliedObserver | None = None,
 ) -> History:
     """Replay with the evidence already loaded: the owner's trace plus the carriers."""
     carriers = carriers_of(transitions)
@@ -77,4 +80,5 @@ def replay_with(
         owner_span_ids=span_subtree(
             execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
         ),
+        on_applied=on_applied,
     )

@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple, TypeAlias
 
@@ -131,6 +131,16 @@ _PATCH_WORK_BYTES: Final = 1024
 # work takes a millisecond or so, while a checkpoint every step or two made
 # copying a tenth of replaying the many short runs the replayer sees.
 _MIN_CHECKPOINT_WORK: Final = 64 * 1024
+
+
+AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], JsonValue], None]
+"""Called after each patch replay applies: its ops and the live working document.
+
+Both are replay's own: read them at once (op names and pointers only: the
+values of add/replace ops may now be part of the document) and change neither.
+It sees exactly what `walk` would yield for the applied steps, without a
+second pass over the patches.
+"""
 
 
 class StateUnavailableError(LookupError):
@@ -324,6 +334,7 @@ def replay(
     *,
     evidence_spans: Iterable[EvidenceSpan] = (),
     owner_span_ids: Collection[str] | None = None,
+    on_applied: AppliedObserver | None = None,
 ) -> History:
     """Replay `execution`'s store from its start state through `transitions`.
 
@@ -333,12 +344,13 @@ def replay(
     so that OTLP loss counters can be reported. `owner_span_ids`, when given, is
     the owner span's subtree; a transition carried by any other span (e.g. a
     concurrent execution sharing the store) is then attributed as foreign.
+    `on_applied` watches each applied patch (see AppliedObserver).
     """
     received = tuple(transitions)
     evidence = tuple(evidence_spans)
     if execution is None:
         return _in_flight(received, evidence)
-    return _Replay(execution, received, evidence, owner_span_ids).run()
+    return _Replay(execution, received, evidence, owner_span_ids, on_applied).run()
 
 
 def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
@@ -434,11 +446,13 @@ class _Replay:
         received: tuple[Transition, ...],
         evidence: tuple[EvidenceSpan, ...],
         owner_span_ids: Collection[str] | None,
+        on_applied: AppliedObserver | None = None,
     ) -> None:
         self.execution = execution
         self.received = received
         self.evidence = evidence
         self.owner_span_ids = owner_span_ids
+        self.on_applied = on_applied
         self.diagnostics: list[Diagnostic] = []
 
     def report(
@@ -760,6 +774,8 @@ class _Replay:
             ops = self._usable_patch(sequence, transition)
             paths = changed_paths(ops or ())
             applied = ops is not None and tape.apply(transition.patch_json, ops)
+            if applied and ops is not None and self.on_applied is not None:
+                self.on_applied(ops, tape.document)
             if ops is None:
                 tape.skip()
             elif not applied and verified:
@@ -1162,6 +1178,11 @@ class _Tape:
             self._states.checkpoint(clone(self._doc))
             self._work = 0
         return True
+
+    @property
+    def document(self) -> JsonValue:
+        """The working document after the last step (live: read, never keep or change)."""
+        return self._doc
 
     def skip(self) -> None:
         self._states.record(None)

@@ -12,15 +12,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Protocol
 
 from collector.evidence import EvidenceVersion, carriers_of, replay_with, version_of
 from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
 from collector.foreground import Foreground
 from collector.history import History, walk
-from collector.jsondoc import Missing, list_index, resolve
+from collector.jsondoc import JsonPatchOp, Missing, changed_paths, clone, list_index, resolve
 from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
@@ -62,59 +63,99 @@ def replay_record(
     )
 
 
-def field_index(history: History, run_id: str) -> FieldIndex:
+def field_index(
+    history: History,
+    run_id: str,
+    touched: Iterable[tuple[str, JsonValue | Absent]] | None = None,
+) -> FieldIndex:
     """The filterable values of a history: its start, every write, and its end.
 
     The end is the recorded end state when there is one (it is what the run
     ended with, whatever the evidence in between), else the replayed end.
+    `touched` is what a `TouchedValues` saw during the replay; without it the
+    history is walked again to find the same values.
     """
     recorded = history.recorded_end
     if not history.has_states:
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     start = history.state_at(history.start_sequence)
     end = history.replayed_end if isinstance(recorded, Missing) else recorded
-    return index_rows(run_id, start, end, _touched(history))
+    return index_rows(run_id, start, end, _walked(history) if touched is None else touched)
 
 
-def _touched(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
-    """Every node a step may have changed, with its value in the state after the step.
+class TouchedValues:
+    """Replay's observer for the field index: every node a patch wrote, as it was then.
 
-    A generator on purpose: the walked state is replay's one working document,
-    patched in place, so index_rows must flatten each value before the walk
-    moves on. (Collected into a list first, a value later patched in place was
-    indexed with its later content, and `ever` missed the earlier one.)
+    Watching the replay saves walking the history a second time (re-applying
+    every patch was a sixth of a replay batch). The values are copied because
+    the replay goes on patching the same document in place.
+    """
+
+    def __init__(self) -> None:
+        self.values: list[tuple[str, JsonValue | Absent]] = []
+
+    def __call__(self, ops: Sequence[JsonPatchOp], state: JsonValue) -> None:
+        for pointer, value in _written(changed_paths(ops), lambda: _shifting(ops), state):
+            self.values.append((pointer, value if isinstance(value, Absent) else clone(value)))
+
+
+def _walked(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
+    """`TouchedValues`' values, found by walking the history again.
+
+    A generator on purpose: the walked state is one working document patched
+    in place, so index_rows must flatten each value before the walk moves on.
+    (Collected into a list first, a value later patched in place was indexed
+    with its later content, and `ever` missed the earlier one.)
     """
     for step, state in walk(history):
-        if not step.applied:
-            continue
-        shifted: frozenset[str] | None = None
-        for pointer in step.changed_paths:
-            parent_pointer, _, token = pointer.rpartition("/")
-            parent = resolve(state, parent_pointer) if pointer else None
-            if isinstance(parent, list):
-                if shifted is None:
-                    shifted = _shifting_pointers(step.transition.patch_json)
-                if pointer in shifted:
-                    yield from _elements_from(parent_pointer, parent, token)
-                    continue
-            value = resolve(state, pointer)
-            yield pointer, ABSENT if isinstance(value, Missing) else value
+        if step.applied:
+            shifting = partial(_shifting_in, step.transition.patch_json)
+            yield from _written(step.changed_paths, shifting, state)
 
 
-# Ops that insert into or remove from an array, moving every later element to
-# a new index: (path, value) pairs that no op names.
+def _written(
+    pointers: Iterable[str], shifting: Callable[[], frozenset[str]], state: JsonValue
+) -> Iterator[tuple[str, JsonValue | Absent]]:
+    """Each node at `pointers` in the state after a step, and array elements it moved.
+
+    Inserting into or removing from an array moves every later element to a
+    new index: new (path, value) pairs that no op names. `shifting` gives the
+    pointers the step inserted at or removed from; it is asked only when a
+    pointer names an array slot.
+    """
+    shifted: frozenset[str] | None = None
+    for pointer in pointers:
+        parent_pointer, _, token = pointer.rpartition("/")
+        parent = resolve(state, parent_pointer) if pointer else None
+        if isinstance(parent, list):
+            if shifted is None:
+                shifted = shifting()
+            if pointer in shifted:
+                yield from _elements_from(parent_pointer, parent, token)
+                continue
+        value = resolve(state, pointer)
+        yield pointer, ABSENT if isinstance(value, Missing) else value
+
+
+# Ops that insert into or remove from an array, moving every later element.
 _SHIFTING_OPS = frozenset({"add", "remove", "move", "copy"})
 
 
-def _shifting_pointers(patch_text: str) -> frozenset[str]:
-    """The pointers a patch inserts at or removes from (an applied patch parses)."""
-    pointers: set[str] = set()
-    for op in json.loads(patch_text):
+def _shifting(ops: Iterable[JsonPatchOp]) -> frozenset[str]:
+    """The pointers a patch's ops insert at or remove from."""
+    pointers: set[object] = set()
+    for op in ops:
         if op.get("op") in _SHIFTING_OPS:
             pointers.add(op.get("path"))
             if op.get("op") == "move":
                 pointers.add(op.get("from"))
     return frozenset(p for p in pointers if isinstance(p, str))
+
+
+def _shifting_in(patch_text: str) -> frozenset[str]:
+    """`_shifting` of an applied patch's text (which therefore parses)."""
+    ops: list[JsonPatchOp] = json.loads(patch_text)
+    return _shifting(ops)
 
 
 def _elements_from(
@@ -254,8 +295,9 @@ def replay_stores(
         received = transitions.get(execution.store_id, []) if execution.store_id else []
         carrier_traces = {t.trace_id for t in received} | {execution.trace_id}
         relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]
-        history = replay_with(execution, received, relevant)
-        index = field_index(history, execution.run_id)
+        touched = TouchedValues()
+        history = replay_with(execution, received, relevant, on_applied=touched)
+        index = field_index(history, execution.run_id, touched.values)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
         if worth_taking(history):

@@ -14,7 +14,7 @@ from collector.history import replay
 from collector.jsondoc import MISSING, json_equal, resolve
 from collector.model import Execution, Transition
 from collector.provenance import provenance
-from collector.replayer import field_index
+from collector.replayer import TouchedValues, field_index
 
 KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)
@@ -138,6 +138,9 @@ def test_field_index_property_holds_every_node_of_every_state(documents: list[An
     execution_, transitions, states = chain(documents)
 
     index = field_index(replay(execution_, transitions), "run")
+    touched = TouchedValues()  # the replayer's way: watch the replay, no second walk
+    watched = replay(execution_, transitions, on_applied=touched)
+    assert field_index(watched, "run", touched.values) == index
 
     def nodes(state: Any) -> set[tuple[Any, ...]]:
         rows = index_rows("run", ABSENT, state).rows
