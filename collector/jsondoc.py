@@ -88,6 +88,21 @@ def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
+# Ops that insert into or remove from an array, moving every later element.
+_SHIFTING_OPS: Final = frozenset({"add", "remove", "move", "copy"})
+
+
+def shifting_paths(patch: Sequence[JsonPatchOp]) -> frozenset[str]:
+    """The pointers a patch inserts at or removes from (in an array, later elements move)."""
+    pointers: set[object] = set()
+    for op in patch:
+        if op.get("op") in _SHIFTING_OPS:
+            pointers.add(op.get("path"))
+            if op.get("op") == "move":
+                pointers.add(op.get("from"))
+    return frozenset(p for p in pointers if isinstance(p, str))
+
+
 # --- parsing payloads ------------------------------------------------------------------
 
 

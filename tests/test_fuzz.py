@@ -33,9 +33,9 @@ from collector import junjo
 from collector.decode import DecodeError, SpanRecord, iter_spans, parse_request
 from collector.evidence import load_history
 from collector.history import StateUnavailableError, timeline
+from collector.indexing import field_index
 from collector.jsondoc import MISSING
 from collector.junjo import extract
-from collector.replayer import field_index
 from collector.store import IngestBatch, Store
 
 FUZZ_MESSAGES = 200
