@@ -680,7 +680,8 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
     """Poll statetrail's /healthz until the spool backlog and the replays are done."""
     assert server.http_port is not None
     started = time.perf_counter()
-    stored = replayed = float("nan")
+    stored: float | None = None
+    replayed = float("nan")
     peak_backlog = 0
     while time.perf_counter() - started < timeout:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{server.http_port}/healthz",
@@ -688,13 +689,13 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
             health = json.load(reply)
         peak_backlog = max(peak_backlog, health["backlog_bytes"])
         elapsed = time.perf_counter() - started
-        if health["backlog_bytes"] == 0 and stored != stored:
+        if health["backlog_bytes"] == 0 and stored is None:
             stored = elapsed
         if not health["replaying"]:
             replayed = elapsed
             break
         time.sleep(0.2)
-    return CatchUp(stored, replayed, peak_backlog / MIB)
+    return CatchUp(float("nan") if stored is None else stored, replayed, peak_backlog / MIB)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,20 +95,19 @@ class Extractor:
         """
         deadline = time.monotonic() + timeout
         with self._changed:
-            while self._position < end:
+            while True:
+                # A quarantined record also moves the position past it.
                 refused = self._refused.get(end)
                 if refused is not None:
                     raise StoreError(refused)
+                if self._position >= end:
+                    return True
                 if self._failure is not None and end <= self._failure[0]:
                     raise StoreError(self._failure[1])
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     return False
                 self._changed.wait(left)
-            refused = self._refused.get(end)
-            if refused is not None:
-                raise StoreError(refused)
-            return True
 
     def close(self, drain_seconds: float) -> None:
         """Stop after storing what is spooled, or after `drain_seconds`.

@@ -101,9 +101,10 @@ class Ingestor:
         """
         accepted, rejected = screen(request)
         if accepted:
-            if self.backlog_bytes() > self._max_backlog_bytes:
+            backlog = self.backlog_bytes()
+            if backlog > self._max_backlog_bytes:
                 raise IngestorBusy(
-                    f"statetrail has {self.backlog_bytes() // 2**20} MiB of exports still to "
+                    f"statetrail has {backlog // 2**20} MiB of exports still to "
                     "store; retry after the delay"
                 )
             # Rejected spans stay in the bytes: extraction skips them by the same checks.

@@ -40,6 +40,7 @@ SEGMENT_SUFFIX: Final = ".seg"
 QUARANTINE_DIR: Final = "quarantine"
 _HEADER: Final = struct.Struct("<IIQ")  # body length, CRC-32 of the body, arrival ns
 MAX_BODY_BYTES: Final = 2**32 - 1
+_IOV_MAX: Final = 1024  # buffers one writev call may take (POSIX minimum limit)
 
 
 class SpoolError(OSError):
@@ -284,9 +285,6 @@ def _write_all(descriptor: int, pieces: list[bytes]) -> None:
             else:
                 views[0] = views[0][written:]
                 written = 0
-
-
-_IOV_MAX: Final = 1024
 
 
 def _cut_torn_tail(path: Path) -> int:

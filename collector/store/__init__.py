@@ -49,11 +49,11 @@ logger = logging.getLogger(__name__)
 # those packages installed each try searches sys.path again: ~8% of the
 # server's CPU under load for pandas, and ~40% of the Python time of an ingest
 # write for dateutil. Recording the absence once makes every later try instant.
-for _absent in ("pandas", "dateutil"):
-    if importlib.util.find_spec(_absent) is None:
-        sys.modules.setdefault(_absent, None)  # type: ignore[arg-type]
-        if _absent == "dateutil":
-            sys.modules.setdefault("dateutil.relativedelta", None)  # type: ignore[arg-type]
+_OPTIONAL_IMPORTS = {"pandas": ("pandas",), "dateutil": ("dateutil", "dateutil.relativedelta")}
+for _package, _modules in _OPTIONAL_IMPORTS.items():
+    if importlib.util.find_spec(_package) is None:
+        for _module in _modules:
+            sys.modules.setdefault(_module, None)  # type: ignore[arg-type]
 
 
 class StoreError(RuntimeError):
