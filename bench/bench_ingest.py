@@ -8,7 +8,11 @@ What is measured, and why:
      parses the ExportTraceServiceRequest and throws it away. It is the cost every
      OTLP/gRPC receiver in Python pays before doing anything useful.
   2. *statetrail*: `statetrail serve` on a fresh DuckDB file. An export is acknowledged
-     only after the spans, executions and transitions it carries are committed.
+     once its bytes are fdatasynced to the intake spool (or, when nothing is queued
+     ahead of it, once its rows are committed to DuckDB); see collector/ingest.py. So
+     the acknowledged rate alone overstates what is stored: after the load the bench
+     polls /healthz until every acknowledged span is in DuckDB and replayed, and also
+     reports the sustained rate, acknowledged spans / (load + time to store them).
 - The load is Junjo-shaped (SCHEMA.md sections 1-4): executions of about 10 spans (a
   workflow span carrying ~2 KB `junjo.workflow.state.start`/`.end`, the execution graph
   snapshot, store ids and transition bounds; node spans carrying `set_state` events with

@@ -52,7 +52,7 @@ class Extractor:
         store: Store,
         spool: Spool,
         resume_at: Position,
-        on_commit: Callable[[WriteResult], None] | None = None,
+        on_commit: Callable[[WriteResult, bool], None] | None = None,
         foreground: Foreground | None = None,
     ) -> None:
         self._store = store
@@ -174,9 +174,10 @@ class Extractor:
 
     def _advance(self, result: WriteResult, after: Position) -> None:
         # The replayer hears first, so that no moment shows "nothing pending"
-        # between this commit and its replays.
+        # between this commit and its replays. It is also told whether more
+        # is spooled behind this commit: replays wait for storing to catch up.
         if self._on_commit is not None:
-            self._on_commit(result)
+            self._on_commit(result, self._spool.durable_end > after)
         with self._changed:
             self._position = after
             self._failure = None

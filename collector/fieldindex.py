@@ -22,10 +22,10 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
 JsonValue: TypeAlias = dict[str, "JsonValue"] | list["JsonValue"] | str | int | float | bool | None
 Kind: TypeAlias = Literal["null", "bool", "number", "string", "object", "array"]
@@ -63,14 +63,26 @@ class FieldRow:
 
 @dataclass(frozen=True, slots=True)
 class FieldIndex:
-    """All rows for one execution, and whether the row cap cut any off."""
+    """All rows for one execution, and whether the row cap cut any off.
+
+    Kept as the distinct nodes, final-state nodes first, rather than as
+    FieldRows: the store writes them column by column and never needs a row
+    object (making one per node was a tenth of a replay batch).
+    """
 
     run_id: str
-    rows: tuple[FieldRow, ...]
+    nodes: tuple[NodeKey, ...]
+    final_count: int
     truncated: bool
 
+    @property
+    def rows(self) -> tuple[FieldRow, ...]:
+        return tuple(
+            FieldRow(*node, number < self.final_count) for number, node in enumerate(self.nodes)
+        )
 
-_Key: TypeAlias = tuple[str, str, Kind, float | None, str | None, bool | None]
+
+NodeKey: TypeAlias = tuple[str, str, Kind, float | None, str | None, bool | None]
 """(path, parent, kind, num, text, flag): a row without its final flag."""
 
 
@@ -91,31 +103,100 @@ def index_rows(
     only what is known. Pointers must be valid RFC 6901 pointers ("" is the
     whole document).
     """
-    seen: dict[_Key, bool] = {}
-    truncated = False
-
-    def add(keys: Iterator[_Key], is_final: bool) -> None:
-        nonlocal truncated
-        for key in keys:
-            if key in seen:
-                continue
-            if len(seen) >= max_rows:
-                truncated = True
-                return
-            seen[key] = is_final
-
-    if not isinstance(final_state, Absent):
-        add(_subtree("", final_state), is_final=True)
-    if not isinstance(start_state, Absent):
-        add(_subtree("", start_state), is_final=False)
+    nodes = Nodes(max_rows)
     for pointer, value in touched:
-        if not isinstance(value, Absent):
-            add(_subtree(pointer, value), is_final=False)
-    rows = tuple(
-        FieldRow(path, parent, kind, num, text, flag, is_final)
-        for (path, parent, kind, num, text, flag), is_final in seen.items()
+        nodes.add(pointer, value)
+    return index_nodes(run_id, start_state, final_state, nodes)
+
+
+def index_nodes(
+    run_id: str, start_state: JsonValue | Absent, final_state: JsonValue | Absent, touched: Nodes
+) -> FieldIndex:
+    """`index_rows` for touched values already flattened (see `Nodes`)."""
+    seen = Nodes(touched.max_rows)
+    seen.add("", final_state)
+    final_count = len(seen.keys)
+    seen.add("", start_state)
+    seen.extend(touched)
+    return FieldIndex(
+        run_id, tuple(seen.keys), final_count, seen.overflowed or touched.overflowed
     )
-    return FieldIndex(run_id, rows, truncated)
+
+
+class Nodes:
+    """The distinct nodes of some JSON values, in the order first seen, at most `max_rows`.
+
+    A value is flattened when it is added, so the caller may go on to change
+    it in place (replay patches one working document): the rows keep what the
+    value held then, with no copy of it.
+    """
+
+    __slots__ = ("keys", "max_rows", "overflowed")
+
+    def __init__(self, max_rows: int = MAX_ROWS) -> None:
+        self.keys: dict[NodeKey, None] = {}
+        self.max_rows = max_rows
+        self.overflowed = False
+
+    def extend(self, other: Nodes) -> None:
+        keys = self.keys
+        for key in other.keys:
+            if key not in keys:
+                if len(keys) >= self.max_rows:
+                    self.overflowed = True
+                    return
+                keys[key] = None
+
+    def add(self, pointer: str, value: JsonValue | Absent) -> None:
+        """Every node at and under `pointer`, in pre-order; the document root itself is no row.
+
+        Iterative rather than recursive: telemetry may carry states nested
+        deeper than Python's recursion limit. This runs for every node of
+        every indexed state, the largest part of the replayer's work, so it
+        dispatches on exact types (JSON decodes to exactly these) and builds
+        each child's pointer once, from its parent's.
+        """
+        if isinstance(value, Absent) or self.overflowed:
+            return
+        keys = self.keys
+        max_rows = self.max_rows
+        stack: list[tuple[str, str, JsonValue]] = [(pointer, pointer.rpartition("/")[0], value)]
+        pop = stack.pop
+        while stack:
+            path, parent, node = pop()
+            kind = type(node)
+            key: NodeKey
+            if kind is str:
+                text = cast(str, node)
+                key = (path, parent, "string", None, text if text.isascii() else _clean(text), None)
+            elif kind is dict or kind is list:
+                tokens: Iterable[tuple[str, JsonValue]]
+                if kind is dict:
+                    key = (path, parent, "object", None, None, None)
+                    items = cast(dict[str, JsonValue], node).items()
+                    tokens = [(_token(name), child) for name, child in items]
+                else:
+                    key = (path, parent, "array", None, None, None)
+                    elements = cast(list[JsonValue], node)
+                    tokens = [(str(i), child) for i, child in enumerate(elements)]
+                prefix = path + "/"
+                stack.extend(reversed([(prefix + token, path, child) for token, child in tokens]))
+            elif isinstance(node, (dict, list, str)):
+                # A subclass (JSON decodes to none): flatten it as its base type.
+                exact: JsonValue = (
+                    dict(node) if isinstance(node, dict)
+                    else list(node) if isinstance(node, list)
+                    else str(node)
+                )
+                stack.append((path, parent, exact))
+                continue
+            else:
+                key = _scalar_key(path, parent, node)
+            if path and key not in keys:
+                if len(keys) >= max_rows:
+                    self.overflowed = True
+                    return
+                keys[key] = None
 
 
 def escape_token(token: str) -> str:
@@ -125,31 +206,14 @@ def escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def _subtree(pointer: str, value: JsonValue) -> Iterator[_Key]:
-    """Pre-order nodes at and under `pointer`; the document root itself is no row.
-
-    Iterative rather than recursive: telemetry may carry states nested deeper
-    than Python's recursion limit. This and `_key` run for every node of every
-    indexed state, the largest part of the replayer's work, hence the order of
-    the type checks (commonest first).
-    """
-    stack: list[tuple[str, JsonValue]] = [(pointer, value)]
-    while stack:
-        path, node = stack.pop()
-        if path:
-            yield _key(path, node)
-        if isinstance(node, dict):
-            stack.extend(
-                reversed([(f"{path}/{escape_token(_clean(k))}", v) for k, v in node.items()])
-            )
-        elif isinstance(node, list):
-            stack.extend(reversed([(f"{path}/{i}", v) for i, v in enumerate(node)]))
+def _token(name: str) -> str:
+    """An object key as a pointer token: escaped, and encodable as UTF-8."""
+    if name.isascii():
+        return escape_token(name)
+    return escape_token(_clean(name))
 
 
-def _key(path: str, node: JsonValue) -> _Key:
-    parent = path.rpartition("/")[0]
-    if isinstance(node, str):
-        return (path, parent, "string", None, _clean(node), None)
+def _scalar_key(path: str, parent: str, node: JsonValue) -> NodeKey:
     # bool before int/float: True is an int in Python but a JSON boolean.
     if isinstance(node, bool):
         return (path, parent, "bool", None, None, node)
@@ -157,8 +221,7 @@ def _key(path: str, node: JsonValue) -> _Key:
         return (path, parent, "number", _as_float(node), None, None)
     if node is None:
         return (path, parent, "null", None, None, None)
-    if isinstance(node, dict):
-        return (path, parent, "object", None, None, None)
+    # Nothing else comes out of JSON; kept as a value-less node rather than failing.
     return (path, parent, "array", None, None, None)
 
 

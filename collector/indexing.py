@@ -14,24 +14,27 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 
-from collector.fieldindex import ABSENT, Absent, FieldIndex, JsonValue, index_rows
+from collector.fieldindex import (
+    ABSENT,
+    Absent,
+    FieldIndex,
+    JsonValue,
+    Nodes,
+    index_nodes,
+    index_rows,
+)
 from collector.history import History, walk
 from collector.jsondoc import (
     JsonPatchOp,
     Missing,
     changed_paths,
-    clone,
     list_index,
     resolve,
     shifting_paths,
 )
 
 
-def field_index(
-    history: History,
-    run_id: str,
-    touched: Iterable[tuple[str, JsonValue | Absent]] | None = None,
-) -> FieldIndex:
+def field_index(history: History, run_id: str, touched: Nodes | None = None) -> FieldIndex:
     """The filterable values of a history: its start, every write, and its end.
 
     The end is the recorded end state when there is one (it is what the run
@@ -39,35 +42,39 @@ def field_index(
     `touched` is what a `TouchedValues` saw during the replay; without it the
     history is walked again to find the same values.
     """
+    if touched is None:
+        touched = Nodes()
+        for pointer, value in _walked(history):
+            touched.add(pointer, value)
     recorded = history.recorded_end
     if not history.has_states:
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     start = history.state_at(history.start_sequence)
     end = history.replayed_end if isinstance(recorded, Missing) else recorded
-    return index_rows(run_id, start, end, _walked(history) if touched is None else touched)
+    return index_nodes(run_id, start, end, touched)
 
 
 class TouchedValues:
     """Replay's observer for the field index: every node a patch wrote, as it was then.
 
     Watching the replay saves walking the history a second time (re-applying
-    every patch was a sixth of a replay batch). The values are copied because
-    the replay goes on patching the same document in place.
+    every patch was a sixth of a replay batch). Each value is flattened as it
+    is seen, because the replay goes on patching the same document in place.
     """
 
     def __init__(self) -> None:
-        self.values: list[tuple[str, JsonValue | Absent]] = []
+        self.nodes = Nodes()
 
     def __call__(self, ops: Sequence[JsonPatchOp], state: JsonValue) -> None:
         for pointer, value in _written(changed_paths(ops), lambda: shifting_paths(ops), state):
-            self.values.append((pointer, value if isinstance(value, Absent) else clone(value)))
+            self.nodes.add(pointer, value)
 
 
 def _walked(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
     """`TouchedValues`' values, found by walking the history again.
 
     A generator on purpose: the walked state is one working document patched
-    in place, so index_rows must flatten each value before the walk moves on.
+    in place, so each value must be flattened before the walk moves on.
     (Collected into a list first, a value later patched in place was indexed
     with its later content, and `ever` missed the earlier one.)
     """

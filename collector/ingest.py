@@ -77,7 +77,7 @@ class Ingestor:
         store: Store,
         spool_directory: Path,
         *,
-        on_commit: Callable[[WriteResult], None] | None = None,
+        on_commit: Callable[[WriteResult, bool], None] | None = None,
         foreground: Foreground | None = None,
         max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
     ) -> None:

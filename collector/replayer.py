@@ -33,6 +33,9 @@ REPLAY_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
 # Ingest counts as active for this long after its last commit.
 INGEST_QUIET_SECONDS = 1.0
+# While exports wait in the spool, replays wait too, but never longer than
+# this at a time: verdicts lag behind a long burst, and still move.
+MAX_DEFER_SECONDS = 10.0
 
 
 class HistorySink(Protocol):
@@ -66,7 +69,8 @@ class Replayer:
     """A background thread that re-replays the executions a commit touched.
 
     Stores named by commits pile up in one pending set, so a burst of commits
-    touching the same stores costs one replay. Shutdown does not wait for the
+    touching the same stores costs one replay. Storing comes first: while the
+    extractor has exports still to store, replays wait (see `_run`). Shutdown does not wait for the
     backlog: whatever was not replayed is found again at the next start-up
     (`Store.stale_store_ids`), so stopping stays quick however busy ingest was.
     """
@@ -84,17 +88,19 @@ class Replayer:
         self._busy = bool(self._pending)
         self._stopping = False
         self._last_commit = float("-inf")
+        self._storing_behind = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="statetrail-replayer", daemon=True)
         self._thread.start()
 
-    def notify(self, result: WriteResult) -> None:
-        if not result.store_ids:
-            return
+    def notify(self, result: WriteResult, more_to_store: bool = False) -> None:
+        """A commit touched these stores; `more_to_store` if exports wait behind it."""
         with self._changed:
-            self._last_commit = time.monotonic()
-            self._pending |= result.store_ids
-            self._busy = True
+            self._storing_behind = more_to_store
+            if result.store_ids:
+                self._last_commit = time.monotonic()
+                self._pending |= result.store_ids
+                self._busy = True
             self._changed.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
@@ -112,6 +118,15 @@ class Replayer:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._pending or self._stopping)
+                if self._stopping:
+                    return
+                # Storing exports comes first: the extractor and this thread
+                # share one interpreter lock, a replay costs several times what
+                # storing the same spans does, and a backlog held in the spool
+                # is what bounds intake. Once it is stored, replay catches up.
+                self._changed.wait_for(
+                    lambda: self._stopping or not self._storing_behind, MAX_DEFER_SECONDS
+                )
                 if self._stopping:
                     return
                 batch = sorted(self._pending)[:REPLAY_BATCH_STORES]
@@ -192,7 +207,7 @@ def replay_stores(
         relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]
         touched = TouchedValues()
         history = replay_with(execution, received, relevant, on_applied=touched)
-        index = field_index(history, execution.run_id, touched.values)
+        index = field_index(history, execution.run_id, touched.nodes)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)
         if worth_taking(history):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.fieldindex import ABSENT, Absent, FieldRow, JsonValue, index_rows
+from collector.fieldindex import ABSENT, Absent, FieldRow, JsonValue, Nodes, index_nodes, index_rows
 
 
 def _by_path(rows: tuple[FieldRow, ...]) -> dict[str, list[FieldRow]]:
@@ -92,3 +92,24 @@ def test_index_rows_survives_deep_nesting_and_odd_values() -> None:
     assert rows["/big"][0].num == float("inf")
     assert rows["/bad"][0].text == "\\ud800"
     assert len(rows) == 2003
+
+
+def test_nodes_keep_a_value_as_it_was_when_added() -> None:
+    # Replay patches one working document in place; what was indexed must not follow.
+    inner: dict[str, JsonValue] = {"x": 2}
+    touched = Nodes()
+    touched.add("/a", inner)
+    inner["x"] = 3
+    index = index_nodes("r1", ABSENT, {"a": inner}, touched)
+    values = {(row.path, row.num, row.is_final) for row in index.rows}
+    assert ("/a/x", 2.0, False) in values
+    assert ("/a/x", 3.0, True) in values
+
+
+def test_nodes_past_the_cap_mark_the_index_truncated_and_keep_final_rows() -> None:
+    touched = Nodes(max_rows=3)
+    touched.add("/t", [1, 2, 3, 4])
+    assert touched.overflowed
+    index = index_nodes("r1", ABSENT, {"f": 1}, touched)
+    assert index.truncated
+    assert [row.path for row in index.rows if row.is_final] == ["/f"]

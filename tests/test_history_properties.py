@@ -140,7 +140,7 @@ def test_field_index_property_holds_every_node_of_every_state(documents: list[An
     index = field_index(replay(execution_, transitions), "run")
     touched = TouchedValues()  # the replayer's way: watch the replay, no second walk
     watched = replay(execution_, transitions, on_applied=touched)
-    assert field_index(watched, "run", touched.values) == index
+    assert field_index(watched, "run", touched.nodes) == index
 
     def nodes(state: Any) -> set[tuple[Any, ...]]:
         rows = index_rows("run", ABSENT, state).rows

@@ -167,18 +167,22 @@ def _ranges(batch: pa.Table) -> pa.Table:
 def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
     columns: dict[str, list[object]] = {name: [] for name in _BATCH_SCHEMA.names}
     for index in indexes:
-        for row in index.rows:
-            columns["run_id"].append(index.run_id)
-            columns["parent_key"].append(key64(row.parent))
-            columns["path_key"].append(key64(row.path))
-            columns["kind"].append(row.kind)
-            columns["num"].append(row.num)
-            columns["str_key"].append(None if row.text is None else key64(row.text))
-            columns["str"].append(row.text)
-            columns["bool_val"].append(row.flag)
-            columns["is_final"].append(row.is_final)
-            columns["path"].append(row.path)
-            columns["parent"].append(row.parent)
+        if not index.nodes:
+            continue
+        # Column by column: a replay batch writes a hundred thousand rows.
+        paths, parents, kinds, nums, texts, flags = zip(*index.nodes, strict=True)
+        finals = [True] * index.final_count + [False] * (len(paths) - index.final_count)
+        columns["run_id"].extend([index.run_id] * len(paths))
+        columns["parent_key"].extend(map(key64, parents))
+        columns["path_key"].extend(map(key64, paths))
+        columns["kind"].extend(kinds)
+        columns["num"].extend(nums)
+        columns["str_key"].extend(None if text is None else key64(text) for text in texts)
+        columns["str"].extend(texts)
+        columns["bool_val"].extend(flags)
+        columns["is_final"].extend(finals)
+        columns["path"].extend(paths)
+        columns["parent"].extend(parents)
     return pa.table(columns, schema=_BATCH_SCHEMA)
 
 
