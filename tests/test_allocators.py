@@ -1,0 +1,55 @@
+"""The server's allocator settings, in a fresh interpreter (they are process-wide)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Frees 200 MB of heap blocks, then reports RSS before and after two trim intervals.
+# MALLOC_TRIM_THRESHOLD_ keeps glibc from returning any of it by itself, as the
+# ingest benchmark's setting does.
+PROBE = textwrap.dedent(
+    """
+    import sys, time
+    if sys.argv[1] == "tuned":
+        from collector.allocators import tune_for_server
+        tune_for_server()
+
+    def rss_mb():
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+
+    blocks = [bytearray(100_000) for _ in range(2_000)]
+    before = rss_mb()
+    del blocks
+    time.sleep(2.5)
+    print(before, rss_mb())
+    """
+)
+
+
+def _probe(mode: str) -> tuple[int, int]:
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, check=True
+    )
+    before, later = (int(word) for word in result.stdout.split())
+    return before, later
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+    reason="malloc_trim is glibc's",
+)
+def test_the_server_gives_freed_memory_back_within_a_trim_interval() -> None:
+    before, later = _probe("plain")
+    assert later > before - 100, "without the trimmer glibc keeps what was freed"
+
+    before, later = _probe("tuned")
+    assert later < before - 150
