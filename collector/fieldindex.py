@@ -174,7 +174,7 @@ class Nodes:
                 if kind is dict:
                     key = (path, parent, "object", None, None, None)
                     items = cast(dict[str, JsonValue], node).items()
-                    tokens = [(_token(name), child) for name, child in items]
+                    tokens = [(escape_token(_clean(name)), child) for name, child in items]
                 else:
                     key = (path, parent, "array", None, None, None)
                     elements = cast(list[JsonValue], node)
@@ -204,13 +204,6 @@ def escape_token(token: str) -> str:
     if "~" not in token and "/" not in token:
         return token
     return token.replace("~", "~0").replace("/", "~1")
-
-
-def _token(name: str) -> str:
-    """An object key as a pointer token: escaped, and encodable as UTF-8."""
-    if name.isascii():
-        return escape_token(name)
-    return escape_token(_clean(name))
 
 
 def _scalar_key(path: str, parent: str, node: JsonValue) -> NodeKey:

@@ -42,13 +42,13 @@ def field_index(history: History, run_id: str, touched: Nodes | None = None) -> 
     `touched` is what a `TouchedValues` saw during the replay; without it the
     history is walked again to find the same values.
     """
+    recorded = history.recorded_end
+    if not history.has_states:
+        return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     if touched is None:
         touched = Nodes()
         for pointer, value in _walked(history):
             touched.add(pointer, value)
-    recorded = history.recorded_end
-    if not history.has_states:
-        return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     start = history.state_at(history.start_sequence)
     end = history.replayed_end if isinstance(recorded, Missing) else recorded
     return index_nodes(run_id, start, end, touched)

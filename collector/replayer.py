@@ -72,9 +72,10 @@ class Replayer:
 
     Stores named by commits pile up in one pending set, so a burst of commits
     touching the same stores costs one replay. Storing comes first: while the
-    extractor has exports still to store, replays wait (see `_run`). Shutdown does not wait for the
-    backlog: whatever was not replayed is found again at the next start-up
-    (`Store.stale_store_ids`), so stopping stays quick however busy ingest was.
+    extractor has exports still to store, replays wait (see `_run`). Shutdown
+    does not wait for the backlog: whatever was not replayed is found again at
+    the next start-up (`Store.stale_store_ids`), so stopping stays quick however
+    busy ingest was.
     """
 
     def __init__(
