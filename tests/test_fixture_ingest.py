@@ -24,6 +24,8 @@ from support import (
     send_scenario,
 )
 
+from collector.store.documents import unpack
+
 OWNER_TYPES = {"workflow", "subflow", "agent"}
 
 
@@ -134,8 +136,9 @@ def test_fixture_every_owner_span_is_an_execution(
             attrs.get("junjo.store.transition.end"),
             attrs.get("junjo.store.transition.count"),
         )
-        assert row[8] == attrs.get(f"{prefix}.state.start")
-        assert row[9] == attrs.get(f"{prefix}.state.end")
+        # Stored packed (collector/store/documents.py); read back, the text is as sent.
+        assert unpack(row[8]) == attrs.get(f"{prefix}.state.start")
+        assert unpack(row[9]) == attrs.get(f"{prefix}.state.end")
         assert row[10] == 3
         assert row[11] == attrs.get("junjo.store.reconstructable")
 
@@ -154,10 +157,10 @@ def test_fixture_outcome_matches_manifest(db: duckdb.DuckDBPyConnection, scenari
     if "raised" in outcome:
         assert status == "error"
         assert error_type is not None
-        assert json.loads(state_end) == outcome["state_at_failure"]
+        assert json.loads(unpack(state_end) or "") == outcome["state_at_failure"]
     else:
         assert status == "ok"
-        assert json.loads(state_end) == outcome["final_state"]
+        assert json.loads(unpack(state_end) or "") == outcome["final_state"]
 
 
 def test_fixture_split_batches_join_transitions_to_late_owner(

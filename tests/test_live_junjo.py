@@ -18,6 +18,8 @@ import duckdb
 import pytest
 from support import Server
 
+from collector.store import documents
+
 APP = Path(__file__).with_name("junjo_app.py")
 KEY = "live-test-key"
 
@@ -47,7 +49,9 @@ def _execution(db: Path, run_id: str) -> dict[str, Any]:
         cursor = connection.execute("SELECT * FROM executions WHERE run_id = ?", [run_id])
         row = cursor.fetchone()
         assert row is not None, f"execution {run_id} was not stored"
-        return dict(zip([d[0] for d in cursor.description], row, strict=True))
+        execution = dict(zip([d[0] for d in cursor.description], row, strict=True))
+    # States and graph are stored compressed (collector/store/documents.py).
+    return execution | {name: documents.unpack(execution[name]) for name in documents.COLUMNS}
 
 
 def _received(db: Path, execution: dict[str, Any]) -> list[int]:

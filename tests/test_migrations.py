@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from collector.fieldindex import ABSENT, index_rows
 from collector.query import parse_query
-from collector.store import Store
+from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
 from collector.store.migrations import MIGRATIONS, apply_migrations
 
@@ -110,5 +111,57 @@ def test_field_ranges_migration_fills_ranges_from_the_stored_index(tmp_path: Pat
         where, params = compile_filter(parse_query("ever attempts > 2"))
         found = connection.execute(f"SELECT e.run_id FROM executions e WHERE {where}", params)
         assert found.fetchall() == [("old-b",)]
+    finally:
+        connection.close()
+
+
+def test_packed_documents_migration_keeps_every_document_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m009_pack_documents")
+    documents = {
+        # Non-ASCII text, a state larger than any one compression block, and NULLs.
+        "old-a": ('{"note": "café ✓"}', '{"note": "done"}', None),
+        "old-b": (None, '{"big": "' + "xyz" * 40_000 + '"}', '{"nodes": [], "edges": []}'),
+    }
+    connection = duckdb.connect(str(path))
+    try:
+        connection.execute("UPDATE executions SET store_id = 'S'")
+        for run_id, (start, end, graph) in documents.items():
+            connection.execute(
+                "UPDATE executions SET state_start = ?, state_end = ?, graph_snapshot = ?"
+                " WHERE run_id = ?",
+                [start, end, graph, run_id],
+            )
+    finally:
+        connection.close()
+    # One execution per slice, so the migration's slicing is exercised.
+    monkeypatch.setattr(migrations, "_PACK_SLICE_RUNS", 1)
+
+    store = Store(path)
+    try:
+        for run_id, expected in documents.items():
+            execution = store.get_execution(run_id)
+            assert execution is not None
+            assert (execution.state_start, execution.state_end, execution.graph_snapshot) == (
+                expected
+            )
+        # The store-id index was rebuilt around the column swap.
+        assert {e.run_id for e in store.executions_for_stores(["S"])} == set(documents)
+    finally:
+        store.close()
+    connection = duckdb.connect(str(path))
+    try:
+        types = connection.execute(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_name = 'executions' AND column_name IN"
+            " ('state_start', 'state_end', 'graph_snapshot')"
+        ).fetchall()
+        assert sorted(types) == [
+            ("graph_snapshot", "BLOB"), ("state_end", "BLOB"), ("state_start", "BLOB")
+        ]
+        indexes = connection.execute("SELECT index_name FROM duckdb_indexes()").fetchall()
+        assert ("executions_by_store",) in indexes
     finally:
         connection.close()

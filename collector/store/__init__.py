@@ -36,7 +36,7 @@ from collector.fieldindex import FieldIndex
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.snapshot import Snapshot
-from collector.store import keys, listing, replays, retention, spool_position
+from collector.store import documents, keys, listing, replays, retention, spool_position
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
@@ -475,11 +475,12 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
     for name in ("start_unix_nano", "end_unix_nano", "revision_start", "revision_end",
                  "transition_start", "transition_end", "transition_count"):
         columns[name] = pa.array(columns[name], pa.int64())
-    for name in ("parent_run_id", "error_type", "store_id", "parent_store_id", "state_start",
-                 "state_start_mode", "state_start_policy", "state_end", "state_end_mode",
-                 "state_end_policy", "graph_snapshot", "definition_id", "structural_id",
-                 "cancelled_reason"):
+    for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
+                 "state_start_mode", "state_start_policy", "state_end_mode",
+                 "state_end_policy", "definition_id", "structural_id", "cancelled_reason"):
         columns[name] = pa.array(columns[name], pa.string())
+    for name in documents.COLUMNS:
+        columns[name] = pa.array([documents.pack(text) for text in columns[name]], pa.binary())
     columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
     columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
     columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())

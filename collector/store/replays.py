@@ -20,6 +20,7 @@ import pyarrow as pa
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.snapshot import Snapshot
+from collector.store.documents import execution_from_row
 from collector.store.filters import delete_field_rows, insert_field_rows
 from collector.store.run_keys import insert_with_run_keys
 
@@ -59,7 +60,7 @@ def execution(cursor: duckdb.DuckDBPyConnection, run_id: str) -> Execution | Non
     row = cursor.execute(
         f"SELECT {EXECUTION_SELECT} FROM executions e WHERE e.run_id = ?", [run_id]
     ).fetchone()
-    return Execution(*row) if row else None
+    return execution_from_row(row) if row else None
 
 
 def executions_for_stores(
@@ -69,7 +70,7 @@ def executions_for_stores(
         f"SELECT {EXECUTION_SELECT} FROM executions e WHERE list_contains(?, e.store_id)",
         [sorted(store_ids)],
     ).fetchall()
-    return [Execution(*row) for row in rows]
+    return [execution_from_row(row) for row in rows]
 
 
 def transitions_for_stores(
