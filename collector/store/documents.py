@@ -7,7 +7,7 @@ At every checkpoint DuckDB rewrites a table's last, partly filled row group
 it: in process, a checkpoint after 77k, 154k and 230k spans of that load
 raised RSS by 46, 147 and 179 MB with the text stored as VARCHAR (or as an
 uncompressed BLOB), and by 76, 50 and 63 MB compressed. zlib at level 1
-shrinks these documents about five times for ~20 us each, and the file with
+shrinks these documents about five times for ~50 us an execution, and the file with
 them. (Smaller row groups bounded the spike too, but ran DuckDB out of its
 memory limit while storing; see the note on issue 2.)
 
