@@ -834,8 +834,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         measurements.append(run)
 
         db_path = Path(tmp) / "bench.duckdb"
-        server = start_statetrail(db_path, env, Path(tmp) / "statetrail.log")
-        measured = _run_target(server, template, args)
+        log_path = Path(tmp) / "statetrail.log"
+        server = start_statetrail(db_path, env, log_path)
+        try:
+            measured = _run_target(server, template, args)
+        except Exception:
+            # The log goes with the temporary folder: show why the server failed first.
+            print(f"statetrail log (tail):\n{log_path.read_text(errors='replace')[-4000:]}")
+            raise
         measurements.append(measured)
         acked = measured.load.acked_spans + measured.load.warmup_acked_spans
         stored = _count_stored_spans(db_path)
@@ -843,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept = Path(tempfile.gettempdir()) / f"statetrail-bench-{os.getpid()}.duckdb"
             db_path.rename(kept)
             print(f"kept the DuckDB file at {kept}")
-        log_tail = (Path(tmp) / "statetrail.log").read_text(errors="replace")[-2000:]
+        log_tail = log_path.read_text(errors="replace")[-2000:]
 
     print_report(measurements)
     baseline, statetrail = measurements
