@@ -487,7 +487,7 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
                  "state_end_policy", "definition_id", "structural_id", "cancelled_reason"):
         columns[name] = pa.array(columns[name], pa.string())
     for name in documents.COLUMNS:
-        columns[name] = pa.array([documents.pack(text) for text in columns[name]], pa.binary())
+        columns[name] = documents.packed_column(columns[name])
     columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
     columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
     columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())

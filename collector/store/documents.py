@@ -7,9 +7,9 @@ At every checkpoint DuckDB rewrites a table's last, partly filled row group
 it: in process, a checkpoint after 77k, 154k and 230k spans of that load
 raised RSS by 46, 147 and 179 MB with the text stored as VARCHAR (or as an
 uncompressed BLOB), and by 76, 50 and 63 MB compressed. zlib at level 1
-shrinks these documents about five times for ~50 us an execution, and the file with
-them. (Smaller row groups bounded the spike too, but ran DuckDB out of its
-memory limit while storing; see the note on issue 2.)
+shrinks these documents about five times, for ~50 us an execution. (Smaller
+row groups bounded the spike too, but ran DuckDB out of its memory limit
+while storing; see the note on issue 2.)
 
 Nothing queries inside these documents in SQL: they are read whole, by run id,
 into `Execution` (collector/store/replays.py).
@@ -18,9 +18,11 @@ into `Execution` (collector/store/replays.py).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from typing import Any, Final
+
+import pyarrow as pa
 
 from collector.model import Execution
 
@@ -35,6 +37,11 @@ def pack(text: str | None) -> bytes | None:
     if text is None:
         return None
     return zlib.compress(text.encode("utf-8", "surrogatepass"), _LEVEL)
+
+
+def packed_column(texts: Iterable[str | None]) -> pa.Array:
+    """Documents packed as one Arrow column, ready to insert."""
+    return pa.array([pack(text) for text in texts], pa.binary())
 
 
 def unpack(stored: bytes | None) -> str | None:

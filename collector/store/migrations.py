@@ -12,7 +12,7 @@ from collections.abc import Callable
 import duckdb
 import pyarrow as pa
 
-from collector.store.documents import COLUMNS, pack
+from collector.store.documents import packed_column
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 MIGRATIONS: list[Migration] = []
@@ -313,27 +313,27 @@ def m009_pack_documents(connection: duckdb.DuckDBPyConnection) -> None:
     # text is packed here, a slice of run keys at a time to bound memory, into
     # new columns; m010 swaps them in. (DuckDB refuses to commit a transaction
     # that updates a table and then drops one of its columns.)
-    for name in COLUMNS:
+    for name in _PACKED_COLUMNS:
         connection.execute(f"ALTER TABLE executions ADD COLUMN {name}_packed BLOB")
     low, high = connection.execute(
         "SELECT coalesce(min(run_key), 0), coalesce(max(run_key), -1) FROM executions"
     ).fetchone() or (0, -1)
     for first in range(low, high + 1, _PACK_SLICE_RUNS):
         texts = connection.execute(
-            f"SELECT run_key, {', '.join(COLUMNS)} FROM executions"
+            f"SELECT run_key, {', '.join(_PACKED_COLUMNS)} FROM executions"
             " WHERE run_key BETWEEN ? AND ?",
             [first, first + _PACK_SLICE_RUNS - 1],
         ).fetchall()
         packed = pa.table(
             {"run_key": pa.array([row[0] for row in texts], pa.int64())}
             | {
-                name: pa.array([pack(row[1 + i]) for row in texts], pa.binary())
-                for i, name in enumerate(COLUMNS)
+                name: packed_column(row[1 + i] for row in texts)
+                for i, name in enumerate(_PACKED_COLUMNS)
             }
         )
         connection.register("_packed", packed)
         try:
-            assignments = ", ".join(f"{name}_packed = p.{name}" for name in COLUMNS)
+            assignments = ", ".join(f"{name}_packed = p.{name}" for name in _PACKED_COLUMNS)
             connection.execute(
                 f"UPDATE executions e SET {assignments} FROM _packed p"
                 " WHERE e.run_key = p.run_key"
@@ -342,6 +342,9 @@ def m009_pack_documents(connection: duckdb.DuckDBPyConnection) -> None:
             connection.unregister("_packed")
 
 
+# Spelled out rather than taken from documents.COLUMNS: a released migration
+# must keep meaning what it did when it ran.
+_PACKED_COLUMNS = ("state_start", "state_end", "graph_snapshot")
 # Executions packed per statement in m009: ~7 KB of text each in bench_ingest's load.
 _PACK_SLICE_RUNS = 10_000
 
@@ -351,7 +354,7 @@ def m010_swap_packed_documents(connection: duckdb.DuckDBPyConnection) -> None:
     # The packed columns of m009 take the text columns' names. An index on the
     # table blocks dropping any of its columns, so it is rebuilt around the swap.
     connection.execute("DROP INDEX executions_by_store")
-    for name in COLUMNS:
+    for name in _PACKED_COLUMNS:
         connection.execute(f"ALTER TABLE executions DROP COLUMN {name}")
         connection.execute(f"ALTER TABLE executions RENAME COLUMN {name}_packed TO {name}")
     connection.execute("CREATE INDEX executions_by_store ON executions (store_id)")
