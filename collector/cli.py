@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.config import ConfigError, add_db_argument, add_serve_arguments, serve_config
+from collector.config import (
+    ConfigError,
+    add_db_argument,
+    add_serve_arguments,
+    serve_config,
+    spool_path_for,
+)
 from collector.keys_cli import add_keys_command
 from collector.prune_cli import add_prune_command
 
@@ -104,6 +110,7 @@ class _Locked(Exception):
 
 
 def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
+    from collector.spool import Position, unstored_bytes
     from collector.store import Store, StoreLocked
     from collector.store.listing import ExecutionQuery
     from studio.api import execution_json
@@ -115,9 +122,26 @@ def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
     except StoreLocked as exc:
         raise _Locked from exc
     try:
-        return [execution_json(row) for row in store.search(ExecutionQuery(limit=limit))][:limit]
+        rows = [execution_json(row) for row in store.search(ExecutionQuery(limit=limit))]
+        unstored = unstored_bytes(spool_path_for(db), Position(*store.stored_spool_position()))
     finally:
         store.close()
+    if unstored:
+        # A server stopped with a backlog leaves acknowledged exports in the spool;
+        # they are stored when it starts again, and this listing cannot show them.
+        print(
+            f"statetrail: {_size(unstored)} of received exports are in "
+            f"{spool_path_for(db)} and not stored yet; `statetrail serve --db {db}` "
+            "stores them when it starts",
+            file=sys.stderr,
+        )
+    return rows[:limit]
+
+
+def _size(count: int) -> str:
+    if count >= 2**20:
+        return f"{count / 2**20:.1f} MiB"
+    return f"{count / 2**10:.1f} KiB" if count >= 2**10 else f"{count} bytes"
 
 
 def _executions_from_server(db: Path, limit: int) -> list[dict[str, Any]]:

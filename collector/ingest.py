@@ -83,7 +83,8 @@ class Ingestor:
     ) -> None:
         resume_at = Position(*store.stored_spool_position())
         self._spool = Spool(spool_directory, resume_at)
-        self._extractor = Extractor(store, self._spool, resume_at, on_commit, foreground)
+        self._foreground = foreground or Foreground()
+        self._extractor = Extractor(store, self._spool, resume_at, on_commit, self._foreground)
         self._max_backlog_bytes = max_backlog_bytes
         self._queue: queue.Queue[tuple[bytes, Future[tuple[Position, int]]] | None] = (
             queue.Queue()
@@ -123,6 +124,15 @@ class Ingestor:
             rejected_spans=len(rejected),
             error_message=_rejection_message(rejected),
         )
+
+    def give_way(self) -> None:
+        """Wait (bounded) while studio requests are served; receivers call it before decoding.
+
+        Decoding a ~1 MB export holds the interpreter lock for milliseconds in
+        C. Under full ingest on two cores, receivers that did not wait put the
+        executions page's p95 at 206-236 ms (bench/bench_studio_load.py).
+        """
+        self._foreground.give_way()
 
     def backlog_bytes(self) -> int:
         """Spooled export bytes the extractor has not stored yet."""

@@ -81,6 +81,7 @@ class TraceExportHandler:
             self._admission.leave(len(body))
 
     def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        self._ingestor.give_way()
         try:
             request = parse_request(body)
         except DecodeError as exc:

@@ -171,6 +171,7 @@ class HttpTraceReceiver:
         self, body: bytes, gzipped: bool, body_format: BodyFormat, share: _Share
     ) -> IngestOutcome:
         """Runs on a worker thread: inflating and decoding are CPU work, ingest blocks."""
+        self._ingestor.give_way()
         if gzipped:
             body = self._gunzip(body, share)
         try:

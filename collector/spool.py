@@ -64,6 +64,34 @@ class SpoolRecord(NamedTuple):
     body: bytes
 
 
+def unstored_bytes(directory: Path, stored_up_to: Position) -> int:
+    """Bytes a spool holds after `stored_up_to`, read from its files without opening it.
+
+    For readers of a stopped server's files (`statetrail executions --db`): what
+    was acknowledged but is not in DuckDB until `serve` starts again. A torn
+    tail, which nobody acknowledged, would be counted too.
+    """
+    if not directory.is_dir():
+        return 0
+    total = 0
+    for number in _segment_numbers(directory):
+        if number < stored_up_to.segment:
+            continue
+        size = _segment_path(directory, number).stat().st_size
+        total += max(0, size - stored_up_to.offset) if number == stored_up_to.segment else size
+    return total
+
+
+def _segment_path(directory: Path, number: int) -> Path:
+    return directory / f"{number:020d}{SEGMENT_SUFFIX}"
+
+
+def _segment_numbers(directory: Path) -> list[int]:
+    return sorted(
+        int(path.stem) for path in directory.glob(f"*{SEGMENT_SUFFIX}") if path.stem.isdigit()
+    )
+
+
 class Spool:
     """Append (one writer thread) and read (one reader thread) durable records."""
 
@@ -71,7 +99,7 @@ class Spool:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        numbers = self._segment_numbers()
+        numbers = _segment_numbers(directory)
         for number in numbers:
             if number < resume_at.segment:
                 self._path(number).unlink()
@@ -255,14 +283,7 @@ class Spool:
     # -- files -------------------------------------------------------------------
 
     def _path(self, number: int) -> Path:
-        return self.directory / f"{number:020d}{SEGMENT_SUFFIX}"
-
-    def _segment_numbers(self) -> list[int]:
-        return sorted(
-            int(path.stem)
-            for path in self.directory.glob(f"*{SEGMENT_SUFFIX}")
-            if path.stem.isdigit()
-        )
+        return _segment_path(self.directory, number)
 
     def _sync_directory(self) -> None:
         # A new file's directory entry must be durable too, or a crash could

@@ -37,7 +37,7 @@ from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
 from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
 from collector.pruner import Pruner
 from collector.replayer import Replayer
-from collector.store import Store
+from collector.store import Store, StoreError
 from studio import admin, admin_prune, api, execution_page, views
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
@@ -45,6 +45,7 @@ from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
 from studio.security import SecurityHeaders
 from studio.templating import compile_templates
+from studio.unavailable import store_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
                 config.db_path,
                 checkpoint_threshold=config.checkpoint_threshold,
                 memory_limit=config.memory_limit,
+                threads=config.duckdb_threads,
             )
             stack.callback(store.close)
             # The replayer hands long histories to the inspector, so the first
@@ -160,6 +162,7 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     return Starlette(
         routes=routes,
         lifespan=lifespan,
+        exception_handlers={StoreError: store_unavailable},
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(ForegroundRequests, foreground=foreground),

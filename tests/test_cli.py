@@ -1,14 +1,21 @@
-"""`statetrail executions` lists what arrived, with the server running or stopped."""
+"""The command line: `statetrail executions` lists what arrived (server running or
+stopped), and `serve` takes its settings from flags or STATETRAIL_* variables."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import Server, export_raw, fixture_requests
+
+from collector.config import spool_path_for
+from collector.spool import START, Spool, unstored_bytes
+from collector.store import Store
 
 
 def _executions(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +46,9 @@ def test_cli_executions_reads_the_file_when_no_server_runs(make_server: Any) -> 
     server: Server = make_server()
     _load(server)
     server.stop()
-    table = _executions(server.db).stdout.splitlines()
+    listing = _executions(server.db)
+    assert listing.stderr == ""  # everything acknowledged was stored before the stop
+    table = listing.stdout.splitlines()
     assert table[0].split("\t") == [
         "id", "workflow", "service", "status", "started_at", "transition_count", "store_id",
     ]
@@ -55,3 +64,42 @@ def test_cli_executions_without_a_database_says_so(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "no database" in result.stderr
+
+
+def test_serve_duckdb_threads_from_flag_or_environment() -> None:
+    from collector.cli import _parser
+    from collector.config import serve_config
+
+    assert serve_config(_parser({}).parse_args(["serve"])).duckdb_threads == 1
+    from_env = _parser({"STATETRAIL_DUCKDB_THREADS": "4"}).parse_args(["serve"])
+    assert serve_config(from_env).duckdb_threads == 4
+    flag = _parser({}).parse_args(["serve", "--duckdb-threads", "2"])
+    assert serve_config(flag).duckdb_threads == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_serve_refuses_a_duckdb_thread_count_below_one(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collector.cli import _parser
+
+    with pytest.raises(SystemExit):
+        _parser({}).parse_args(["serve", "--duckdb-threads", value])
+    assert "--duckdb-threads" in capsys.readouterr().err
+
+
+def test_cli_executions_says_when_received_exports_are_not_stored_yet(tmp_path: Path) -> None:
+    # What a server stopped with a backlog leaves: a migrated database and
+    # acknowledged records in its spool that the extractor never stored.
+    db = tmp_path / "statetrail.duckdb"
+    Store(db).close()
+    body, _ = fixture_requests("a_linear")[0]
+    spool = Spool(spool_path_for(db), START)
+    spool.append([body] * 3, 0)
+    spool.close()
+    listing = _executions(db)
+    assert listing.stdout.splitlines()[1:] == []
+    assert re.search(r": \d+\.\d KiB of received exports are in ", listing.stderr)
+    assert str(spool_path_for(db)) in listing.stderr
+    assert f"statetrail serve --db {db}" in listing.stderr
+    assert unstored_bytes(spool_path_for(db), START) > 3 * len(body)

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from support import free_port
+from support import export_raw, fixture_requests, free_port
 
+from collector.admission import Admission
+from collector.auth import KeyChecker
 from collector.foreground import Foreground
+from collector.ingest import Ingestor
+from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_http import HttpTraceReceiver
+from collector.store import Store
 from studio.foreground_middleware import ForegroundRequests
 
 
@@ -80,3 +89,75 @@ def _blocks(foreground: Foreground) -> bool:
     worker.start()
     worker.join(timeout=1.0)  # far longer than an unblocked give_way takes
     return worker.is_alive()
+
+
+@pytest.fixture
+def receivers(tmp_path: Path) -> Iterator[tuple[Foreground, Ingestor, str, str]]:
+    """A real ingestor behind both receivers, sharing a Foreground the test controls:
+    (foreground, ingestor, gRPC target, OTLP/HTTP URL)."""
+    foreground = Foreground(max_yield_seconds=30)
+    store = Store(tmp_path / "f.duckdb")
+    ingestor = Ingestor(store, tmp_path / "spool", foreground=foreground)
+    keys = KeyChecker(())
+    limits = Limits(
+        max_receive_bytes=64 * 2**20, max_inflight_requests=8,
+        max_inflight_bytes=256 * 2**20, retry_after_seconds=1,
+    )
+    grpc_receiver = GrpcReceiver(
+        TraceExportHandler(ingestor, keys, limits), "127.0.0.1:0",
+        workers=4, max_receive_bytes=limits.max_receive_bytes,
+    )
+    grpc_receiver.start()
+    http_receiver = HttpTraceReceiver(
+        ingestor, keys, Admission(8, 256 * 2**20),
+        max_receive_bytes=limits.max_receive_bytes, retry_after_seconds=1,
+    )
+    port = free_port()
+    app = Starlette(routes=[Route("/v1/traces", http_receiver.export, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield (
+            foreground, ingestor,
+            f"127.0.0.1:{grpc_receiver.port}", f"http://127.0.0.1:{port}/v1/traces",
+        )
+    finally:
+        server.should_exit = True
+        serving.join(timeout=10)
+        grpc_receiver.stop(5)
+        ingestor.close()
+        store.close()
+
+
+def test_receivers_wait_to_decode_while_a_studio_request_is_served(
+    receivers: tuple[Foreground, Ingestor, str, str],
+) -> None:
+    foreground, ingestor, grpc_target, http_url = receivers
+    body, _ = fixture_requests("a_linear")[0]
+    exports = {
+        "grpc": lambda: export_raw(grpc_target, body),
+        "http": lambda: httpx.post(
+            http_url, content=body, headers={"content-type": "application/x-protobuf"},
+            timeout=60,
+        ).raise_for_status(),
+    }
+    for name, export in exports.items():
+        done = threading.Event()
+
+        def send(export: Callable[[], object] = export, done: threading.Event = done) -> None:
+            export()
+            done.set()
+
+        with foreground.serving():
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            # The wait is bounded at 30 s here: the export must still be waiting, and
+            # not in the spool yet (the extractor, which also gives way, would hold
+            # back its acknowledgement even if the receiver had decoded it).
+            assert not done.wait(1.0), f"{name}: acknowledged during a studio request"
+            assert ingestor.backlog_bytes() == 0, f"{name}: decoded during a studio request"
+        assert done.wait(10), f"{name}: the export did not go on once the request ended"
+        sender.join(timeout=5)

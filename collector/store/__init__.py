@@ -94,6 +94,7 @@ class Store:
         *,
         checkpoint_threshold: str = "256MB",
         memory_limit: str | None = None,
+        threads: int | None = None,
         read_only: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -103,6 +104,8 @@ class Store:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
         if memory_limit is not None:
             self._connection.execute("SET memory_limit = ?", [memory_limit])
+        if threads is not None:
+            self._connection.execute("SET threads = ?", [threads])
         # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
         # default) for reuse, outside memory_limit. Replay's queries left a
         # serve at 460-500 MB RSS through bench_ingest's catch-up; flushing
@@ -136,9 +139,16 @@ class Store:
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        cursor = self._connection.cursor()
+        # Every failure leaves as StoreError, so callers (receivers, studio
+        # pages, /healthz) answer "unavailable, retry" without knowing DuckDB.
+        try:
+            cursor = self._connection.cursor()
+        except duckdb.Error as exc:
+            raise StoreError(f"the database is not available: {exc}") from exc
         try:
             yield cursor
+        except duckdb.Error as exc:
+            raise StoreError(f"the database could not answer: {exc}") from exc
         finally:
             cursor.close()
 
@@ -346,11 +356,8 @@ class Store:
             return self._keys_read(statement)
 
     def _keys_read(self, statement: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
-        try:
-            with self._cursor() as cursor:
-                return statement(cursor)
-        except duckdb.Error as exc:
-            raise StoreError(f"could not read or write the API keys: {exc}") from exc
+        with self._cursor() as cursor:
+            return statement(cursor)
 
     # -- end of managed ingestion keys ----------------------------------------
 
