@@ -13,14 +13,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+import uvicorn
+from starlette.types import ASGIApp
 
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fixtures"
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -43,6 +47,23 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
+
+
+@contextmanager
+def serving_in_thread(app: ASGIApp, port: int) -> Iterator[str]:
+    """Run an ASGI app under uvicorn on a loopback port in this process; yield its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert serving.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        serving.join(timeout=30)
 
 
 @dataclass

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from support import export_raw, fixture_requests, free_port
+from support import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector.admission import Admission
 from collector.auth import KeyChecker
@@ -62,23 +61,11 @@ def test_studio_requests_are_foreground_and_exports_and_health_checks_are_not() 
 
     paths = ("/", "/api/executions", "/v1/traces", "/healthz")
     app = Starlette(routes=[Route(path, handler, methods=["GET", "POST"]) for path in paths])
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(ForegroundRequests(app, foreground), port=port, log_level="warning")
-    )
-    serving = threading.Thread(target=server.run, daemon=True)
-    serving.start()
-    try:
-        while not server.started:
-            time.sleep(0.01)
-        base = f"http://127.0.0.1:{port}"
+    with serving_in_thread(ForegroundRequests(app, foreground), free_port()) as base:
         httpx.get(base + "/")
         httpx.get(base + "/api/executions")
         httpx.post(base + "/v1/traces")
         httpx.get(base + "/healthz")
-    finally:
-        server.should_exit = True
-        serving.join(timeout=10)
     assert seen == {"/": True, "/api/executions": True, "/v1/traces": False, "/healthz": False}
     assert foreground.give_way() == 0.0  # every request ended
 
@@ -112,21 +99,11 @@ def receivers(tmp_path: Path) -> Iterator[tuple[Foreground, Ingestor, str, str]]
         ingestor, keys, Admission(8, 256 * 2**20),
         max_receive_bytes=limits.max_receive_bytes, retry_after_seconds=1,
     )
-    port = free_port()
     app = Starlette(routes=[Route("/v1/traces", http_receiver.export, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    serving = threading.Thread(target=server.run, daemon=True)
-    serving.start()
-    while not server.started:
-        time.sleep(0.01)
     try:
-        yield (
-            foreground, ingestor,
-            f"127.0.0.1:{grpc_receiver.port}", f"http://127.0.0.1:{port}/v1/traces",
-        )
+        with serving_in_thread(app, free_port()) as base:
+            yield foreground, ingestor, f"127.0.0.1:{grpc_receiver.port}", base + "/v1/traces"
     finally:
-        server.should_exit = True
-        serving.join(timeout=10)
         grpc_receiver.stop(5)
         ingestor.close()
         store.close()

@@ -7,15 +7,13 @@ inside DuckDB ("connection already closed").
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
-import uvicorn
-from support import fixture_requests, free_port
+from support import fixture_requests, free_port, serving_in_thread
 
 from collector.config import Config
 from collector.store import Store, StoreError
@@ -28,18 +26,11 @@ SCRIPT = "<img src=x onerror=alert(1)>"
 def studio(tmp_path: Path) -> Iterator[tuple[httpx.Client, Services]]:
     port = free_port()
     app = create_app(Config(db_path=tmp_path / "s.duckdb", http_port=port), grpc=False)
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    serving = threading.Thread(target=server.run, daemon=True)
-    serving.start()
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-        for _ in range(200):
-            if server.started:
-                break
-            threading.Event().wait(0.05)
-        assert server.started
+    with (
+        serving_in_thread(app, port) as base,
+        httpx.Client(base_url=base, timeout=10) as client,
+    ):
         yield client, app.state.services
-    server.should_exit = True
-    serving.join(timeout=30)
 
 
 def test_store_reads_raise_store_error_once_duckdb_fails(tmp_path: Path) -> None:
