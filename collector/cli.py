@@ -121,9 +121,10 @@ def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
         store = Store(db, read_only=True)
     except StoreLocked as exc:
         raise _Locked from exc
+    spool = spool_path_for(db)
     try:
         rows = [execution_json(row) for row in store.search(ExecutionQuery(limit=limit))]
-        unstored = unstored_bytes(spool_path_for(db), Position(*store.stored_spool_position()))
+        unstored = unstored_bytes(spool, Position(*store.stored_spool_position()))
     finally:
         store.close()
     if unstored:
@@ -131,7 +132,7 @@ def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
         # they are stored when it starts again, and this listing cannot show them.
         print(
             f"statetrail: {_size(unstored)} of received exports are in "
-            f"{spool_path_for(db)} and not stored yet; `statetrail serve --db {db}` "
+            f"{spool} and not stored yet; `statetrail serve --db {db}` "
             "stores them when it starts",
             file=sys.stderr,
         )

@@ -130,23 +130,16 @@ class Store:
                 return
             self._closed = True
             try:
+                # At the configured memory limit: a checkpoint that runs out of
+                # memory is FATAL in DuckDB, so no lower limit to save RSS here.
                 if not self._read_only:
-                    self._final_checkpoint()
+                    self._connection.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                # An invalidated database cannot checkpoint; what was committed
+                # is in the WAL and is replayed on the next open.
+                logger.warning("checkpoint on close failed: %s", exc)
             finally:
                 self._connection.close()
-
-    def _final_checkpoint(self) -> None:
-        # The memory limit stays as it is: a checkpoint that runs out of memory
-        # is FATAL in DuckDB. (Evicting the cache first by a lower limit took
-        # the 21-25 MB this checkpoint adds to RSS off the peak, but at 48 MB it
-        # failed after a full bench_ingest catch-up, invalidating the database;
-        # the WAL was intact and replayed on the next open.)
-        try:
-            self._connection.execute("CHECKPOINT")
-        except duckdb.Error as exc:
-            # An invalidated database cannot checkpoint; what was committed is
-            # in the WAL and is replayed on the next open.
-            logger.warning("checkpoint on close failed: %s", exc)
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
