@@ -140,7 +140,8 @@ def _spans(execution: Execution, placed: list[Transition], per_span: int) -> lis
             "scope_spans": [{"scope": {"name": "junjo"}, "spans": spans}],
         }]
     )  # fmt: skip
-    return [record for record in iter_spans(request) if isinstance(record, SpanRecord)]
+    body = request.SerializeToString()
+    return [record for record in iter_spans(body) if isinstance(record, SpanRecord)]
 
 
 def _event(transition: Transition) -> trace_pb2.Span.Event:

@@ -3,9 +3,9 @@
 Invariant: nothing here touches storage or the network, and every id leaves as
 lowercase hex and every time as integer nanoseconds. Turning every attribute of
 every span into Python objects costs ~25 us a span, so a span is kept whole as
-its serialized protobuf (decoded again lazily when someone looks at it) and only
-the columns that are queried, plus the attributes of the spans and events that
-carry state evidence, are decoded here.
+the protobuf bytes it arrived in (decoded again lazily when someone looks at
+it), only the columns that are queried are decoded here, and extraction reads
+the few attributes it needs by key (collector/wire.py, `string_attribute`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, assert_never, cast
 
+from google.protobuf import message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
+
+from collector import wire
 
 ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
 SpanPB2: TypeAlias = trace_pb2.Span
@@ -30,6 +33,9 @@ AttributeValue: TypeAlias = (
     str | bool | int | float | bytes | list["AttributeValue"] | dict[str, "AttributeValue"] | None
 )
 Attributes: TypeAlias = dict[str, AttributeValue]
+# Attributes by key with their values still protobuf (collector/wire.py reads
+# them as a map): for readers that want a few known keys of a known type.
+AttributeValues: TypeAlias = Mapping[str, AnyValuePB2]
 
 _ValueCase = Literal[
     "string_value",
@@ -58,6 +64,10 @@ class DecodeError(ValueError):
     """The request body is not an OTLP ExportTraceServiceRequest."""
 
 
+# What protobuf raises for bytes it cannot parse.
+_PROTOBUF_ERRORS: Final = (message.DecodeError, RuntimeWarning)
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceRecord:
     """A resource + scope pair, content-addressed so repeats are stored once."""
@@ -70,7 +80,8 @@ class ResourceRecord:
 
 
 class SpanRecord(NamedTuple):
-    """One span's queryable columns, plus the span itself as protobuf bytes."""
+    """One span's queryable columns, plus the span itself: its bytes as received, and
+    parsed through collector/wire.py for extraction."""
 
     trace_id: str
     span_id: str
@@ -87,7 +98,7 @@ class SpanRecord(NamedTuple):
     dropped_links_count: int
     event_count: int
     raw: bytes
-    pb: SpanPB2
+    pb: wire.SpanView
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +119,17 @@ def parse_request(body: bytes) -> ExportRequestPB2:
     return request
 
 
-def iter_spans(request: ExportRequestPB2) -> Iterator[SpanRecord | RejectedSpan]:
-    """Yield a record for every span in the request, in request order."""
+def iter_spans(body: bytes) -> Iterator[SpanRecord | RejectedSpan]:
+    """Yield a record for every span in an export request's bytes, in request order.
+
+    Reads through collector/wire.py's schema: each span keeps its own bytes as
+    they arrived, and its attributes are a map. Raises DecodeError if the body
+    is not an export request.
+    """
+    try:
+        request = wire.parse_request_view(body)
+    except _PROTOBUF_ERRORS as exc:
+        raise DecodeError(f"body is not an ExportTraceServiceRequest: {exc}") from exc
     for resource_spans in request.resource_spans:
         resource_attributes = decode_attributes(resource_spans.resource.attributes)
         service = resource_attributes.get(SERVICE_NAME_KEY)
@@ -121,8 +141,8 @@ def iter_spans(request: ExportRequestPB2) -> Iterator[SpanRecord | RejectedSpan]
                 scope_spans.scope.version,
                 resource_attributes,
             )
-            for span in scope_spans.spans:
-                yield _span_record(span, resource)
+            for raw in scope_spans.spans:
+                yield _span_record(raw, resource)
 
 
 def _resource_record(
@@ -154,7 +174,7 @@ def screen(request: ExportRequestPB2) -> tuple[int, list[RejectedSpan]]:
     return accepted, rejected
 
 
-def rejection_reason(span: SpanPB2) -> str | None:
+def rejection_reason(span: SpanPB2 | wire.SpanView) -> str | None:
     """Why a span cannot be stored, or None if it can.
 
     Runs for every span before an export is acknowledged, so each field is
@@ -185,7 +205,11 @@ _ZERO_TRACE_ID: Final = bytes(TRACE_ID_BYTES)
 _ZERO_SPAN_ID: Final = bytes(SPAN_ID_BYTES)
 
 
-def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | RejectedSpan:
+def _span_record(raw: bytes, resource: ResourceRecord) -> SpanRecord | RejectedSpan:
+    try:
+        span = wire.parse_span_view(raw)
+    except _PROTOBUF_ERRORS as exc:
+        raise DecodeError(f"a span does not decode: {exc}") from exc
     reason = rejection_reason(span)
     if reason is not None:
         return RejectedSpan(span.name, reason)
@@ -204,7 +228,7 @@ def _span_record(span: SpanPB2, resource: ResourceRecord) -> SpanRecord | Reject
         dropped_events_count=span.dropped_events_count,
         dropped_links_count=span.dropped_links_count,
         event_count=len(span.events),
-        raw=span.SerializeToString(),
+        raw=raw,
         pb=span,
     )
 
@@ -234,6 +258,35 @@ def decode_value(value: AnyValuePB2) -> AttributeValue:
 def decode_attributes(attributes: Any) -> Attributes:
     """A repeated KeyValue field as a dict; a repeated key keeps its last value."""
     return {kv.key: decode_value(kv.value) for kv in attributes}
+
+
+# Reading a oneof member that is not set gives its default (0, "", False), so a
+# value other than the default proves the member is the one set; only a
+# default needs the WhichOneof check. Wrong types read as absent, never coerced.
+
+
+def string_attribute(values: AttributeValues, key: str) -> str | None:
+    value = values.get(key)
+    if value is None:
+        return None
+    text: str = value.string_value
+    return text if text or value.WhichOneof("value") == "string_value" else None
+
+
+def int_attribute(values: AttributeValues, key: str) -> int | None:
+    value = values.get(key)
+    if value is None:
+        return None
+    number: int = value.int_value
+    return number if number or value.WhichOneof("value") == "int_value" else None
+
+
+def bool_attribute(values: AttributeValues, key: str) -> bool | None:
+    value = values.get(key)
+    if value is None or value.WhichOneof("value") != "bool_value":
+        return None
+    flag: bool = value.bool_value
+    return flag
 
 
 def decode_span(raw: bytes) -> SpanPB2:

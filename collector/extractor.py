@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from collector.decode import DecodeError, SpanRecord, iter_spans, parse_request
+from collector.decode import DecodeError, SpanRecord, iter_spans
 from collector.foreground import Foreground
 from collector.junjo import extract
 from collector.spool import Position, Spool, SpoolRecord
@@ -204,10 +204,9 @@ class Extractor:
         # Receivers parsed this body before spooling it: a failure here is a
         # bug or a damaged disk, and goes to quarantine like any other.
         try:
-            request = parse_request(record.body)
+            spans = [r for r in iter_spans(record.body) if isinstance(r, SpanRecord)]
         except DecodeError as exc:
             raise ValueError(f"spooled export no longer decodes: {exc}") from exc
-        spans = [r for r in iter_spans(request) if isinstance(r, SpanRecord)]
         return IngestBatch(spans=spans, evidence=extract(self._paced(spans)))
 
     def _paced(self, spans: list[SpanRecord]) -> Iterator[SpanRecord]:

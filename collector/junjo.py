@@ -18,7 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from collector.decode import Attributes, SpanRecord, decode_attributes
+from collector.decode import (
+    AttributeValues,
+    SpanRecord,
+    bool_attribute,
+    int_attribute,
+    string_attribute,
+)
 from collector.model import Execution, ExecutionKind, ExecutionStatus, Transition
 
 SPAN_TYPE: Final = "junjo.span_type"
@@ -109,10 +115,9 @@ def extract(spans: Iterable[SpanRecord]) -> Evidence:
     transitions: list[Transition] = []
     roles: dict[tuple[str, str], SpanRole] = {}
     for span in spans:
-        attributes = _junjo_attributes(span)
-        if attributes is None and not _has_set_state(span):
+        attributes = span.pb.attributes
+        if not _is_junjo(attributes) and not _has_set_state(span):
             continue
-        attributes = attributes if attributes is not None else decode_attributes(span.pb.attributes)
         span_type = _str(attributes, SPAN_TYPE)
         if span_type is not None:
             roles[(span.trace_id, span.span_id)] = SpanRole(
@@ -128,19 +133,15 @@ def extract(spans: Iterable[SpanRecord]) -> Evidence:
     return Evidence(executions, transitions, roles)
 
 
-def _junjo_attributes(span: SpanRecord) -> Attributes | None:
-    """Decode a span's attributes only if it is a Junjo span (cheap key scan first)."""
-    for kv in span.pb.attributes:
-        if kv.key == SPAN_TYPE or kv.key == CONTRACT_VERSION:
-            return decode_attributes(span.pb.attributes)
-    return None
+def _is_junjo(attributes: AttributeValues) -> bool:
+    return SPAN_TYPE in attributes or CONTRACT_VERSION in attributes
 
 
 def _has_set_state(span: SpanRecord) -> bool:
     return any(event.name == SET_STATE_EVENT for event in span.pb.events)
 
 
-def _execution(span: SpanRecord, attrs: Attributes, span_type: str) -> Execution | None:
+def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Execution | None:
     run_id = _str(attrs, RUNTIME_ID) or _str(attrs, RUNTIME_ID_V1)
     if not run_id:
         return None
@@ -185,7 +186,7 @@ def _execution(span: SpanRecord, attrs: Attributes, span_type: str) -> Execution
     )
 
 
-def _status(span: SpanRecord, attrs: Attributes) -> ExecutionStatus:
+def _status(span: SpanRecord, attrs: AttributeValues) -> ExecutionStatus:
     if span.status_code == STATUS_CODE_ERROR:
         return "error"
     if _bool(attrs, CANCELLED):
@@ -197,7 +198,7 @@ def _transitions(span: SpanRecord, contract_version: int | None) -> Iterable[Tra
     for index, event in enumerate(span.pb.events):
         if event.name != SET_STATE_EVENT:
             continue
-        attrs = decode_attributes(event.attributes)
+        attrs = event.attributes
         store_id = _str(attrs, STORE_ID)
         if not store_id:
             # Without a store id the event cannot be grouped with anything; the span
@@ -223,22 +224,14 @@ def _transitions(span: SpanRecord, contract_version: int | None) -> Iterable[Tra
         )
 
 
-def _str(attrs: Attributes, key: str) -> str | None:
-    value = attrs.get(key)
-    return value if isinstance(value, str) else None
+# Short names for the readers: extraction calls them ~25 times a span. A value
+# of the wrong type reads as absent (a bool is never a counter: on the wire it
+# is a different member of the value's oneof).
+_str = string_attribute
+_int = int_attribute
+_bool = bool_attribute
 
 
-def _int(attrs: Attributes, key: str) -> int | None:
-    value = attrs.get(key)
-    # bool is an int subclass in Python, but never a valid counter on the wire.
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _int32(attrs: Attributes, key: str) -> int | None:
-    value = _int(attrs, key)
+def _int32(attrs: AttributeValues, key: str) -> int | None:
+    value = int_attribute(attrs, key)
     return value if value is not None and -MAX_INT32 - 1 <= value <= MAX_INT32 else None
-
-
-def _bool(attrs: Attributes, key: str) -> bool | None:
-    value = attrs.get(key)
-    return value if isinstance(value, bool) else None

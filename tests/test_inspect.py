@@ -9,7 +9,7 @@ import pytest
 from history_records import scenario
 from support import fixture_requests, scenarios
 
-from collector.decode import SpanRecord, iter_spans, parse_request
+from collector.decode import SpanRecord, iter_spans
 from collector.evidence import EvidenceVersion, load_history
 from collector.history import History
 from collector.junjo import Evidence, extract
@@ -113,7 +113,7 @@ def test_version_counted_from_the_evidence_read_is_the_stored_version(
     """A first view keys its cache entry by what it read; later views by a query."""
     store = Store(tmp_path / "versions.duckdb")
     for body, _ in fixture_requests(scenario_name):
-        spans = [r for r in iter_spans(parse_request(body)) if isinstance(r, SpanRecord)]
+        spans = [r for r in iter_spans(body) if isinstance(r, SpanRecord)]
         store.write([IngestBatch(spans=spans, evidence=extract(spans))])
     executions = store.executions_for_stores(store.stale_store_ids())
     assert executions
