@@ -32,10 +32,10 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from bench.bench_replay import TRANSITIONS, build
-from collector.decode import SpanRecord, iter_spans
+from collector.decode import SpanRecord
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
-from collector.store import IngestBatch, Store
+from collector.store import IngestBatch, Store, batch_from_export
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support import Server
@@ -141,7 +141,7 @@ def _spans(execution: Execution, placed: list[Transition], per_span: int) -> lis
         }]
     )  # fmt: skip
     body = request.SerializeToString()
-    return [record for record in iter_spans(body) if isinstance(record, SpanRecord)]
+    return batch_from_export(body).spans
 
 
 def _event(transition: Transition) -> trace_pb2.Span.Event:

@@ -80,8 +80,7 @@ class ResourceRecord:
 
 
 class SpanRecord(NamedTuple):
-    """One span's queryable columns, plus the span itself: its bytes as received, and
-    parsed through collector/wire.py for extraction."""
+    """One span as stored: its queryable columns, and its bytes as received."""
 
     trace_id: str
     span_id: str
@@ -98,7 +97,17 @@ class SpanRecord(NamedTuple):
     dropped_links_count: int
     event_count: int
     raw: bytes
-    pb: wire.SpanView
+
+
+class DecodedSpan(NamedTuple):
+    """A span as stored, and as parsed through collector/wire.py for extraction.
+
+    Kept apart because the parsed view is several times the size of the
+    span's bytes: it is let go once extracted (collector/store/rows.py).
+    """
+
+    record: SpanRecord
+    view: wire.SpanView
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +128,7 @@ def parse_request(body: bytes) -> ExportRequestPB2:
     return request
 
 
-def iter_spans(body: bytes) -> Iterator[SpanRecord | RejectedSpan]:
+def iter_spans(body: bytes) -> Iterator[DecodedSpan | RejectedSpan]:
     """Yield a record for every span in an export request's bytes, in request order.
 
     Reads through collector/wire.py's schema: each span keeps its own bytes as
@@ -205,7 +214,7 @@ _ZERO_TRACE_ID: Final = bytes(TRACE_ID_BYTES)
 _ZERO_SPAN_ID: Final = bytes(SPAN_ID_BYTES)
 
 
-def _span_record(raw: bytes, resource: ResourceRecord) -> SpanRecord | RejectedSpan:
+def _span_record(raw: bytes, resource: ResourceRecord) -> DecodedSpan | RejectedSpan:
     try:
         span = wire.parse_span_view(raw)
     except _PROTOBUF_ERRORS as exc:
@@ -213,7 +222,7 @@ def _span_record(raw: bytes, resource: ResourceRecord) -> SpanRecord | RejectedS
     reason = rejection_reason(span)
     if reason is not None:
         return RejectedSpan(span.name, reason)
-    return SpanRecord(
+    record = SpanRecord(
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
         parent_span_id=span.parent_span_id.hex(),
@@ -229,8 +238,8 @@ def _span_record(raw: bytes, resource: ResourceRecord) -> SpanRecord | RejectedS
         dropped_links_count=span.dropped_links_count,
         event_count=len(span.events),
         raw=raw,
-        pb=span,
     )
+    return DecodedSpan(record, span)
 
 
 def decode_value(value: AnyValuePB2) -> AttributeValue:

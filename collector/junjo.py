@@ -20,12 +20,14 @@ from typing import Final
 
 from collector.decode import (
     AttributeValues,
+    DecodedSpan,
     SpanRecord,
     bool_attribute,
     int_attribute,
     string_attribute,
 )
 from collector.model import Execution, ExecutionKind, ExecutionStatus, Transition
+from collector.wire import SpanView
 
 SPAN_TYPE: Final = "junjo.span_type"
 CONTRACT_VERSION: Final = "junjo.telemetry.contract_version"
@@ -109,14 +111,14 @@ class Evidence:
     roles: dict[tuple[str, str], SpanRole]
 
 
-def extract(spans: Iterable[SpanRecord]) -> Evidence:
+def extract(spans: Iterable[DecodedSpan]) -> Evidence:
     """Pull executions and transitions out of decoded spans."""
     executions: list[Execution] = []
     transitions: list[Transition] = []
     roles: dict[tuple[str, str], SpanRole] = {}
-    for span in spans:
-        attributes = span.pb.attributes
-        if not _is_junjo(attributes) and not _has_set_state(span):
+    for span, view in spans:
+        attributes = view.attributes
+        if not _is_junjo(attributes) and not _has_set_state(view):
             continue
         span_type = _str(attributes, SPAN_TYPE)
         if span_type is not None:
@@ -129,7 +131,7 @@ def extract(spans: Iterable[SpanRecord]) -> Evidence:
             execution = _execution(span, attributes, span_type)
             if execution is not None:
                 executions.append(execution)
-        transitions.extend(_transitions(span, _int32(attributes, CONTRACT_VERSION)))
+        transitions.extend(_transitions(span, view, _int32(attributes, CONTRACT_VERSION)))
     return Evidence(executions, transitions, roles)
 
 
@@ -137,8 +139,8 @@ def _is_junjo(attributes: AttributeValues) -> bool:
     return SPAN_TYPE in attributes or CONTRACT_VERSION in attributes
 
 
-def _has_set_state(span: SpanRecord) -> bool:
-    return any(event.name == SET_STATE_EVENT for event in span.pb.events)
+def _has_set_state(view: SpanView) -> bool:
+    return any(event.name == SET_STATE_EVENT for event in view.events)
 
 
 def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Execution | None:
@@ -194,8 +196,10 @@ def _status(span: SpanRecord, attrs: AttributeValues) -> ExecutionStatus:
     return "ok"
 
 
-def _transitions(span: SpanRecord, contract_version: int | None) -> Iterable[Transition]:
-    for index, event in enumerate(span.pb.events):
+def _transitions(
+    span: SpanRecord, view: SpanView, contract_version: int | None
+) -> Iterable[Transition]:
+    for index, event in enumerate(view.events):
         if event.name != SET_STATE_EVENT:
             continue
         attrs = event.attributes

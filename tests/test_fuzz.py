@@ -27,13 +27,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
 from support import FIXTURE_API_KEY, Server, export_raw
 
-from collector.decode import DecodeError, SpanRecord, iter_spans, parse_request
+from collector.decode import DecodeError, parse_request
 from collector.evidence import load_history
 from collector.history import StateUnavailableError, timeline
 from collector.indexing import field_index
 from collector.jsondoc import MISSING
-from collector.junjo import extract
-from collector.store import IngestBatch, Store
+from collector.store import Store, batch_from_export
 
 FUZZ_MESSAGES = 200
 FUZZ_BYTES = 400
@@ -60,12 +59,12 @@ def _pipeline(store: Store, body: bytes) -> None:
         return
     # Storing reads the same bytes through collector/wire.py's schema: it must
     # accept whatever the receivers accepted (a DecodeError here fails the test).
-    spans = [record for record in iter_spans(body) if isinstance(record, SpanRecord)]
-    COUNTS["spans"] += len(spans)
-    if not spans:
+    batch = batch_from_export(body)
+    COUNTS["spans"] += len(batch.spans)
+    if not batch.spans:
         return
-    evidence = extract(spans)
-    result = store.write([IngestBatch(spans=spans, evidence=evidence)])
+    evidence = batch.evidence
+    result = store.write([batch])
     for execution in store.executions_for_stores(result.store_ids) + [
         e for e in evidence.executions if not e.store_id
     ]:

@@ -9,13 +9,12 @@ import pytest
 from history_records import scenario
 from support import fixture_requests, scenarios
 
-from collector.decode import SpanRecord, iter_spans
 from collector.evidence import EvidenceVersion, load_history
 from collector.history import History
-from collector.junjo import Evidence, extract
+from collector.junjo import Evidence
 from collector.model import Execution, Transition
 from collector.replayer import replay_stores
-from collector.store import IngestBatch, Store
+from collector.store import IngestBatch, Store, batch_from_export
 from studio.inspect import Inspector
 
 
@@ -113,8 +112,7 @@ def test_version_counted_from_the_evidence_read_is_the_stored_version(
     """A first view keys its cache entry by what it read; later views by a query."""
     store = Store(tmp_path / "versions.duckdb")
     for body, _ in fixture_requests(scenario_name):
-        spans = [r for r in iter_spans(body) if isinstance(r, SpanRecord)]
-        store.write([IngestBatch(spans=spans, evidence=extract(spans))])
+        store.write([batch_from_export(body)])
     executions = store.executions_for_stores(store.stale_store_ids())
     assert executions
     for execution in executions:

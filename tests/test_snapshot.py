@@ -16,16 +16,15 @@ from otlp_craft import plain_request
 from support import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
-from collector.decode import SpanRecord, iter_spans
 from collector.evidence import load_history, replay_with, version_of
 from collector.history import History, StateUnavailableError, replay
 from collector.jsondoc import json_equal
-from collector.junjo import Evidence, extract
+from collector.junjo import Evidence
 from collector.model import Execution, Transition
 from collector.provenance import provenance
 from collector.replayer import replay_stores
 from collector.snapshot import MIN_SNAPSHOT_STEPS, restore, take
-from collector.store import IngestBatch, Store
+from collector.store import IngestBatch, Store, batch_from_export
 
 
 def assert_same_history(restored: History, replayed: History) -> None:
@@ -126,8 +125,7 @@ def test_restored_history_keeps_every_verdict_and_finding(overrides: dict[str, A
 def test_fixture_histories_restore_to_their_replays(tmp_path: Path, scenario_name: str) -> None:
     store = Store(tmp_path / "fixtures.duckdb")
     for body, _ in fixture_requests(scenario_name):
-        spans = [r for r in iter_spans(body) if isinstance(r, SpanRecord)]
-        store.write([IngestBatch(spans=spans, evidence=extract(spans))])
+        store.write([batch_from_export(body)])
     for execution in store.executions_for_stores(store.stale_store_ids()):
         transitions = store.transitions_for_store(execution.store_id or "")
         links = store.evidence_spans_for(
@@ -223,7 +221,7 @@ def test_pruning_a_trace_deletes_its_snapshots(tmp_path: Path) -> None:
     execution, transitions = _long_run(MIN_SNAPSHOT_STEPS)
     request = plain_request(bytes.fromhex(execution.trace_id), [bytes.fromhex(execution.span_id)],
                             start_unix_nano=1, end_unix_nano=2)  # fmt: skip
-    spans = [r for r in iter_spans(request.SerializeToString()) if isinstance(r, SpanRecord)]
+    spans = batch_from_export(request.SerializeToString()).spans
     store = Store(tmp_path / "prune.duckdb")
     store.write([IngestBatch(spans=spans, evidence=Evidence([execution], transitions, {}))])
     replay_stores(store, [execution.store_id or ""])

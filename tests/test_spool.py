@@ -7,6 +7,7 @@ in the middle, a flipped byte, a spool never closed.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from support import fixture_requests
 
+from collector import extractor as extractor_module
 from collector import spool as spool_module
 from collector.decode import parse_request
 from collector.ingest import Ingestor, IngestorBusy, RetryLater
@@ -168,13 +170,24 @@ def _wait_for_backlog(ingestor: Ingestor, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def _spool_unstored(directory: Path, requests: list[bytes]) -> None:
+    spool = Spool(directory, START)
+    spool.append(requests, time.time_ns())
+    spool.close()
+
+
+def _assert_stored_once(counts: dict[str, int], requests: list[bytes], executions: int) -> None:
+    assert counts["spans"] == sum(_spans_in(body) for body in requests)
+    assert counts["transitions"] == sum(_set_state_events_in(body) for body in requests)
+    assert counts["transitions"] > 0
+    assert counts["executions"] == executions
+
+
 def test_spooled_exports_are_stored_once_after_a_restart(tmp_path: Path) -> None:
     """Exports durable in the spool but never stored (a crash) are stored on the next start."""
     db, directory = tmp_path / "s.duckdb", tmp_path / "s.duckdb.spool"
     requests = [body for body, _ in fixture_requests("d_subflow")]
-    spool = Spool(directory, START)
-    spool.append(requests, time.time_ns())
-    spool.close()  # as if the server died right after acknowledging
+    _spool_unstored(directory, requests)  # as if the server died right after acknowledging
     for _ in range(2):  # a second start must not store anything again
         store = Store(db)
         ingestor = Ingestor(store, directory)
@@ -182,10 +195,36 @@ def test_spooled_exports_are_stored_once_after_a_restart(tmp_path: Path) -> None
         ingestor.close()
         counts = store.counts()
         store.close()
-        assert counts["spans"] == sum(_spans_in(body) for body in requests)
-        assert counts["transitions"] == sum(_set_state_events_in(body) for body in requests)
-        assert counts["transitions"] > 0
-        assert counts["executions"] == 3
+        _assert_stored_once(counts, requests, executions=3)
+
+
+def test_a_storage_failure_mid_backlog_is_retried_and_every_run_stored_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writer retries the run it holds while the preparer waits with the next one."""
+    # One record a run, so that several prepared runs are in flight at once.
+    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
+    db, directory = tmp_path / "r.duckdb", tmp_path / "r.duckdb.spool"
+    requests = [body for name in ("a_linear", "d_subflow") for body, _ in fixture_requests(name)]
+    _spool_unstored(directory, requests)
+    store = Store(db)
+    # A directory where DuckDB's write-ahead log must go makes every commit
+    # fail: a real storage fault, which goes away with the directory.
+    wal = db.with_name(db.name + ".wal")
+    wal.mkdir()
+    with caplog.at_level(logging.ERROR, logger="collector.extractor"):
+        ingestor = Ingestor(store, directory)
+        deadline = time.monotonic() + 30
+        while not any("retrying" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the first commit never failed"
+            time.sleep(0.02)
+        assert store.counts()["spans"] == 0
+        wal.rmdir()
+        _wait_for_backlog(ingestor)
+    ingestor.close()
+    counts = store.counts()
+    store.close()
+    _assert_stored_once(counts, requests, executions=4)
 
 
 def test_an_export_that_cannot_be_stored_is_quarantined_and_the_rest_flow(

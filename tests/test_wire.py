@@ -18,9 +18,9 @@ from otlp_strategies import ExportRequest, KeyValue, fixture_bodies, mutated_byt
 
 from collector.decode import (
     AttributeValue,
+    DecodedSpan,
     DecodeError,
     RejectedSpan,
-    SpanRecord,
     bool_attribute,
     decode_attributes,
     decode_span,
@@ -46,16 +46,17 @@ def _assert_same_spans(body: bytes) -> None:
     expected = _spans(parse_request(body))
     records = list(iter_spans(body))
     assert len(records) == len(expected)
-    for record, span in zip(records, expected, strict=True):
-        if isinstance(record, RejectedSpan):
-            assert record.name == span.name
+    for decoded, span in zip(records, expected, strict=True):
+        if isinstance(decoded, RejectedSpan):
+            assert decoded.name == span.name
             continue
+        record, view = decoded
         assert decode_span(record.raw) == span
         assert record.raw in body
         assert (record.trace_id, record.span_id) == (span.trace_id.hex(), span.span_id.hex())
         assert record.event_count == len(span.events)
-        _assert_same_attributes(record.pb.attributes, span.attributes)
-        for event_view, event in zip(record.pb.events, span.events, strict=True):
+        _assert_same_attributes(view.attributes, span.attributes)
+        for event_view, event in zip(view.events, span.events, strict=True):
             assert event_view.name == event.name
             assert event_view.time_unix_nano == event.time_unix_nano
             _assert_same_attributes(event_view.attributes, event.attributes)
@@ -139,4 +140,4 @@ def test_wire_span_that_does_not_decode_is_a_decode_error() -> None:
         parse_request(spoiled)
     with pytest.raises(DecodeError):
         list(iter_spans(spoiled))
-    assert [type(record) for record in iter_spans(body)] == [SpanRecord]
+    assert [type(decoded) for decoded in iter_spans(body)] == [DecodedSpan]

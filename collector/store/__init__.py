@@ -7,7 +7,9 @@ come only from allow-lists.
 
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
-returns only after COMMIT. Duplicated deliveries are normal in OTLP, so every
+returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
+the database: collector/store/rows.py) then `commit`, and the extractor runs
+the two halves on two threads. Duplicated deliveries are normal in OTLP, so every
 table is keyed by its natural identity and inserted with OR IGNORE: a repeat
 is stored once.
 
@@ -24,23 +26,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
-from collector.decode import ResourceRecord, SpanRecord
 from collector.fieldindex import FieldIndex
-from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.snapshot import Snapshot
-from collector.store import documents, keys, listing, replays, retention, spool_position
+from collector.store import keys, listing, replays, retention, spool_position
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
+from collector.store.rows import IngestBatch as IngestBatch
+from collector.store.rows import PreparedWrite as PreparedWrite
+from collector.store.rows import WriteResult as WriteResult
+from collector.store.rows import batch_from_export as batch_from_export
+from collector.store.rows import prepare_write as prepare_write
 
 logger = logging.getLogger(__name__)
 
@@ -64,25 +68,7 @@ class StoreLocked(StoreError):
     """Another process (usually a running `statetrail serve`) holds the file."""
 
 
-@dataclass(frozen=True, slots=True)
-class IngestBatch:
-    """One export request, decoded and extracted, ready to be written."""
-
-    spans: list[SpanRecord]
-    evidence: Evidence
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """What a committed write touched: the replay stage re-reads these stores."""
-
-    store_ids: frozenset[str]
-    run_ids: frozenset[str]
-
-
 _T = TypeVar("_T")
-_EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
-_TRANSITION_COLUMNS = Transition._fields
 
 
 class Store:
@@ -168,46 +154,33 @@ class Store:
         Raises StoreError if anything fails; then nothing of these batches is
         stored and the caller must not acknowledge them.
         """
-        now = time.time_ns()
-        spans = _unique({(s.trace_id, s.span_id): s for b in batches for s in b.spans})
-        resources = _unique({s.resource.key: s.resource for s in spans})
-        executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
-        transitions = _unique(
-            {
-                (t.trace_id, t.span_id, t.event_index): t
-                for b in batches
-                for t in b.evidence.transitions
-            }
-        )
-        roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
+        return self.commit(prepare_write(batches), progress)
+
+    def commit(self, write: PreparedWrite, progress: tuple[int, int] | None = None) -> WriteResult:
+        """`write`'s second half: the rows of `prepare_write`, in one transaction.
+
+        The extractor prepares the next batches while this runs: DuckDB does
+        most of its work here without the interpreter lock.
+        """
         with self._write_lock, self._cursor() as cursor:
             try:
                 cursor.execute("BEGIN TRANSACTION")
-                _insert(cursor, "resources", _resources_table(resources), skip_existing=True)
-                stored = _insert_spans(cursor, _spans_table(spans, roles, now))
-                if len(stored) < len(spans):
+                _insert(cursor, "resources", write.resources, skip_existing=True)
+                stored = _insert_spans(cursor, write.spans)
+                if len(stored) < write.spans.num_rows:
                     # A redelivery: evidence is keyed by its span, so keeping only
                     # what the new spans carry stores each transition once without
                     # paying for a key index on the (much larger) transitions table.
-                    executions = [e for e in executions if (e.trace_id, e.span_id) in stored]
-                    transitions = [t for t in transitions if (t.trace_id, t.span_id) in stored]
-                _insert(
-                    cursor, "executions", _executions_table(executions, now), skip_existing=True
-                )
-                _insert(cursor, "transitions", _transitions_table(transitions, now))
+                    write = write.keeping_spans(stored)
+                _insert(cursor, "executions", write.executions_table, skip_existing=True)
+                _insert(cursor, "transitions", write.transitions_table)
                 if progress is not None:
                     spool_position.save(cursor, *progress)
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not store the export: {exc}") from exc
-        return WriteResult(
-            store_ids=frozenset(
-                {t.store_id for t in transitions}
-                | {e.store_id for e in executions if e.store_id}
-            ),
-            run_ids=frozenset(e.run_id for e in executions),
-        )
+        return write.result()
 
     # -- reads --------------------------------------------------------------
 
@@ -397,10 +370,6 @@ class Store:
 
     # -- end of retention -------------------------------------------------------
 
-def _unique(by_key: dict[Any, _T]) -> list[_T]:
-    return list(by_key.values())
-
-
 def _insert(
     cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table, *, skip_existing: bool = False
 ) -> None:
@@ -439,80 +408,3 @@ def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
         # The transaction may already be gone (the failure aborted it); the
         # original error is the one worth reporting.
         return
-
-
-def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
-    return pa.table(
-        {
-            "resource_key": [r.key for r in resources],
-            "service_name": [r.service_name for r in resources],
-            "scope_name": [r.scope_name for r in resources],
-            "scope_version": [r.scope_version for r in resources],
-            "attributes": [r.attributes_json for r in resources],
-        }
-    )
-
-
-def _spans_table(
-    spans: list[SpanRecord], roles: dict[tuple[str, str], SpanRole], now: int
-) -> pa.Table:
-    span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
-    return pa.table(
-        {
-            "trace_id": [s.trace_id for s in spans],
-            "span_id": [s.span_id for s in spans],
-            "parent_span_id": [s.parent_span_id for s in spans],
-            "name": [s.name for s in spans],
-            "kind": pa.array([s.kind for s in spans], pa.int8()),
-            "start_unix_nano": pa.array([s.start_unix_nano for s in spans], pa.int64()),
-            "end_unix_nano": pa.array([s.end_unix_nano for s in spans], pa.int64()),
-            "status_code": pa.array([s.status_code for s in spans], pa.int8()),
-            "status_message": [s.status_message for s in spans],
-            "resource_key": [s.resource.key for s in spans],
-            "service_name": [s.resource.service_name for s in spans],
-            "scope_name": [s.resource.scope_name for s in spans],
-            "span_type": pa.array([r and r.span_type for r in span_roles], pa.string()),
-            "junjo_runtime_id": pa.array([r and r.runtime_id for r in span_roles], pa.string()),
-            "junjo_parent_runtime_id": pa.array(
-                [r and r.parent_runtime_id for r in span_roles], pa.string()
-            ),
-            "dropped_attributes_count": [s.dropped_attributes_count for s in spans],
-            "dropped_events_count": [s.dropped_events_count for s in spans],
-            "dropped_links_count": [s.dropped_links_count for s in spans],
-            "event_count": [s.event_count for s in spans],
-            "received_unix_nano": pa.array([now] * len(spans), pa.int64()),
-            "raw": pa.array([s.raw for s in spans], pa.binary()),
-        }
-    )
-
-
-def _executions_table(executions: list[Execution], now: int) -> pa.Table:
-    columns: dict[str, Any] = {
-        name: [getattr(e, name) for e in executions] for name in _EXECUTION_COLUMNS
-    }
-    for name in ("start_unix_nano", "end_unix_nano", "revision_start", "revision_end",
-                 "transition_start", "transition_end", "transition_count"):
-        columns[name] = pa.array(columns[name], pa.int64())
-    for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
-                 "state_start_mode", "state_start_policy", "state_end_mode",
-                 "state_end_policy", "definition_id", "structural_id", "cancelled_reason"):
-        columns[name] = pa.array(columns[name], pa.string())
-    for name in documents.COLUMNS:
-        columns[name] = documents.packed_column(columns[name])
-    columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
-    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
-    columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())
-    return pa.table(columns)
-
-
-def _transitions_table(transitions: list[Transition], now: int) -> pa.Table:
-    columns: dict[str, Any] = {
-        name: [getattr(t, name) for t in transitions] for name in _TRANSITION_COLUMNS
-    }
-    columns["patch"] = columns.pop("patch_json")
-    for name in ("sequence", "revision_before", "revision_after", "time_unix_nano"):
-        columns[name] = pa.array(columns[name], pa.int64())
-    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
-    columns["event_index"] = pa.array(columns["event_index"], pa.int32())
-    columns["received_unix_nano"] = pa.array([now] * len(transitions), pa.int64())
-    return pa.table(columns)

@@ -1,0 +1,195 @@
+"""The rows of one ingest write, as Arrow tables: built without the database.
+
+Pure (no SQL). `batch_from_export` turns an export's bytes into the rows it
+adds; `prepare_write` does the Python half of storing a group of
+decoded batches (dedupe, then one Arrow column per table column) so that the
+extractor can run it for the next group while the store commits the previous
+one (collector/extractor.py); `Store.commit` does the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from collector.decode import DecodedSpan, ResourceRecord, SpanRecord, iter_spans
+from collector.junjo import Evidence, SpanRole, extract
+from collector.model import Execution, Transition
+from collector.store import documents
+
+_T = TypeVar("_T")
+_EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
+_TRANSITION_COLUMNS = Transition._fields
+
+
+@dataclass(frozen=True, slots=True)
+class IngestBatch:
+    """One export request, decoded and extracted, ready to be written."""
+
+    spans: list[SpanRecord]
+    evidence: Evidence
+
+
+def batch_from_export(
+    body: bytes, paced: Callable[[list[DecodedSpan]], Iterable[DecodedSpan]] = iter
+) -> IngestBatch:
+    """An export request's bytes as the rows they add. Raises DecodeError.
+
+    `paced` wraps the spans on their way into extraction (the extractor gives
+    way to studio requests between spans). The spans' parsed views, several
+    times the size of their bytes, are let go on return: four exports' views
+    held at once until their run was written cost ~16 MB at peak.
+    """
+    decoded = [span for span in iter_spans(body) if isinstance(span, DecodedSpan)]
+    evidence = extract(paced(decoded))
+    return IngestBatch([span.record for span in decoded], evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a committed write touched: the replay stage re-reads these stores."""
+
+    store_ids: frozenset[str]
+    run_ids: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """Everything one transaction inserts; the evidence is kept for `keeping_spans`."""
+
+    resources: pa.Table
+    spans: pa.Table
+    executions: list[Execution]
+    transitions: list[Transition]
+    executions_table: pa.Table
+    transitions_table: pa.Table
+    received_unix_nano: int
+
+    def keeping_spans(self, stored: Collection[tuple[str, str]]) -> PreparedWrite:
+        """The same write with only the evidence of these (trace id, span id) spans."""
+        executions = [e for e in self.executions if (e.trace_id, e.span_id) in stored]
+        transitions = [t for t in self.transitions if (t.trace_id, t.span_id) in stored]
+        return PreparedWrite(
+            self.resources,
+            self.spans,
+            executions,
+            transitions,
+            _executions_table(executions, self.received_unix_nano),
+            _transitions_table(transitions, self.received_unix_nano),
+            self.received_unix_nano,
+        )
+
+    def result(self) -> WriteResult:
+        return WriteResult(
+            store_ids=frozenset(
+                {t.store_id for t in self.transitions}
+                | {e.store_id for e in self.executions if e.store_id}
+            ),
+            run_ids=frozenset(e.run_id for e in self.executions),
+        )
+
+
+def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
+    """The rows of several batches, each span, execution and transition once."""
+    now = time.time_ns()
+    spans = _unique({(s.trace_id, s.span_id): s for b in batches for s in b.spans})
+    resources = _unique({s.resource.key: s.resource for s in spans})
+    executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
+    transitions = _unique(
+        {(t.trace_id, t.span_id, t.event_index): t for b in batches for t in b.evidence.transitions}
+    )
+    roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
+    return PreparedWrite(
+        resources=_resources_table(resources),
+        spans=_spans_table(spans, roles, now),
+        executions=executions,
+        transitions=transitions,
+        executions_table=_executions_table(executions, now),
+        transitions_table=_transitions_table(transitions, now),
+        received_unix_nano=now,
+    )
+
+
+def _unique(by_key: dict[Any, _T]) -> list[_T]:
+    return list(by_key.values())
+
+
+def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
+    return pa.table(
+        {
+            "resource_key": [r.key for r in resources],
+            "service_name": [r.service_name for r in resources],
+            "scope_name": [r.scope_name for r in resources],
+            "scope_version": [r.scope_version for r in resources],
+            "attributes": [r.attributes_json for r in resources],
+        }
+    )
+
+
+def _spans_table(
+    spans: list[SpanRecord], roles: dict[tuple[str, str], SpanRole], now: int
+) -> pa.Table:
+    span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
+    return pa.table(
+        {
+            "trace_id": [s.trace_id for s in spans],
+            "span_id": [s.span_id for s in spans],
+            "parent_span_id": [s.parent_span_id for s in spans],
+            "name": [s.name for s in spans],
+            "kind": pa.array([s.kind for s in spans], pa.int8()),
+            "start_unix_nano": pa.array([s.start_unix_nano for s in spans], pa.int64()),
+            "end_unix_nano": pa.array([s.end_unix_nano for s in spans], pa.int64()),
+            "status_code": pa.array([s.status_code for s in spans], pa.int8()),
+            "status_message": [s.status_message for s in spans],
+            "resource_key": [s.resource.key for s in spans],
+            "service_name": [s.resource.service_name for s in spans],
+            "scope_name": [s.resource.scope_name for s in spans],
+            "span_type": pa.array([r and r.span_type for r in span_roles], pa.string()),
+            "junjo_runtime_id": pa.array([r and r.runtime_id for r in span_roles], pa.string()),
+            "junjo_parent_runtime_id": pa.array(
+                [r and r.parent_runtime_id for r in span_roles], pa.string()
+            ),
+            "dropped_attributes_count": [s.dropped_attributes_count for s in spans],
+            "dropped_events_count": [s.dropped_events_count for s in spans],
+            "dropped_links_count": [s.dropped_links_count for s in spans],
+            "event_count": [s.event_count for s in spans],
+            "received_unix_nano": pa.array([now] * len(spans), pa.int64()),
+            "raw": pa.array([s.raw for s in spans], pa.binary()),
+        }
+    )
+
+
+def _executions_table(executions: list[Execution], now: int) -> pa.Table:
+    columns: dict[str, Any] = {
+        name: [getattr(e, name) for e in executions] for name in _EXECUTION_COLUMNS
+    }
+    for name in ("start_unix_nano", "end_unix_nano", "revision_start", "revision_end",
+                 "transition_start", "transition_end", "transition_count"):
+        columns[name] = pa.array(columns[name], pa.int64())
+    for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
+                 "state_start_mode", "state_start_policy", "state_end_mode",
+                 "state_end_policy", "definition_id", "structural_id", "cancelled_reason"):
+        columns[name] = pa.array(columns[name], pa.string())
+    for name in documents.COLUMNS:
+        columns[name] = documents.packed_column(columns[name])
+    columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
+    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
+    columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())
+    return pa.table(columns)
+
+
+def _transitions_table(transitions: list[Transition], now: int) -> pa.Table:
+    columns: dict[str, Any] = {
+        name: [getattr(t, name) for t in transitions] for name in _TRANSITION_COLUMNS
+    }
+    columns["patch"] = columns.pop("patch_json")
+    for name in ("sequence", "revision_before", "revision_after", "time_unix_nano"):
+        columns[name] = pa.array(columns[name], pa.int64())
+    columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
+    columns["event_index"] = pa.array(columns["event_index"], pa.int32())
+    columns["received_unix_nano"] = pa.array([now] * len(transitions), pa.int64())
+    return pa.table(columns)
