@@ -201,8 +201,8 @@ def test_spooled_exports_are_stored_once_after_a_restart(tmp_path: Path) -> None
 def test_a_storage_failure_mid_backlog_is_retried_and_every_run_stored_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The writer retries the run it holds while the preparer waits with the next one."""
-    # One record a run, so that several prepared runs are in flight at once.
+    """The extractor retries the run it holds, then stores the runs behind it, in order."""
+    # One record a run, so that several runs wait behind the failing one.
     monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
     db, directory = tmp_path / "r.duckdb", tmp_path / "r.duckdb.spool"
     requests = [body for name in ("a_linear", "d_subflow") for body, _ in fixture_requests(name)]

@@ -8,10 +8,9 @@ come only from allow-lists.
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
 returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
-the database: collector/store/rows.py) then `commit`, and the extractor runs
-the two halves on two threads. Duplicated deliveries are normal in OTLP, so every
-table is keyed by its natural identity and inserted with OR IGNORE: a repeat
-is stored once.
+the database: collector/store/rows.py) then `commit`. Duplicated deliveries
+are normal in OTLP, so every table is keyed by its natural identity and
+inserted with OR IGNORE: a repeat is stored once.
 
 Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
 not safe to share between threads).
@@ -159,8 +158,8 @@ class Store:
     def commit(self, write: PreparedWrite, progress: tuple[int, int] | None = None) -> WriteResult:
         """`write`'s second half: the rows of `prepare_write`, in one transaction.
 
-        The extractor prepares the next batches while this runs: DuckDB does
-        most of its work here without the interpreter lock.
+        The extractor lets the decoded batches go before calling this, so
+        they are not held while DuckDB's memory peaks in the commit.
         """
         with self._write_lock, self._cursor() as cursor:
             try:
@@ -172,8 +171,8 @@ class Store:
                     # what the new spans carry stores each transition once without
                     # paying for a key index on the (much larger) transitions table.
                     write = write.keeping_spans(stored)
-                _insert(cursor, "executions", write.executions_table, skip_existing=True)
-                _insert(cursor, "transitions", write.transitions_table)
+                _insert(cursor, "executions", write.executions, skip_existing=True)
+                _insert(cursor, "transitions", write.transitions)
                 if progress is not None:
                     spool_position.save(cursor, *progress)
                 cursor.execute("COMMIT")

@@ -1,10 +1,10 @@
 """The rows of one ingest write, as Arrow tables: built without the database.
 
-Pure (no SQL). `batch_from_export` turns an export's bytes into the rows it
-adds; `prepare_write` does the Python half of storing a group of
-decoded batches (dedupe, then one Arrow column per table column) so that the
-extractor can run it for the next group while the store commits the previous
-one (collector/extractor.py); `Store.commit` does the rest.
+Pure (no SQL). `batch_from_export` turns an export's bytes into what it adds;
+`prepare_write` does the Python half of storing a group of such batches
+(dedupe, then one Arrow column per table column), and `Store.commit` the
+database half. Between the two the decoded batches can be let go: only the
+Arrow tables are held while DuckDB commits (collector/extractor.py).
 """
 
 from __future__ import annotations
@@ -59,38 +59,44 @@ class WriteResult:
 
 @dataclass(frozen=True, slots=True)
 class PreparedWrite:
-    """Everything one transaction inserts; the evidence is kept for `keeping_spans`."""
+    """Everything one transaction inserts, as Arrow tables only.
+
+    No Python records are kept, so that the batches they came from are let go
+    before the commit: their executions and transitions are several MB a run.
+    """
 
     resources: pa.Table
     spans: pa.Table
-    executions: list[Execution]
-    transitions: list[Transition]
-    executions_table: pa.Table
-    transitions_table: pa.Table
-    received_unix_nano: int
+    executions: pa.Table
+    transitions: pa.Table
 
     def keeping_spans(self, stored: Collection[tuple[str, str]]) -> PreparedWrite:
         """The same write with only the evidence of these (trace id, span id) spans."""
-        executions = [e for e in self.executions if (e.trace_id, e.span_id) in stored]
-        transitions = [t for t in self.transitions if (t.trace_id, t.span_id) in stored]
         return PreparedWrite(
             self.resources,
             self.spans,
-            executions,
-            transitions,
-            _executions_table(executions, self.received_unix_nano),
-            _transitions_table(transitions, self.received_unix_nano),
-            self.received_unix_nano,
+            _rows_of_spans(self.executions, stored),
+            _rows_of_spans(self.transitions, stored),
         )
 
     def result(self) -> WriteResult:
+        executions = self.executions
         return WriteResult(
             store_ids=frozenset(
-                {t.store_id for t in self.transitions}
-                | {e.store_id for e in self.executions if e.store_id}
+                _distinct(self.transitions, "store_id") | _distinct(executions, "store_id")
             ),
-            run_ids=frozenset(e.run_id for e in self.executions),
+            run_ids=frozenset(_distinct(executions, "run_id")),
         )
+
+
+def _rows_of_spans(table: pa.Table, stored: Collection[tuple[str, str]]) -> pa.Table:
+    trace_ids, span_ids = table.column("trace_id").to_pylist(), table.column("span_id").to_pylist()
+    keys = zip(trace_ids, span_ids, strict=True)
+    return table.filter(pa.array([key in stored for key in keys], pa.bool_()))
+
+
+def _distinct(table: pa.Table, column: str) -> set[str]:
+    return {value for value in table.column(column).unique().to_pylist() if value}
 
 
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
@@ -106,11 +112,8 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     return PreparedWrite(
         resources=_resources_table(resources),
         spans=_spans_table(spans, roles, now),
-        executions=executions,
-        transitions=transitions,
-        executions_table=_executions_table(executions, now),
-        transitions_table=_transitions_table(transitions, now),
-        received_unix_nano=now,
+        executions=_executions_table(executions, now),
+        transitions=_transitions_table(transitions, now),
     )
 
 
