@@ -103,7 +103,7 @@ class DecodedSpan(NamedTuple):
     """A span as stored, and as parsed through collector/wire.py for extraction.
 
     Kept apart because the parsed view is several times the size of the
-    span's bytes: it is let go once extracted (collector/store/rows.py).
+    span's bytes: it is let go once extracted (extractor.batch_from_export).
     """
 
     record: SpanRecord
@@ -123,7 +123,7 @@ def parse_request(body: bytes) -> ExportRequestPB2:
     request = ExportRequestPB2()
     try:
         request.ParseFromString(body)
-    except Exception as exc:  # protobuf raises DecodeError or RuntimeWarning subclasses
+    except _PROTOBUF_ERRORS as exc:
         raise DecodeError(f"body is not an ExportTraceServiceRequest: {exc}") from exc
     return request
 

@@ -17,6 +17,7 @@ from support import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
 from collector.evidence import load_history, replay_with, version_of
+from collector.extractor import batch_from_export
 from collector.history import History, StateUnavailableError, replay
 from collector.jsondoc import json_equal
 from collector.junjo import Evidence
@@ -24,7 +25,7 @@ from collector.model import Execution, Transition
 from collector.provenance import provenance
 from collector.replayer import replay_stores
 from collector.snapshot import MIN_SNAPSHOT_STEPS, restore, take
-from collector.store import IngestBatch, Store, batch_from_export
+from collector.store import IngestBatch, Store
 
 
 def assert_same_history(restored: History, replayed: History) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from support import fixture_requests
 
-from collector.store import Store, batch_from_export
+from collector.extractor import batch_from_export
+from collector.store import Store
 
 
 def test_store_write_mixing_a_redelivery_with_new_spans_stores_each_once(tmp_path: Path) -> None:

@@ -42,7 +42,6 @@ from collector.store.migrations import apply_migrations
 from collector.store.rows import IngestBatch as IngestBatch
 from collector.store.rows import PreparedWrite as PreparedWrite
 from collector.store.rows import WriteResult as WriteResult
-from collector.store.rows import batch_from_export as batch_from_export
 from collector.store.rows import prepare_write as prepare_write
 
 logger = logging.getLogger(__name__)

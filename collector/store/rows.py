@@ -1,23 +1,22 @@
 """The rows of one ingest write, as Arrow tables: built without the database.
 
-Pure (no SQL). `batch_from_export` turns an export's bytes into what it adds;
-`prepare_write` does the Python half of storing a group of such batches
-(dedupe, then one Arrow column per table column), and `Store.commit` the
-database half. Between the two the decoded batches can be let go: only the
+Pure (no SQL). `prepare_write` does the Python half of storing a group of
+decoded, extracted batches (dedupe, then one Arrow column per table column),
+and `Store.commit` the database half. Between the two the decoded batches can be let go: only the
 Arrow tables are held while DuckDB commits (collector/extractor.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from collector.decode import DecodedSpan, ResourceRecord, SpanRecord, iter_spans
-from collector.junjo import Evidence, SpanRole, extract
+from collector.decode import ResourceRecord, SpanRecord
+from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
 from collector.store import documents
 
@@ -32,21 +31,6 @@ class IngestBatch:
 
     spans: list[SpanRecord]
     evidence: Evidence
-
-
-def batch_from_export(
-    body: bytes, paced: Callable[[list[DecodedSpan]], Iterable[DecodedSpan]] = iter
-) -> IngestBatch:
-    """An export request's bytes as the rows they add. Raises DecodeError.
-
-    `paced` wraps the spans on their way into extraction (the extractor gives
-    way to studio requests between spans). The spans' parsed views, several
-    times the size of their bytes, are let go on return: four exports' views
-    held at once until their run was written cost ~16 MB at peak.
-    """
-    decoded = [span for span in iter_spans(body) if isinstance(span, DecodedSpan)]
-    evidence = extract(paced(decoded))
-    return IngestBatch([span.record for span in decoded], evidence)
 
 
 @dataclass(frozen=True, slots=True)
