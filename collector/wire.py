@@ -21,6 +21,13 @@ Only the fields extraction reads are declared. The others stay in the span's
 bytes, which is what the studio decodes (with the generated classes) when it
 shows a span. Both schemas accept the same bytes: the declared fields have the
 wire types of the real ones, and an undeclared field is skipped as unknown.
+
+One reading differs, and only for bytes no OTLP exporter writes: a KeyValue
+that carries a field OTLP does not define is left out of the map (the protobuf
+runtime keeps it as unknown data of the span or event, so that it would
+serialize again). Extraction then reads that attribute as absent, and replay
+reports the hole; the stored span keeps it, and the studio shows it. Checking
+every span and event for such data would cost ~1.4 us a message.
 """
 
 from __future__ import annotations
