@@ -499,10 +499,14 @@ def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Serv
 
 
 def peak_rss_mb(pid: int) -> float:
-    """VmHWM (the resident-set high-water mark) of a live process, in MB."""
+    """VmHWM (the resident-set high-water mark) of a live process, in MB of 10^6 bytes.
+
+    /proc counts in KiB. The target says MB, so the stricter unit is reported:
+    400 MB is 381 MiB.
+    """
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+            return int(line.split()[1]) * 1024 / 1_000_000
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 

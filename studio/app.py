@@ -28,6 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from collector.admission import Admission
+from collector.allocators import release_free_memory
 from collector.auth import KeyChecker
 from collector.config import Config
 from collector.foreground import Foreground
@@ -89,6 +90,10 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
                 threads=config.duckdb_threads,
             )
             stack.callback(store.close)
+            # Runs just before it, once everything else has stopped: the closing
+            # checkpoint fills DuckDB's buffer pool, and would otherwise come on
+            # top of what the stopped threads freed but the allocators still hold.
+            stack.callback(release_free_memory)
             # The replayer hands long histories to the inspector, so the first
             # view of a long run that was just ingested does not replay it again.
             inspector = Inspector(store)

@@ -53,3 +53,52 @@ def test_the_server_gives_freed_memory_back_within_a_trim_interval() -> None:
 
     before, later = _probe("tuned")
     assert later < before - 150
+
+
+# A DuckDB query that allocates ~300 MB and frees it, then RSS after an idle
+# pause, with or without `release_free_memory`. DUCKDB_JE_MALLOC_CONF turns
+# jemalloc's own decay off, so nothing but the release can give the pages back.
+DUCKDB_PROBE = textwrap.dedent(
+    """
+    import sys, time
+    import duckdb
+
+    def rss_mb():
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+
+    connection = duckdb.connect()
+    connection.execute("SET threads = 1")
+    connection.execute(
+        "SELECT count(DISTINCT s) FROM "
+        "(SELECT repeat('x', 100) || range::VARCHAR AS s FROM range(2000000))"
+    ).fetchall()
+    after_query = rss_mb()
+    time.sleep(0.5)
+    if sys.argv[1] == "released":
+        from collector.allocators import release_free_memory
+        release_free_memory()
+    print(after_query, rss_mb())
+    """
+)
+
+
+def _duckdb_probe(mode: str) -> tuple[int, int]:
+    env = {**os.environ, "DUCKDB_JE_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+    result = subprocess.run(
+        [sys.executable, "-c", DUCKDB_PROBE, mode],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    after_query, later = (int(word) for word in result.stdout.split())
+    return after_query, later
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DuckDB has jemalloc on Linux")
+def test_what_a_duckdb_query_freed_goes_back_to_the_system_when_released() -> None:
+    after_query, later = _duckdb_probe("kept")
+    assert later > after_query - 50, "without a release DuckDB's jemalloc keeps what was freed"
+
+    after_query, later = _duckdb_probe("released")
+    assert later < after_query - 200
