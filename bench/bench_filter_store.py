@@ -18,7 +18,9 @@ Timed through the API's code path (`studio.params.execution_query` then
     and replayed once, as `serve` does on arrival; the same for a copy that was
     never replayed, which has no snapshot to restore, is shown for comparison).
 Each figure is also a ratio to a same-run baseline, `SELECT count(*) FROM
-executions`, so the ratios hold across machines.
+executions`, so the ratios hold across machines. The store is timed at
+`serve`'s DuckDB memory limit and thread count (`--memory-limit` to vary it):
+the `final` equality filter was ~20% slower at 96 MB than at 128 MB, by ratio.
 
     .venv/bin/python -m bench.bench_filter_store --executions 100000
 """
@@ -38,6 +40,7 @@ import pyarrow as pa
 
 from bench.bench_replay import TRANSITIONS
 from bench.bench_replay import build as build_long_history
+from collector.config import Config
 from collector.history import timeline
 from collector.junjo import Evidence
 from collector.replayer import replay_stores
@@ -348,6 +351,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--executions", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=50)
+    # Timed at the server's own settings: DuckDB's memory limit bounds what a
+    # query may hold before it spills, and `serve` runs with one thread.
+    server = Config()
+    parser.add_argument("--memory-limit", default=server.memory_limit,
+                        help="DuckDB memory_limit for the timed store (serve's default)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as directory:
@@ -358,7 +366,8 @@ def main() -> None:
         print(f"loaded in {time.perf_counter() - began:.1f} s: "
               + ", ".join(f"{n:,} {table}" for table, n in counts.items()))  # fmt: skip
 
-        store = Store(path)
+        store = Store(path, memory_limit=args.memory_limit, threads=server.duckdb_threads)
+        print(f"store at memory_limit={args.memory_limit}, threads={server.duckdb_threads}")
         try:
             run_id = write_long_history(store, replayed=True)
             unreplayed_id = write_long_history(store, replayed=False)

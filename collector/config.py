@@ -51,7 +51,10 @@ class Config:
     # RSS came down with it: 407-440 MB (10^6 bytes) in six runs at 128 MB, mostly
     # at a checkpoint, 364-410 MB in six at 96 MB, storing and replaying as fast
     # (after the load: stored in 59-77 s and replayed in 307-363 s, against
-    # 65-76 s and 329-394 s in this session's 128 MB runs).
+    # 65-76 s and 329-394 s in this session's 128 MB runs). The cost is in field
+    # filters over a large store: bench_filter_store's `final` equality p50 over
+    # 1M executions was 48 and 70 ms at 96 MB against 43 ms at 128 MB (134x and
+    # 129x its count(*) baseline against 110x); the other filters were unchanged.
     memory_limit: str = "96MB"
     # DuckDB's worker threads. On two cores its own threads competed with the
     # receivers, the extractor and the replayer, and a checkpoint that ran on
