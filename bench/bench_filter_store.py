@@ -20,7 +20,7 @@ Timed through the API's code path (`studio.params.execution_query` then
 Each figure is also a ratio to a same-run baseline, `SELECT count(*) FROM
 executions`, so the ratios hold across machines. The store is timed at
 `serve`'s DuckDB memory limit and thread count (`--memory-limit` to vary it):
-the `final` equality filter was ~20% slower at 96 MB than at 128 MB, by ratio.
+the `final` equality filter was ~30% slower at 96 MB than at 128 MB, by ratio.
 
     .venv/bin/python -m bench.bench_filter_store --executions 100000
 """

@@ -25,7 +25,8 @@ back. Three allocators keep it:
   held ~20 MB less at the end of replay (356 against 375 MiB). Its peaks come
   at checkpoints, bounded by DuckDB's memory limit (config.py), and did not
   move measurably: 347-391 MiB in five runs with the purge, 367 in one
-  without. `release_free_memory` runs once more before the closing checkpoint.
+  without (DuckDB at a 96 MB limit in all six). `release_free_memory` runs
+  once more before the closing checkpoint.
 
 The arena settings must be made before the threads they affect first
 allocate, so `serve` calls `tune_for_server` first thing.
