@@ -2,8 +2,9 @@
 
 Pure (no SQL). `prepare_write` does the Python half of storing a group of
 decoded, extracted batches (dedupe, then one Arrow column per table column),
-and `Store.commit` the database half. Between the two the decoded batches can be let go: only the
-Arrow tables are held while DuckDB commits (collector/extractor.py).
+and `Store.commit` the database half. Between the two the decoded batches can
+be let go: only the Arrow tables are held while DuckDB commits
+(collector/extractor.py).
 """
 
 from __future__ import annotations
@@ -64,12 +65,11 @@ class PreparedWrite:
         )
 
     def result(self) -> WriteResult:
-        executions = self.executions
         return WriteResult(
             store_ids=frozenset(
-                _distinct(self.transitions, "store_id") | _distinct(executions, "store_id")
+                _distinct(self.transitions, "store_id") | _distinct(self.executions, "store_id")
             ),
-            run_ids=frozenset(_distinct(executions, "run_id")),
+            run_ids=frozenset(_distinct(self.executions, "run_id")),
         )
 
 
