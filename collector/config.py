@@ -45,7 +45,10 @@ class Config:
     max_backlog_bytes: int = 1024 * MIB
     grpc_workers: int = 16
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
-    checkpoint_threshold: str = "256MB"
+    # What is not checkpointed yet stays in DuckDB's buffer pool (its indexes
+    # pinned there): with span bytes in compressed chunks a span adds half as
+    # much WAL, so 128 MB holds as many spans between checkpoints as 256 MB did.
+    checkpoint_threshold: str = "128MB"
     # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
     # This one limit trades ingest RSS against field-filter latency, measured:
     # - bench_ingest's peak RSS (MB of 10^6 bytes), mostly at checkpoints, which fill

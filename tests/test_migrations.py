@@ -6,7 +6,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from support import fixture_requests
 
+from collector.extractor import batch_from_export
 from collector.fieldindex import ABSENT, index_rows
 from collector.query import parse_query
 from collector.store import Store, migrations
@@ -165,3 +167,34 @@ def test_packed_documents_migration_keeps_every_document_as_it_was(
         assert ("executions_by_store",) in indexes
     finally:
         connection.close()
+
+
+def test_span_chunks_migration_keeps_older_spans_readable_beside_new_ones(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m011_span_chunks")
+    old_raw = b"\x0a\x10" + bytes(range(16))  # stored bytes, whatever they are
+    connection = duckdb.connect(str(path))
+    try:
+        connection.execute(
+            "INSERT INTO spans (trace_id, span_id, parent_span_id, name, kind,"
+            " start_unix_nano, end_unix_nano, status_code, status_message, resource_key,"
+            " service_name, scope_name, dropped_attributes_count, dropped_events_count,"
+            " dropped_links_count, event_count, received_unix_nano, raw)"
+            " VALUES (?, 'aa', '', 'old', 1, 1, 2, 0, '', 'r', 's', 'junjo', 0, 0, 0, 0, 0, ?)",
+            [f"{0:032x}", old_raw],
+        )
+    finally:
+        connection.close()
+
+    store = Store(path)
+    try:
+        (batch,) = (batch_from_export(body) for body, _ in fixture_requests("a_linear")[:1])
+        store.write([batch])
+        assert [row.raw for row in store.spans_of_trace(f"{0:032x}")] == [old_raw]
+        new_trace = batch.spans[0].trace_id
+        expected = {s.span_id: s.raw for s in batch.spans if s.trace_id == new_trace}
+        assert {r.span_id: r.raw for r in store.spans_of_trace(new_trace)} == expected
+    finally:
+        store.close()

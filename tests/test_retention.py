@@ -77,6 +77,25 @@ def _table_counts(db: Path, cutoff: int) -> dict[str, tuple[int, int]]:
     return counts
 
 
+def _chunk_counts(db: Path, cutoff: int) -> dict[str, int]:
+    """Span chunks: all, those whose every span is of a trace older than the cutoff, unused."""
+    old_traces = "SELECT trace_id FROM spans GROUP BY trace_id HAVING max(end_unix_nano) < ?"
+    with duckdb.connect(str(db), read_only=True) as connection:
+        row = connection.execute(
+            f"""
+            SELECT (SELECT count(*) FROM span_chunks),
+                   (SELECT count(*) FROM span_chunks WHERE chunk_id IN
+                        (SELECT chunk_id FROM spans GROUP BY chunk_id
+                         HAVING bool_and(trace_id IN ({old_traces})))),
+                   (SELECT count(*) FROM span_chunks WHERE chunk_id NOT IN
+                        (SELECT chunk_id FROM spans WHERE chunk_id IS NOT NULL))
+            """,
+            [cutoff],
+        ).fetchone()
+    assert row is not None
+    return {"all": row[0], "old_only": row[1], "unreferenced": row[2]}
+
+
 def _prune_cli(db: Path, age: str) -> dict[str, int]:
     result = subprocess.run(
         [sys.executable, "-m", "collector", "prune", "--older-than", age, "--db", str(db),
@@ -99,11 +118,20 @@ def test_prune_removes_only_traces_older_than_the_limit(make_server: Any) -> Non
     before = _table_counts(server.db, cutoff)
     assert all(old > 0 and new > 0 for old, new in before.values()), before
 
+    chunks_before = _chunk_counts(server.db, cutoff)
+    assert chunks_before["old_only"] > 0 and chunks_before["unreferenced"] == 0
+
     pruned = _prune_cli(server.db, "30d")
 
     assert pruned == {table: old for table, (old, _) in before.items()}
     after = _table_counts(server.db, cutoff)
     assert after == {table: (0, new) for table, (_, new) in before.items()}
+    # The span bytes of old traces went with them; the others' are all still there.
+    assert _chunk_counts(server.db, cutoff) == {
+        "all": chunks_before["all"] - chunks_before["old_only"],
+        "old_only": 0,
+        "unreferenced": 0,
+    }
     # A second prune finds nothing more to do.
     assert set(_prune_cli(server.db, "30d").values()) == {0}
 

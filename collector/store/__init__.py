@@ -34,7 +34,7 @@ import pyarrow as pa
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
 from collector.snapshot import Snapshot
-from collector.store import keys, listing, replays, retention, spool_position
+from collector.store import keys, listing, replays, retention, span_bytes, spool_position
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
@@ -76,13 +76,14 @@ class Store:
         self,
         path: Path | str,
         *,
-        checkpoint_threshold: str = "256MB",
+        checkpoint_threshold: str = "128MB",
         memory_limit: str | None = None,
         threads: int | None = None,
         read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self._read_only = read_only
+        self._next_chunk_id = 1
         try:
             self._connection = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as exc:
@@ -105,6 +106,12 @@ class Store:
             # the WAL is folded in now rather than on some later write.
             self._connection.execute("CHECKPOINT")
         self._write_lock = threading.Lock()
+        if not read_only:
+            # This process is the file's only writer, so it hands out chunk ids.
+            # (On a cursor of its own: a result left open on the connection
+            # keeps a transaction open, and that blocks every checkpoint.)
+            with self._cursor() as cursor:
+                self._next_chunk_id = span_reads.next_chunk_id(cursor)
         self._closed = False
 
     def close(self) -> None:
@@ -161,6 +168,7 @@ class Store:
         they are not held while DuckDB's memory peaks in the commit.
         """
         with self._write_lock, self._cursor() as cursor:
+            write = write.numbered_from(self._next_chunk_id)
             try:
                 cursor.execute("BEGIN TRANSACTION")
                 _insert(cursor, "resources", write.resources, skip_existing=True)
@@ -169,7 +177,8 @@ class Store:
                     # A redelivery: evidence is keyed by its span, so keeping only
                     # what the new spans carry stores each transition once without
                     # paying for a key index on the (much larger) transitions table.
-                    write = write.keeping_spans(stored)
+                    write = write.keeping_spans(stored, set(stored.values()))
+                _insert(cursor, "span_chunks", write.span_chunks)
                 _insert(cursor, "executions", write.executions, skip_existing=True)
                 _insert(cursor, "transitions", write.transitions)
                 if progress is not None:
@@ -178,6 +187,7 @@ class Store:
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not store the export: {exc}") from exc
+            self._next_chunk_id = max(self._next_chunk_id, write.next_chunk_id)
         return write.result()
 
     # -- reads --------------------------------------------------------------
@@ -301,7 +311,15 @@ class Store:
     def spans_of_trace(self, trace_id: str) -> list[span_reads.SpanRow]:
         """Every stored span of a trace, earliest first, with its protobuf bytes."""
         with self._cursor() as cursor:
-            return span_reads.spans_of_trace(cursor, trace_id)
+            # One snapshot for the spans and their chunks: a prune between the
+            # two reads could otherwise take a chunk the spans still name.
+            cursor.execute("BEGIN TRANSACTION")
+            try:
+                return span_reads.spans_of_trace(cursor, trace_id)
+            except span_bytes.ChunkError as exc:
+                raise StoreError(f"the spans of trace {trace_id} cannot be read: {exc}") from exc
+            finally:
+                _rollback_quietly(cursor)
 
     # -- end of spans of a trace --------------------------------------------
 
@@ -383,20 +401,22 @@ def _insert(
         cursor.unregister("_batch")
 
 
-def _insert_spans(cursor: duckdb.DuckDBPyConnection, data: pa.Table) -> set[tuple[str, str]]:
-    """Insert spans not stored yet; return the keys of those actually inserted."""
+def _insert_spans(
+    cursor: duckdb.DuckDBPyConnection, data: pa.Table
+) -> dict[tuple[str, str], int]:
+    """Insert spans not stored yet; return the keys of those inserted, with their chunks."""
     if data.num_rows == 0:
-        return set()
+        return {}
     cursor.register("_batch", data)
     try:
         columns = ", ".join(data.column_names)
         rows = cursor.execute(
             f"INSERT OR IGNORE INTO spans ({columns}) SELECT {columns} FROM _batch"
-            " RETURNING trace_id, span_id"
+            " RETURNING trace_id, span_id, chunk_id"
         ).fetchall()
     finally:
         cursor.unregister("_batch")
-    return {(trace_id, span_id) for trace_id, span_id in rows}
+    return {(trace_id, span_id): chunk_id for trace_id, span_id, chunk_id in rows}
 
 
 def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:

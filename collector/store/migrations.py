@@ -358,3 +358,26 @@ def m010_swap_packed_documents(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(f"ALTER TABLE executions DROP COLUMN {name}")
         connection.execute(f"ALTER TABLE executions RENAME COLUMN {name}_packed TO {name}")
     connection.execute("CREATE INDEX executions_by_store ON executions (store_id)")
+
+
+@migration
+def m011_span_chunks(connection: duckdb.DuckDBPyConnection) -> None:
+    # Spans' bytes move into compressed chunks, one per export
+    # (collector/store/span_bytes.py says why). Rows stored before keep their
+    # bytes in `raw` (NOT NULL stays: new rows store an empty one), so nothing
+    # is rewritten here. No key index on chunk_id: ids are handed out by the
+    # one writer, grow with arrival (zone maps find a chunk), and an index
+    # would cost every insert.
+    connection.execute(
+        """
+        CREATE TABLE span_chunks (
+            chunk_id BIGINT NOT NULL,
+            codec VARCHAR NOT NULL,
+            raw_size BIGINT NOT NULL,
+            body BLOB NOT NULL
+        )
+        """
+    )
+    connection.execute("ALTER TABLE spans ADD COLUMN chunk_id BIGINT")
+    connection.execute("ALTER TABLE spans ADD COLUMN chunk_offset BIGINT")
+    connection.execute("ALTER TABLE spans ADD COLUMN chunk_length BIGINT")

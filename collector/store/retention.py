@@ -5,7 +5,9 @@ together with everything derived from it: its spans, the transitions its spans
 carried, the executions whose owner span sat in it, and those executions'
 stored replays and field-index rows (values and numeric ranges). Deleting whole
 traces (never half of one) means a trace still receiving spans is never shown
-with holes, and an execution is never kept without its owner span.
+with holes, and an execution is never kept without its owner span. Span bytes
+sit in chunks shared by the traces of one export; a chunk goes once no span
+names it (`delete_orphans`, at the end of each pass).
 
 Each call of `prune_batch` deletes a bounded number of traces (about
 `max_spans` spans, or one trace when a single trace is bigger) and the caller
@@ -123,6 +125,11 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     )
     cursor.execute(
         "DELETE FROM resources WHERE resource_key NOT IN (SELECT resource_key FROM spans)"
+    )
+    # A chunk holds one export's spans, of many traces: it goes with the last.
+    cursor.execute(
+        "DELETE FROM span_chunks WHERE chunk_id NOT IN"
+        " (SELECT chunk_id FROM spans WHERE chunk_id IS NOT NULL)"
     )
     return PruneCounts(replays=replays, field_values=field_values, field_ranges=field_ranges)
 

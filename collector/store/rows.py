@@ -4,26 +4,32 @@ Pure (no SQL). `prepare_write` does the Python half of storing a group of
 decoded, extracted batches (dedupe, then one Arrow column per table column),
 and `Store.commit` the database half. Between the two the decoded batches can
 be let go: only the Arrow tables are held while DuckDB commits
-(collector/extractor.py).
+(collector/extractor.py). Each batch's span bytes become one compressed chunk
+(collector/store/span_bytes.py), numbered from 0 within the write; the store
+numbers them for good when it commits (`PreparedWrite.numbered_from`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from itertools import accumulate
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.decode import ResourceRecord, SpanRecord
 from collector.junjo import Evidence, SpanRole
 from collector.model import Execution, Transition
-from collector.store import documents
+from collector.store import documents, span_bytes
 
 _T = TypeVar("_T")
 _EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
 _TRANSITION_COLUMNS = Transition._fields
+# Where a span's bytes are: chunk id (within the write), offset, length.
+_Place = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +58,46 @@ class PreparedWrite:
 
     resources: pa.Table
     spans: pa.Table
+    span_chunks: pa.Table
     executions: pa.Table
     transitions: pa.Table
 
-    def keeping_spans(self, stored: Collection[tuple[str, str]]) -> PreparedWrite:
-        """The same write with only the evidence of these (trace id, span id) spans."""
-        return PreparedWrite(
-            self.resources,
-            self.spans,
-            _rows_of_spans(self.executions, stored),
-            _rows_of_spans(self.transitions, stored),
+    def numbered_from(self, first_chunk_id: int) -> PreparedWrite:
+        """The same write with its chunks (and the spans' references) numbered from here."""
+        if self.span_chunks.num_rows == 0:
+            return self
+        return replace(
+            self,
+            spans=_shifted(self.spans, "chunk_id", first_chunk_id),
+            span_chunks=_shifted(self.span_chunks, "chunk_id", first_chunk_id),
         )
+
+    def keeping_spans(
+        self, stored: Collection[tuple[str, str]], chunk_ids: Collection[int]
+    ) -> PreparedWrite:
+        """The same write with only the evidence and chunks of the spans it stored.
+
+        `stored` are their (trace id, span id) keys, `chunk_ids` the chunks
+        they refer to: a chunk of an export delivered again is not kept twice.
+        """
+        keep_chunks = pa.array(
+            [chunk_id in chunk_ids for chunk_id in self.span_chunks.column("chunk_id").to_pylist()],
+            pa.bool_(),
+        )
+        return replace(
+            self,
+            span_chunks=self.span_chunks.filter(keep_chunks),
+            executions=_rows_of_spans(self.executions, stored),
+            transitions=_rows_of_spans(self.transitions, stored),
+        )
+
+    @property
+    def next_chunk_id(self) -> int:
+        """One past the highest chunk id this write uses (0 if it has no chunk)."""
+        if self.span_chunks.num_rows == 0:
+            return 0
+        highest = pc.max(self.span_chunks.column("chunk_id")).as_py()
+        return int(highest) + 1
 
     def result(self) -> WriteResult:
         return WriteResult(
@@ -79,6 +114,11 @@ def _rows_of_spans(table: pa.Table, stored: Collection[tuple[str, str]]) -> pa.T
     return table.filter(pa.array([key in stored for key in keys], pa.bool_()))
 
 
+def _shifted(table: pa.Table, column: str, by: int) -> pa.Table:
+    index = table.column_names.index(column)
+    return table.set_column(index, column, pc.add(table.column(column), by))
+
+
 def _distinct(table: pa.Table, column: str) -> set[str]:
     return {value for value in table.column(column).unique().to_pylist() if value}
 
@@ -86,7 +126,26 @@ def _distinct(table: pa.Table, column: str) -> set[str]:
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     """The rows of several batches, each span, execution and transition once."""
     now = time.time_ns()
-    spans = _unique({(s.trace_id, s.span_id): s for b in batches for s in b.spans})
+    # A span repeated within the write keeps its last copy; its bytes sit in
+    # its batch's chunk. A batch whose every span came again later (an export
+    # retried while the first copy still waited in the spool) gets no chunk.
+    last: dict[tuple[str, str], tuple[int, int, SpanRecord]] = {}
+    for index, batch in enumerate(batches):
+        for position, s in enumerate(batch.spans):
+            last[(s.trace_id, s.span_id)] = (index, position, s)
+    chunk_of: dict[int, int] = {}
+    offsets: dict[int, list[int]] = {}
+    chunks: list[tuple[bytes, int]] = []
+    for index in sorted({index for index, _, _ in last.values()}):
+        raws = [s.raw for s in batches[index].spans]
+        chunk_of[index] = len(chunks)
+        offsets[index] = list(accumulate(map(len, raws), initial=0))
+        chunks.append(span_bytes.pack(raws))
+    spans = [s for _, _, s in last.values()]
+    places = [
+        (chunk_of[index], offsets[index][position], len(s.raw))
+        for index, position, s in last.values()
+    ]
     resources = _unique({s.resource.key: s.resource for s in spans})
     executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
     transitions = _unique(
@@ -95,7 +154,8 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
     return PreparedWrite(
         resources=_resources_table(resources),
-        spans=_spans_table(spans, roles, now),
+        spans=_spans_table(spans, places, roles, now),
+        span_chunks=_chunks_table(chunks),
         executions=_executions_table(executions, now),
         transitions=_transitions_table(transitions, now),
     )
@@ -117,10 +177,25 @@ def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
     )
 
 
+def _chunks_table(chunks: list[tuple[bytes, int]]) -> pa.Table:
+    return pa.table(
+        {
+            "chunk_id": pa.array(range(len(chunks)), pa.int64()),
+            "codec": pa.array([span_bytes.CODEC] * len(chunks), pa.string()),
+            "raw_size": pa.array([size for _, size in chunks], pa.int64()),
+            "body": pa.array([body for body, _ in chunks], pa.binary()),
+        }
+    )
+
+
 def _spans_table(
-    spans: list[SpanRecord], roles: dict[tuple[str, str], SpanRole], now: int
+    spans: list[SpanRecord],
+    places: list[_Place],
+    roles: dict[tuple[str, str], SpanRole],
+    now: int,
 ) -> pa.Table:
     span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
+    chunk_ids, offsets, lengths = zip(*places, strict=True) if places else ((), (), ())
     return pa.table(
         {
             "trace_id": [s.trace_id for s in spans],
@@ -145,7 +220,11 @@ def _spans_table(
             "dropped_links_count": [s.dropped_links_count for s in spans],
             "event_count": [s.event_count for s in spans],
             "received_unix_nano": pa.array([now] * len(spans), pa.int64()),
-            "raw": pa.array([s.raw for s in spans], pa.binary()),
+            # The bytes are in the chunk; `raw` holds those of spans stored before m011.
+            "raw": pa.array([b""] * len(spans), pa.binary()),
+            "chunk_id": pa.array(chunk_ids, pa.int64()),
+            "chunk_offset": pa.array(offsets, pa.int64()),
+            "chunk_length": pa.array(lengths, pa.int64()),
         }
     )
 
