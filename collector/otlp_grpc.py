@@ -81,6 +81,10 @@ class TraceExportHandler:
             self._admission.leave(len(body))
 
     def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            self._ingestor.check_backlog()
+        except RetryLater as exc:
+            self._abort_retryable(context, str(exc))
         self._ingestor.give_way()
         try:
             request = parse_request(body)

@@ -171,6 +171,10 @@ class HttpTraceReceiver:
         self, body: bytes, gzipped: bool, body_format: BodyFormat, share: _Share
     ) -> IngestOutcome:
         """Runs on a worker thread: inflating and decoding are CPU work, ingest blocks."""
+        try:
+            self._ingestor.check_backlog()
+        except RetryLater as exc:
+            raise self._unavailable(str(exc)) from exc
         self._ingestor.give_way()
         if gzipped:
             body = self._gunzip(body, share)

@@ -12,13 +12,21 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
+import httpx
 import pytest
-from support import fixture_requests
+from starlette.applications import Starlette
+from starlette.routing import Route
+from support import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector import extractor as extractor_module
 from collector import spool as spool_module
+from collector.admission import Admission
+from collector.auth import KeyChecker
 from collector.decode import parse_request
 from collector.ingest import Ingestor, IngestorBusy, RetryLater
+from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_http import HttpTraceReceiver
 from collector.spool import START, Position, Spool, SpoolError
 from collector.store import Store
 
@@ -313,3 +321,54 @@ def test_a_full_backlog_refuses_exports_and_loses_none_acknowledged(tmp_path: Pa
     assert expected and expected <= stored
     assert store.counts()["spans"] == len(stored)  # repeats stored once
     store.close()
+
+
+def test_a_full_backlog_refuses_exports_before_decoding_them(tmp_path: Path) -> None:
+    """Past the bound, both receivers answer "retry later" without parsing the body.
+
+    A body that does not decode shows it: refused as busy, not as invalid.
+    """
+    db, directory = tmp_path / "busy.duckdb", tmp_path / "busy.duckdb.spool"
+    requests = [body for body, _ in fixture_requests("a_linear")]
+    _spool_unstored(directory, requests)
+    store = Store(db)
+    wal = db.with_name(db.name + ".wal")
+    wal.mkdir()  # every commit fails, so the spooled backlog stays (a real fault)
+    ingestor = Ingestor(store, directory, max_backlog_bytes=1)
+    keys = KeyChecker(())
+    limits = Limits(max_receive_bytes=2**20, max_inflight_requests=4,
+                    max_inflight_bytes=2**24, retry_after_seconds=1)
+    grpc_receiver = GrpcReceiver(TraceExportHandler(ingestor, keys, limits), "127.0.0.1:0",
+                                 workers=2, max_receive_bytes=limits.max_receive_bytes)
+    grpc_receiver.start()
+    http_receiver = HttpTraceReceiver(ingestor, keys, Admission(4, 2**24),
+                                      max_receive_bytes=2**20, retry_after_seconds=1)
+    app = Starlette(routes=[Route("/v1/traces", http_receiver.export, methods=["POST"])])
+    not_protobuf = b"\xff\xff\xff not an export"
+    try:
+        with serving_in_thread(app, free_port()) as base:
+            with pytest.raises(grpc.RpcError) as refused:
+                export_raw(f"127.0.0.1:{grpc_receiver.port}", not_protobuf)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "still to store" in (refused.value.details() or "")
+            reply = httpx.post(base + "/v1/traces", content=not_protobuf,
+                               headers={"content-type": "application/x-protobuf"})
+            assert reply.status_code == 503 and reply.headers["retry-after"] == "1"
+            wal.rmdir()
+            _wait_for_backlog(ingestor)
+            with pytest.raises(grpc.RpcError) as invalid:
+                export_raw(f"127.0.0.1:{grpc_receiver.port}", not_protobuf)
+            assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        grpc_receiver.stop(5)
+        ingestor.close()
+        store.close()
+    assert _stored_spans(db) == sum(_spans_in(body) for body in requests)
+
+
+def _stored_spans(db: Path) -> int:
+    store = Store(db, read_only=True)
+    try:
+        return store.counts()["spans"]
+    finally:
+        store.close()
