@@ -51,31 +51,45 @@ def spans_of_trace(cursor: duckdb.DuckDBPyConnection, trace_id: str) -> list[Spa
         """,
         [trace_id],
     ).fetchall()
-    chunks = _chunks(cursor, {row[13] for row in rows if row[13] is not None})
+    wanted: dict[int, list[tuple[int, int]]] = {}
+    for *_, chunk_id, offset, length in rows:
+        if chunk_id is not None:
+            wanted.setdefault(chunk_id, []).append((offset, length))
+    cut = _cut_from_chunks(cursor, wanted)
     spans = []
     for *columns, chunk_id, offset, length in rows:
         span = SpanRow(*columns)
         if chunk_id is not None:
-            span = replace(span, raw=chunks[chunk_id][offset : offset + length])
+            span = replace(span, raw=cut[(chunk_id, offset, length)])
         spans.append(span)
     return spans
 
 
-def _chunks(cursor: duckdb.DuckDBPyConnection, chunk_ids: set[int]) -> dict[int, bytes]:
-    """These chunks' uncompressed bytes, each decompressed once."""
-    if not chunk_ids:
+def _cut_from_chunks(
+    cursor: duckdb.DuckDBPyConnection, wanted: dict[int, list[tuple[int, int]]]
+) -> dict[tuple[int, int, int], bytes]:
+    """The (offset, length) slices wanted of each chunk, keyed (chunk id, offset, length).
+
+    Chunks are decompressed one at a time and let go once cut: a long-running
+    trace's spans can sit in many exports, each ~1 MB uncompressed.
+    """
+    if not wanted:
         return {}
     # The range lets zone maps skip row groups: ids grow with arrival.
     rows = cursor.execute(
         "SELECT chunk_id, codec, raw_size, body FROM span_chunks"
         " WHERE chunk_id BETWEEN ? AND ? AND list_contains(?, chunk_id)",
-        [min(chunk_ids), max(chunk_ids), sorted(chunk_ids)],
+        [min(wanted), max(wanted), sorted(wanted)],
     ).fetchall()
-    found = {chunk_id: span_bytes.unpack(codec, size, body) for chunk_id, codec, size, body in rows}
-    missing = chunk_ids - found.keys()
+    missing = wanted.keys() - {row[0] for row in rows}
     if missing:
         raise span_bytes.ChunkError(f"span chunk {min(missing)} is missing from the store")
-    return found
+    cut: dict[tuple[int, int, int], bytes] = {}
+    for chunk_id, codec, size, body in rows:
+        joined = span_bytes.unpack(codec, size, body)
+        for offset, length in wanted[chunk_id]:
+            cut[(chunk_id, offset, length)] = joined[offset : offset + length]
+    return cut
 
 
 def next_chunk_id(cursor: duckdb.DuckDBPyConnection) -> int:
