@@ -161,6 +161,17 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     )
 
 
+def _transposed(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Sequence[Any]]:
+    """Tuples (NamedTuples) as columns by name, in one pass in C.
+
+    A comprehension (or getattr) per column and value cost ~40 ns a value:
+    ~6 us a span for the transitions alone in bench_ingest's load.
+    """
+    if not rows:
+        return {name: () for name in names}
+    return dict(zip(names, zip(*rows, strict=True), strict=True))
+
+
 def _unique(by_key: dict[Any, _T]) -> list[_T]:
     return list(by_key.values())
 
@@ -195,18 +206,19 @@ def _spans_table(
     now: int,
 ) -> pa.Table:
     span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
-    chunk_ids, offsets, lengths = zip(*places, strict=True) if places else ((), (), ())
+    chunk_ids, offsets, lengths = _transposed(places, ("chunk_id", "offset", "length")).values()
+    field = _transposed(spans, SpanRecord._fields)
     return pa.table(
         {
-            "trace_id": [s.trace_id for s in spans],
-            "span_id": [s.span_id for s in spans],
-            "parent_span_id": [s.parent_span_id for s in spans],
-            "name": [s.name for s in spans],
-            "kind": pa.array([s.kind for s in spans], pa.int8()),
-            "start_unix_nano": pa.array([s.start_unix_nano for s in spans], pa.int64()),
-            "end_unix_nano": pa.array([s.end_unix_nano for s in spans], pa.int64()),
-            "status_code": pa.array([s.status_code for s in spans], pa.int8()),
-            "status_message": [s.status_message for s in spans],
+            "trace_id": pa.array(field["trace_id"], pa.string()),
+            "span_id": pa.array(field["span_id"], pa.string()),
+            "parent_span_id": pa.array(field["parent_span_id"], pa.string()),
+            "name": pa.array(field["name"], pa.string()),
+            "kind": pa.array(field["kind"], pa.int8()),
+            "start_unix_nano": pa.array(field["start_unix_nano"], pa.int64()),
+            "end_unix_nano": pa.array(field["end_unix_nano"], pa.int64()),
+            "status_code": pa.array(field["status_code"], pa.int8()),
+            "status_message": pa.array(field["status_message"], pa.string()),
             "resource_key": [s.resource.key for s in spans],
             "service_name": [s.resource.service_name for s in spans],
             "scope_name": [s.resource.scope_name for s in spans],
@@ -215,10 +227,10 @@ def _spans_table(
             "junjo_parent_runtime_id": pa.array(
                 [r and r.parent_runtime_id for r in span_roles], pa.string()
             ),
-            "dropped_attributes_count": [s.dropped_attributes_count for s in spans],
-            "dropped_events_count": [s.dropped_events_count for s in spans],
-            "dropped_links_count": [s.dropped_links_count for s in spans],
-            "event_count": [s.event_count for s in spans],
+            "dropped_attributes_count": pa.array(field["dropped_attributes_count"], pa.int64()),
+            "dropped_events_count": pa.array(field["dropped_events_count"], pa.int64()),
+            "dropped_links_count": pa.array(field["dropped_links_count"], pa.int64()),
+            "event_count": pa.array(field["event_count"], pa.int64()),
             "received_unix_nano": pa.array([now] * len(spans), pa.int64()),
             # The bytes are in the chunk; `raw` holds those of spans stored before m011.
             "raw": pa.array([b""] * len(spans), pa.binary()),
@@ -249,9 +261,7 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
 
 
 def _transitions_table(transitions: list[Transition], now: int) -> pa.Table:
-    columns: dict[str, Any] = {
-        name: [getattr(t, name) for t in transitions] for name in _TRANSITION_COLUMNS
-    }
+    columns: dict[str, Any] = _transposed(transitions, _TRANSITION_COLUMNS)
     columns["patch"] = columns.pop("patch_json")
     for name in ("sequence", "revision_before", "revision_after", "time_unix_nano"):
         columns[name] = pa.array(columns[name], pa.int64())
