@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, assert_never, cast
@@ -202,7 +203,7 @@ def rejection_reason(span: SpanPB2 | wire.SpanView) -> str | None:
     # writer thread, after which no export was ever acknowledged again.
     events = span.events
     if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_UNIX_NANO or (
-        events and max(event.time_unix_nano for event in events) > MAX_UNIX_NANO
+        events and max(map(_EVENT_TIME, events)) > MAX_UNIX_NANO
     ):
         return "times must be before 2262 (int64 nanoseconds)"
     if not 0 <= span.kind <= MAX_SPAN_KIND or not 0 <= span.status.code <= MAX_STATUS_CODE:
@@ -210,6 +211,8 @@ def rejection_reason(span: SpanPB2 | wire.SpanView) -> str | None:
     return None
 
 
+# In C: a generator over the events was a quarter of screening (py-spy, under load).
+_EVENT_TIME: Final = operator.attrgetter("time_unix_nano")
 _ZERO_TRACE_ID: Final = bytes(TRACE_ID_BYTES)
 _ZERO_SPAN_ID: Final = bytes(SPAN_ID_BYTES)
 
