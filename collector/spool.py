@@ -1,10 +1,10 @@
 """The intake spool: an export is durable once its bytes are in an fsynced segment file.
 
 Why a spool in front of DuckDB: turning an export into rows (decoding the Junjo
-attributes, extracting transitions, inserting into keyed tables) costs hundreds
-of microseconds a span under the interpreter lock, while appending the request's
-own protobuf bytes and calling fdatasync costs about a microsecond a span and
-releases the lock. So an export is acknowledged once its bytes are here, and
+attributes, extracting transitions, inserting into keyed tables) costs ~70
+microseconds a span, most of it under the interpreter lock, while appending the
+request's own protobuf bytes and calling fdatasync costs about a microsecond a
+span and releases the lock. So an export is acknowledged once its bytes are here, and
 the extractor (collector/extractor.py) turns records into DuckDB rows in order,
 storing how far it got in the same transaction as the rows. A burst is absorbed
 here instead of making exporters wait until their queues drop spans.
