@@ -168,6 +168,7 @@ class Store:
         they are not held while DuckDB's memory peaks in the commit.
         """
         with self._write_lock, self._cursor() as cursor:
+            chunks_used = write.span_chunks.num_rows
             write = write.numbered_from(self._next_chunk_id)
             try:
                 cursor.execute("BEGIN TRANSACTION")
@@ -177,7 +178,7 @@ class Store:
                     # A redelivery: evidence is keyed by its span, so keeping only
                     # what the new spans carry stores each transition once without
                     # paying for a key index on the (much larger) transitions table.
-                    write = write.keeping_spans(stored, set(stored.values()))
+                    write = write.keeping_spans(stored)
                 _insert(cursor, "span_chunks", write.span_chunks)
                 _insert(cursor, "executions", write.executions, skip_existing=True)
                 _insert(cursor, "transitions", write.transitions)
@@ -187,7 +188,8 @@ class Store:
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not store the export: {exc}") from exc
-            self._next_chunk_id = max(self._next_chunk_id, write.next_chunk_id)
+            # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
+            self._next_chunk_id += chunks_used
         return write.result()
 
     # -- reads --------------------------------------------------------------

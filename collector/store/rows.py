@@ -12,7 +12,7 @@ numbers them for good when it commits (`PreparedWrite.numbered_from`).
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import accumulate
 from typing import Any, TypeVar
@@ -72,32 +72,21 @@ class PreparedWrite:
             span_chunks=_shifted(self.span_chunks, "chunk_id", first_chunk_id),
         )
 
-    def keeping_spans(
-        self, stored: Collection[tuple[str, str]], chunk_ids: Collection[int]
-    ) -> PreparedWrite:
+    def keeping_spans(self, stored: Mapping[tuple[str, str], int]) -> PreparedWrite:
         """The same write with only the evidence and chunks of the spans it stored.
 
-        `stored` are their (trace id, span id) keys, `chunk_ids` the chunks
-        they refer to: a chunk of an export delivered again is not kept twice.
+        `stored` maps each stored span's (trace id, span id) to its chunk id:
+        a chunk of an export delivered again is not kept twice.
         """
-        keep_chunks = pa.array(
-            [chunk_id in chunk_ids for chunk_id in self.span_chunks.column("chunk_id").to_pylist()],
-            pa.bool_(),
-        )
+        kept_chunks = pa.array(list(set(stored.values())), pa.int64())
         return replace(
             self,
-            span_chunks=self.span_chunks.filter(keep_chunks),
+            span_chunks=self.span_chunks.filter(
+                pc.is_in(self.span_chunks.column("chunk_id"), value_set=kept_chunks)
+            ),
             executions=_rows_of_spans(self.executions, stored),
             transitions=_rows_of_spans(self.transitions, stored),
         )
-
-    @property
-    def next_chunk_id(self) -> int:
-        """One past the highest chunk id this write uses (0 if it has no chunk)."""
-        if self.span_chunks.num_rows == 0:
-            return 0
-        highest = pc.max(self.span_chunks.column("chunk_id")).as_py()
-        return int(highest) + 1
 
     def result(self) -> WriteResult:
         return WriteResult(
@@ -126,9 +115,31 @@ def _distinct(table: pa.Table, column: str) -> set[str]:
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     """The rows of several batches, each span, execution and transition once."""
     now = time.time_ns()
-    # A span repeated within the write keeps its last copy; its bytes sit in
-    # its batch's chunk. A batch whose every span came again later (an export
-    # retried while the first copy still waited in the spool) gets no chunk.
+    spans, places, chunks = _placed_spans(batches)
+    resources = _unique({s.resource.key: s.resource for s in spans})
+    executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
+    transitions = _unique(
+        {(t.trace_id, t.span_id, t.event_index): t for b in batches for t in b.evidence.transitions}
+    )
+    roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
+    return PreparedWrite(
+        resources=_resources_table(resources),
+        spans=_spans_table(spans, places, roles, now),
+        span_chunks=_chunks_table(chunks),
+        executions=_executions_table(executions, now),
+        transitions=_transitions_table(transitions, now),
+    )
+
+
+def _placed_spans(
+    batches: Sequence[IngestBatch],
+) -> tuple[list[SpanRecord], list[_Place], list[tuple[bytes, int]]]:
+    """Each span once, where its bytes sit, and the chunks (body, raw size) they sit in.
+
+    A span repeated within the write keeps its last copy; its bytes sit in its
+    batch's chunk. A batch whose every span came again later (an export
+    retried while the first copy still waited in the spool) gets no chunk.
+    """
     last: dict[tuple[str, str], tuple[int, int, SpanRecord]] = {}
     for index, batch in enumerate(batches):
         for position, s in enumerate(batch.spans):
@@ -146,19 +157,7 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
         (chunk_of[index], offsets[index][position], len(s.raw))
         for index, position, s in last.values()
     ]
-    resources = _unique({s.resource.key: s.resource for s in spans})
-    executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
-    transitions = _unique(
-        {(t.trace_id, t.span_id, t.event_index): t for b in batches for t in b.evidence.transitions}
-    )
-    roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
-    return PreparedWrite(
-        resources=_resources_table(resources),
-        spans=_spans_table(spans, places, roles, now),
-        span_chunks=_chunks_table(chunks),
-        executions=_executions_table(executions, now),
-        transitions=_transitions_table(transitions, now),
-    )
+    return spans, places, chunks
 
 
 def _transposed(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Sequence[Any]]:
@@ -206,7 +205,7 @@ def _spans_table(
     now: int,
 ) -> pa.Table:
     span_roles = [roles.get((s.trace_id, s.span_id)) for s in spans]
-    chunk_ids, offsets, lengths = _transposed(places, ("chunk_id", "offset", "length")).values()
+    chunk_ids, offsets, lengths = zip(*places, strict=True) if places else ((), (), ())
     field = _transposed(spans, SpanRecord._fields)
     return pa.table(
         {
