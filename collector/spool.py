@@ -93,7 +93,11 @@ def _segment_numbers(directory: Path) -> list[int]:
 
 
 class Spool:
-    """Append (one writer thread) and read (one reader thread) durable records."""
+    """Append (one writer thread) and read (one reader thread) durable records.
+
+    `release` may come from another thread: it deletes only segments wholly
+    before what the reader still reads.
+    """
 
     def __init__(self, directory: Path, resume_at: Position) -> None:
         self.directory = directory
