@@ -5,7 +5,7 @@ a parsed request. The call screens the spans (which can be stored, which are
 rejected and why), then hands the request's bytes to one writer thread that
 appends whatever has queued up to the intake spool with a single fdatasync
 (group commit), so concurrent exporters share one flush. Once the bytes are
-synced the export is durable, and the extractor's threads turn it into DuckDB
+synced the export is durable, and the extractor thread turns it into DuckDB
 rows in arrival order (collector/spool.py, collector/extractor.py).
 
 When to acknowledge: if nothing is queued ahead of this export (the extractor

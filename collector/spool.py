@@ -93,11 +93,7 @@ def _segment_numbers(directory: Path) -> list[int]:
 
 
 class Spool:
-    """Append (one writer thread) and read (one reader thread) durable records.
-
-    `release` may come from another thread: it deletes only segments wholly
-    before what the reader still reads.
-    """
+    """Append (one writer thread) and read (one reader thread) durable records."""
 
     def __init__(self, directory: Path, resume_at: Position) -> None:
         self.directory = directory
