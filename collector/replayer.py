@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Protocol
 
+from collector.burst_memory import BurstMemory
 from collector.evidence import EvidenceVersion, carriers_of, replay_with, version_of
 from collector.fieldindex import FieldIndex
 from collector.foreground import Foreground
@@ -83,10 +84,12 @@ class Replayer:
         store: Store,
         foreground: Foreground | None = None,
         sink: HistorySink | None = None,
+        burst: BurstMemory | None = None,
     ) -> None:
         self._store = store
         self._foreground = foreground or Foreground()
         self._sink = sink
+        self._burst = burst or BurstMemory(store, None)
         self._pending: set[str] = set(store.stale_store_ids())
         self._busy = bool(self._pending)
         self._stopping = False
@@ -123,6 +126,10 @@ class Replayer:
                 self._changed.wait_for(lambda: self._pending or self._stopping)
                 if self._stopping:
                     return
+                catching_up = self._catching_up()
+            if catching_up:
+                self._burst.enter()
+            with self._changed:
                 # Storing exports comes first: the extractor and this thread
                 # share one interpreter lock, a replay costs several times what
                 # storing the same spans does, and a backlog held in the spool
@@ -138,6 +145,12 @@ class Replayer:
             started = time.monotonic()
             self._replay_stores(batch)
             with self._changed:
+                settled = not self._pending and not self._storing_behind
+            if settled:
+                # Before "idle" is reported: a server stopped once idle then
+                # has little WAL left to fold at its closing checkpoint.
+                self._burst.leave()
+            with self._changed:
                 if not self._pending:
                     self._busy = False
                     self._changed.notify_all()
@@ -149,6 +162,11 @@ class Replayer:
                 if time.monotonic() - self._last_commit < INGEST_QUIET_SECONDS:
                     rest = min(time.monotonic() - started, MAX_REST_SECONDS)
                     self._changed.wait_for(lambda: self._stopping, rest)
+
+    def _catching_up(self) -> bool:
+        # More than a batch waiting, or exports still to store: a burst, not
+        # the trickle of one exporter.
+        return self._storing_behind or len(self._pending) > REPLAY_BATCH_STORES
 
     def _replay_stores(self, store_ids: Sequence[str]) -> None:
         try:

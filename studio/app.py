@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from collector.admission import Admission
 from collector.allocators import release_free_memory
 from collector.auth import KeyChecker
+from collector.burst_memory import BurstMemory
 from collector.config import Config
 from collector.foreground import Foreground
 from collector.ingest import Ingestor
@@ -97,7 +98,12 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             # The replayer hands long histories to the inspector, so the first
             # view of a long run that was just ingested does not replay it again.
             inspector = Inspector(store)
-            replayer = Replayer(store, foreground, sink=inspector)
+            replayer = Replayer(
+                store,
+                foreground,
+                sink=inspector,
+                burst=BurstMemory(store, config.burst_memory_limit),
+            )
             stack.callback(replayer.close)
             ingestor = Ingestor(
                 store,

@@ -83,6 +83,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self._read_only = read_only
+        self._memory_limit = memory_limit
         self._next_chunk_id = 1
         try:
             self._connection = duckdb.connect(str(self.path), read_only=read_only)
@@ -121,9 +122,12 @@ class Store:
                 return
             self._closed = True
             try:
-                # At the configured memory limit: a checkpoint that runs out of
-                # memory is FATAL in DuckDB, so no lower limit to save RSS here.
+                # At the configured memory limit (a burst's lower one may still
+                # be set): a checkpoint that runs out of memory is FATAL in
+                # DuckDB, so no lower limit to save RSS here.
                 if not self._read_only:
+                    if self._memory_limit is not None:
+                        self._connection.execute("SET memory_limit = ?", [self._memory_limit])
                     self._connection.execute("CHECKPOINT")
             except duckdb.Error as exc:
                 # An invalidated database cannot checkpoint; what was committed
@@ -131,6 +135,41 @@ class Store:
                 logger.warning("checkpoint on close failed: %s", exc)
             finally:
                 self._connection.close()
+
+    def limit_memory(self, limit: str | None = None) -> bool:
+        """Set DuckDB's memory limit; None restores the configured one.
+
+        Lowering it evicts cached blocks. Returns False, changing nothing, if
+        DuckDB cannot free that much or the database is not available.
+        """
+        target = limit if limit is not None else self._memory_limit
+        if target is None:
+            return True
+        try:
+            with self._cursor() as cursor:
+                cursor.execute("SET memory_limit = ?", [target])
+        except StoreError as exc:
+            logger.debug("memory limit %s refused: %s", target, exc)
+            return False
+        return True
+
+    def memory_limit(self) -> str:
+        """DuckDB's memory limit now, as DuckDB prints it ("122.0 MiB")."""
+        with self._cursor() as cursor:
+            row = cursor.execute("SELECT current_setting('memory_limit')").fetchone()
+        return str(row[0]) if row else ""
+
+    def wal_bytes(self) -> int:
+        """Size of the write-ahead log not yet folded into the file."""
+        try:
+            return self.path.with_name(self.path.name + ".wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file now. Raises StoreError."""
+        with self._write_lock, self._cursor() as cursor:
+            cursor.execute("CHECKPOINT")
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

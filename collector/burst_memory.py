@@ -1,0 +1,71 @@
+"""DuckDB's cache held smaller while a burst of exports is stored and replayed.
+
+One memory limit has to serve two uses that peak at different times, measured
+with bench/bench_ingest.py and bench/bench_filter_store.py:
+
+- Storing and replaying a burst fills DuckDB's buffer pool to its limit with
+  rows not yet checkpointed, on top of the receivers' buffers and the replay
+  batches: the server's peak RSS came there, 403-430 MB at a 128 MB limit and
+  364-410 MB at 96 MB, storing and replaying as fast.
+- Studio field filters over a large store want the cache: the `final`
+  equality p50 over 1M executions was 39-43 ms at 128 MB and 48-70 ms at 96 MB
+  (target 50 ms).
+
+So the limit is lowered while the replayer is catching up after a burst and
+restored once everything received is stored and replayed. bench_ingest's peak
+RSS with this: 365 and 367 MB, against 404 and 417 MB in the same session at
+128 MB throughout (in process, storing and replaying 200 exports took as long
+at either limit, within the noise: 6.9-10.6 s and 31-47 s). The burst's WAL is
+folded in at the lower limit before the restore: otherwise the next checkpoint,
+often the closing one, folds a whole WAL on top of a full cache, which added
+15-35 MB at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from collector.store import Store, StoreError
+
+logger = logging.getLogger(__name__)
+
+# Below DuckDB's automatic threshold a settled burst's WAL is left for later:
+# checkpointing it costs a rewrite of the tables' last row groups for little.
+MIN_SETTLE_CHECKPOINT_BYTES = 16 * 1024 * 1024
+
+
+class BurstMemory:
+    """Lowers DuckDB's memory limit for a burst, restores it when the burst is done."""
+
+    def __init__(self, store: Store, burst_limit: str | None) -> None:
+        self._store = store
+        self._burst_limit = burst_limit
+        self._lowered = False
+        self._lock = threading.Lock()
+
+    @property
+    def lowered(self) -> bool:
+        return self._lowered
+
+    def enter(self) -> None:
+        """A burst is being caught up with: lower the limit (once)."""
+        with self._lock:
+            if self._lowered or self._burst_limit is None:
+                return
+            # DuckDB refuses when it cannot evict enough; the burst then runs
+            # at the configured limit, as it would without this.
+            self._lowered = self._store.limit_memory(self._burst_limit)
+
+    def leave(self) -> None:
+        """Everything received is stored and replayed: fold the WAL, restore the limit."""
+        with self._lock:
+            if not self._lowered:
+                return
+            try:
+                if self._store.wal_bytes() >= MIN_SETTLE_CHECKPOINT_BYTES:
+                    self._store.checkpoint()
+            except StoreError as exc:
+                # What was committed is in the WAL; DuckDB checkpoints it later.
+                logger.warning("checkpoint after a burst failed: %s", exc)
+            self._lowered = not self._store.limit_memory()

@@ -1,0 +1,122 @@
+"""DuckDB's cache is held smaller through a burst and restored after, on a real file."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from history_records import scenario
+
+from collector import burst_memory
+from collector.burst_memory import BurstMemory
+from collector.junjo import Evidence
+from collector.replayer import Replayer
+from collector.store import IngestBatch, Store, WriteResult
+
+CONFIGURED = "128MB"
+BURST = "64MB"
+# How DuckDB prints them back (it counts in MiB).
+CONFIGURED_SHOWN = "122.0 MiB"
+BURST_SHOWN = "61.0 MiB"
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "burst.duckdb", memory_limit=CONFIGURED)
+
+
+def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_burst_lowers_the_limit_once_and_settling_restores_the_configured_one(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    try:
+        burst = BurstMemory(store, BURST)
+        burst.enter()
+        burst.enter()
+        assert burst.lowered and store.memory_limit() == BURST_SHOWN
+        burst.leave()
+        assert not burst.lowered and store.memory_limit() == CONFIGURED_SHOWN
+        burst.leave()  # settling twice is harmless
+        assert store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def test_without_a_burst_limit_nothing_changes(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    try:
+        burst = BurstMemory(store, None)
+        burst.enter()
+        assert not burst.lowered and store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def test_a_limit_duckdb_refuses_leaves_the_limit_as_it_was(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    try:
+        burst = BurstMemory(store, "a lot")
+        burst.enter()
+        assert not burst.lowered and store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def _stored_run(store: Store) -> WriteResult:
+    execution, transitions, _ = scenario(
+        {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, 6)]
+    )
+    execution = dataclasses.replace(execution, run_id="run-b", store_id="store-b")
+    placed = [t._replace(store_id="store-b", event_index=i) for i, t in enumerate(transitions)]
+    return store.write([IngestBatch(spans=[], evidence=Evidence([execution], placed, {}))])
+
+
+def test_the_replayer_holds_the_lower_limit_until_the_burst_is_stored_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any WAL is worth folding here, so the settling checkpoint is visible.
+    monkeypatch.setattr(burst_memory, "MIN_SETTLE_CHECKPOINT_BYTES", 0)
+    store = _store(tmp_path)
+    replayer = Replayer(store, burst=BurstMemory(store, BURST))
+    try:
+        result = _stored_run(store)
+        assert store.wal_bytes() > 0
+        replayer.notify(result, more_to_store=True)  # exports still wait in the spool
+        assert _until(lambda: store.memory_limit() == BURST_SHOWN)
+        assert not replayer.wait_idle(0.3)
+
+        replayer.notify(WriteResult(frozenset(), frozenset()), more_to_store=False)
+        assert replayer.wait_idle(10)
+        # Idle means settled: the limit is back and the burst's WAL is in the file.
+        assert store.memory_limit() == CONFIGURED_SHOWN
+        assert store.wal_bytes() == 0
+        row = store.execution_row("run-b")
+        assert row is not None and row.verdict == "verified"
+    finally:
+        replayer.close()
+        store.close()
+
+
+def test_closing_during_a_burst_still_folds_the_wal_in(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _stored_run(store)
+    assert store.limit_memory(BURST)
+    store.close()
+    # The final checkpoint folded everything in: reopening finds no WAL to replay.
+    assert store.wal_bytes() == 0
+    reopened = Store(tmp_path / "burst.duckdb", read_only=True)
+    try:
+        assert reopened.get_execution("run-b") is not None
+    finally:
+        reopened.close()
