@@ -13,9 +13,10 @@ with bench/bench_ingest.py and bench/bench_filter_store.py:
 
 So the limit is lowered while the replayer is catching up after a burst and
 restored once everything received is stored and replayed. bench_ingest's peak
-RSS with this: 365 and 367 MB, against 404 and 417 MB in the same session at
-128 MB throughout (in process, storing and replaying 200 exports took as long
-at either limit, within the noise: 6.9-10.6 s and 31-47 s). The burst's WAL is
+RSS with this: 365-369 MB in three runs, against 404 and 417 MB in the same
+session at 128 MB throughout. Catching up took ~15% longer there; in process,
+storing and replaying 200 exports took as long at either limit, within the
+noise (6.9-10.6 s and 31-47 s). The burst's WAL is
 folded in at the lower limit before the restore: otherwise the next checkpoint,
 often the closing one, folds a whole WAL on top of a full cache, which added
 15-35 MB at shutdown.

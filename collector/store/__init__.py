@@ -126,8 +126,7 @@ class Store:
                 # be set): a checkpoint that runs out of memory is FATAL in
                 # DuckDB, so no lower limit to save RSS here.
                 if not self._read_only:
-                    if self._memory_limit is not None:
-                        self._connection.execute("SET memory_limit = ?", [self._memory_limit])
+                    self.limit_memory()
                     self._connection.execute("CHECKPOINT")
             except duckdb.Error as exc:
                 # An invalidated database cannot checkpoint; what was committed
