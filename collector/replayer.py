@@ -239,4 +239,7 @@ def replay_stores(
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
     store.save_replays(records, indexes, snapshots)
+    # An agent run in a node names the node, not its run: link it now that
+    # one of the two has arrived with the spans between (store/lineage.py).
+    store.link_enclosing_runs(traces)
     return len(records)

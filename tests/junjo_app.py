@@ -19,6 +19,7 @@ from typing import Any
 from junjo import (
     BaseState,
     BaseStore,
+    Condition,
     Edge,
     Graph,
     Node,
@@ -27,6 +28,7 @@ from junjo import (
     Workflow,
 )
 from junjo.workflow import WorkflowExecutionError
+from junjo_agent import agent_workflow
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -173,16 +175,147 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
     return _refund_workflow("Failing Refund Workflow", graph)
 
 
-SCENARIOS: dict[str, Callable[[], Workflow[RefundState, RefundStore]]] = {
+class Chat(BaseModel):
+    role: str
+    text: str
+
+
+class ChatState(BaseState):
+    messages: list[Chat] = Field(default_factory=list)
+    turns: int = 0
+
+
+class ChatStore(BaseStore[ChatState]):
+    async def append(self, message: Chat) -> None:
+        await self.set_state({"messages": [*self._state.messages, message]})
+
+    async def next_turn(self) -> None:
+        await self.set_state({"turns": self._state.turns + 1})
+
+
+CHAT_TURNS = 30
+APPENDS_PER_TURN = 20
+
+
+class Converse(Node[ChatStore]):
+    async def service(self, store: ChatStore) -> None:
+        turn = (await store.get_state()).turns
+        for index in range(APPENDS_PER_TURN):
+            role = "user" if index % 2 == 0 else "assistant"
+            text = f"turn {turn} message {index}: " + "lorem ipsum dolor sit amet " * 3
+            await store.append(Chat(role=role, text=text))
+        await store.next_turn()
+
+
+class TurnsBelow(Condition[ChatState]):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def evaluate(self, state: ChatState) -> bool:
+        return state.turns < self.limit
+
+    def __str__(self) -> str:
+        return f"TurnsBelow({self.limit})"
+
+
+class Summarize(Node[ChatStore]):
+    async def service(self, store: ChatStore) -> None:
+        count = len((await store.get_state()).messages)
+        await store.append(Chat(role="system", text=f"summary of {count} messages"))
+
+
+def large_state_loop_workflow() -> Workflow[ChatState, ChatStore]:
+    """g2_large_state_loop's shape: a looping node grows a large state, 20 appends a turn.
+
+    The run lasts longer than the batch processor's 5 s delay here, so its
+    spans are split over several requests with the workflow span in the last.
+    """
+
+    def graph() -> Graph:
+        converse, summarize = Converse(), Summarize()
+        return Graph(
+            source=converse, sinks=[summarize],
+            edges=[
+                Edge(tail=converse, head=converse, condition=TurnsBelow(CHAT_TURNS)),
+                Edge(tail=converse, head=summarize),
+            ],
+        )
+
+    return Workflow[ChatState, ChatStore](
+        name="Chat Workflow", graph_factory=graph,
+        store_factory=lambda: ChatStore(initial_state=ChatState()),
+    )
+
+
+class HandOff(Node[RefundStore]):
+    """Lets a task that no span is current in write the store, and waits for it."""
+
+    def __init__(self, started: asyncio.Event, done: asyncio.Event) -> None:
+        super().__init__()
+        self.started, self.done = started, done
+
+    async def service(self, store: RefundStore) -> None:
+        await store.note("handing off")
+        self.started.set()
+        await self.done.wait()
+        await store.attempt()
+
+
+def handoff_workflow(
+    started: asyncio.Event, done: asyncio.Event
+) -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        handoff, decide = HandOff(started, done), Decide()
+        return Graph(source=handoff, sinks=[decide], edges=[Edge(tail=handoff, head=decide)])
+
+    return _refund_workflow("Handoff Workflow", graph)
+
+
+async def borrowed_store_runs() -> list[dict[str, Any]]:
+    """h_borrowed_store's shape: one live store lent to four executions, each its own trace.
+
+    "two" runs while a background task created outside any span writes the
+    store: that write takes a sequence number but no event records it.
+    "three" and "four" run at once, so each one's interval holds the other's writes.
+    """
+    store = RefundStore(initial_state=RefundState())
+    runs = [("one", await linear_workflow().execute(store=store))]
+    started, done = asyncio.Event(), asyncio.Event()
+
+    async def untraced_write() -> None:
+        await started.wait()
+        await store.note("written by a background task")
+        done.set()
+
+    background = asyncio.create_task(untraced_write())
+    runs.append(("two", await handoff_workflow(started, done).execute(store=store)))
+    await background
+    three, four = await asyncio.gather(
+        linear_workflow().execute(store=store), linear_workflow().execute(store=store)
+    )
+    runs += [("three", three), ("four", four)]
+    return [
+        {
+            "scenario": f"borrowed_{label}",
+            "run_id": result.run_id,
+            "final_state": result.state.model_dump(mode="json"),
+        }
+        for label, result in runs
+    ]
+
+
+SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "linear": linear_workflow,
     "concurrent": concurrent_workflow,
     "subflow": subflow_workflow,
     "failing": failing_workflow,
+    "large_state_loop": large_state_loop_workflow,
+    "agent_in_node": agent_workflow,
 }
 
 
 async def run(name: str) -> dict[str, Any]:
-    workflow = SCENARIOS[name]()
+    workflow = SINGLE_RUNS[name]()
     try:
         result = await workflow.execute()
     except WorkflowExecutionError as exc:
@@ -192,6 +325,13 @@ async def run(name: str) -> dict[str, Any]:
         "run_id": result.run_id,
         "final_state": result.state.model_dump(mode="json"),
     }
+
+
+async def runs_of(name: str) -> list[dict[str, Any]]:
+    """Every execution a scenario ran, as the application saw it."""
+    if name == "borrowed_store":
+        return await borrowed_store_runs()
+    return [await run(name)]
 
 
 def processor(endpoint: str, api_key: str, exporter: str) -> BatchSpanProcessor:
@@ -216,7 +356,8 @@ def main(argv: list[str]) -> None:
     provider.add_span_processor(processor(endpoint, api_key, exporter))
     trace.set_tracer_provider(provider)
     for name in names:
-        print(json.dumps(asyncio.run(run(name))), flush=True)
+        for outcome in asyncio.run(runs_of(name)):
+            print(json.dumps(outcome), flush=True)
     provider.force_flush()
     provider.shutdown()
 

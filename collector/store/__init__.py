@@ -34,7 +34,7 @@ import pyarrow as pa
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
 from collector.snapshot import Snapshot
-from collector.store import keys, listing, replays, retention, span_bytes, spool_position
+from collector.store import keys, lineage, listing, replays, retention, span_bytes, spool_position
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
@@ -345,6 +345,25 @@ class Store:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not save replay results: {exc}") from exc
 
+    def link_enclosing_runs(self, trace_ids: Sequence[str]) -> int:
+        """Link executions run inside a node to their enclosing run (store/lineage.py).
+
+        Returns how many were linked. The look-up runs without the write lock:
+        almost every batch finds nothing to link, and ingest commits meanwhile.
+        """
+        with self._cursor() as cursor:
+            pairs = lineage.enclosing_runs(cursor, trace_ids)
+        if not pairs:
+            return 0
+        with self._write_lock, self._cursor() as cursor:
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                lineage.link(cursor, pairs)
+                cursor.execute("COMMIT")
+            except duckdb.Error as exc:
+                _rollback_quietly(cursor)
+                raise StoreError(f"could not link executions to their parents: {exc}") from exc
+        return len(pairs)
 
     # -- spans of a trace, for the execution page: SQL in collector/store/spans.py --
 

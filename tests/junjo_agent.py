@@ -1,0 +1,131 @@
+"""A Junjo workflow whose node runs a Junjo Agent (SCHEMA.md 2.4, `j_agent_in_node`).
+
+Imported by junjo_app.py, which runs it as the `agent_in_node` scenario. The
+model is junjo's own ScriptedModelDriver (no network): request 1 asks for one
+`record_note` call, the tool writes the *workflow's* store (the agent's
+application store), so that write's set_state event sits on the tool span
+among the agent's private AgentStore events; request 2 returns the decision,
+which the node then writes to the workflow store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from junjo import BaseState, BaseStore, Edge, Graph, Node, Workflow
+from junjo.agent import Agent, AgentRunContext, ModelDriverBinding, ModelDriverDescriptor, Tool
+from junjo.agent.testing import ScriptedModelDriver
+from pydantic import BaseModel, Field
+
+
+class Decision(BaseModel):
+    approved: bool
+    amount: float
+    reason: str
+
+
+class ClaimState(BaseState):
+    order_id: str = ""
+    notes: list[str] = Field(default_factory=list)
+    decision: Decision | None = None
+
+
+class ClaimStore(BaseStore[ClaimState]):
+    async def load_claim(self, order_id: str) -> None:
+        await self.set_state({"order_id": order_id})
+
+    async def note(self, text: str) -> None:
+        await self.set_state({"notes": [*self._state.notes, text]})
+
+    async def decide(self, decision: Decision) -> None:
+        await self.set_state({"decision": decision})
+
+
+class TriageInput(BaseModel):
+    order_id: str
+
+
+class NoteInput(BaseModel):
+    text: str
+
+
+class NoteResult(BaseModel):
+    note_count: int
+
+
+async def record_note(input: NoteInput, context: AgentRunContext[None, ClaimStore]) -> NoteResult:
+    """Tool service: writes the workflow's store (the Agent's application store)."""
+    await context.store.note(input.text)
+    return NoteResult(note_count=len((await context.store.get_state()).notes))
+
+
+# Response candidates in the shape junjo.agent.messages.normalize_model_response reads.
+SCRIPT: tuple[dict[str, Any], ...] = (
+    {
+        "v": 1,
+        "type": "tool_calls",
+        "calls": [
+            {
+                "id": "call_1",
+                "name": "record_note",
+                "arguments": {"text": "carrier confirmed damage"},
+            }
+        ],
+        "usage": {"v": 1, "inputTokens": 120, "outputTokens": 18},
+    },
+    {
+        "v": 1,
+        "type": "final_output",
+        "output": {"approved": True, "amount": 42.5, "reason": "damaged in transit"},
+        "usage": {"v": 1, "inputTokens": 160, "outputTokens": 24},
+    },
+)
+
+TRIAGE_AGENT = Agent[TriageInput, Decision, None, ClaimState, ClaimStore](
+    key="refund-triage",
+    name="Refund Triage Agent",
+    instructions="Record what you verified with record_note, then decide the refund.",
+    input_type=TriageInput,
+    output_type=Decision,
+    model=ModelDriverBinding.per_run(
+        descriptor=ModelDriverDescriptor(
+            driver_key="junjo.scripted", provider="junjo", model="scripted", fixture=True
+        ),
+        factory=lambda: ScriptedModelDriver(SCRIPT),
+    ),
+    tools=[
+        Tool[NoteInput, NoteResult, None, ClaimStore](
+            name="record_note",
+            description="Append a verified finding to the refund claim.",
+            input_type=NoteInput,
+            output_type=NoteResult,
+            shared_service=record_note,
+        )
+    ],
+)
+
+
+class LoadClaim(Node[ClaimStore]):
+    async def service(self, store: ClaimStore) -> None:
+        await store.load_claim("A-1001")
+
+
+class Triage(Node[ClaimStore]):
+    async def service(self, store: ClaimStore) -> None:
+        state = await store.get_state()
+        result = await TRIAGE_AGENT.execute(
+            TriageInput(order_id=state.order_id), dependencies=None, store=store
+        )
+        await store.decide(result.output)
+
+
+def agent_workflow() -> Workflow[ClaimState, ClaimStore]:
+    def graph() -> Graph:
+        load, triage = LoadClaim(), Triage()
+        return Graph(source=load, sinks=[triage], edges=[Edge(tail=load, head=triage)])
+
+    return Workflow[ClaimState, ClaimStore](
+        name="Agent Refund Workflow",
+        graph_factory=graph,
+        store_factory=lambda: ClaimStore(initial_state=ClaimState()),
+    )
