@@ -85,7 +85,7 @@ def _execution(start: Any, end: Any) -> Execution:
         revision_start=0, revision_end=TRANSITIONS, transition_start=0,
         transition_end=TRANSITIONS, transition_count=TRANSITIONS, reconstructable=True,
         graph_snapshot=None, contract_version=3, definition_id=None, structural_id=None,
-        cancelled_reason=None,
+        cancelled_reason=None, correlation_type=None, correlation_id=None,
     )  # fmt: skip
 
 

@@ -39,6 +39,8 @@ PARENT_RUNTIME_ID: Final = "junjo.parent_executable_runtime_id"
 PARENT_TYPE: Final = "junjo.parent_executable_type"
 CANCELLED: Final = "junjo.cancelled"
 CANCELLED_REASON: Final = "junjo.cancelled_reason"
+CORRELATION_TYPE: Final = "junjo.correlation.type"
+CORRELATION_ID: Final = "junjo.correlation.id"
 ERROR_TYPE: Final = "error.type"
 
 WORKFLOW_STATE_START: Final = "junjo.workflow.state.start"
@@ -185,6 +187,8 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         definition_id=_str(attrs, DEFINITION_ID),
         structural_id=_str(attrs, STRUCTURAL_ID),
         cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
+        correlation_type=_str(attrs, CORRELATION_TYPE),
+        correlation_id=_str(attrs, CORRELATION_ID),
     )
 
 

@@ -86,6 +86,9 @@ class Execution:
     definition_id: str | None
     structural_id: str | None
     cancelled_reason: str | None
+    # The application's own identity for the run (`execute(correlation=...)`).
+    correlation_type: str | None
+    correlation_id: str | None
 
 
 class EvidenceSpan(NamedTuple):

@@ -75,6 +75,11 @@ def execution_json(row: ExecutionRow) -> dict[str, Any]:
         "parent_id": row.parent_run_id,
         "diagnostic_errors": row.error_count,
         "diagnostic_warnings": row.warning_count,
+        "correlation": (
+            {"type": row.correlation_type, "id": row.correlation_id}
+            if row.correlation_id is not None
+            else None
+        ),
     }
 
 

@@ -74,6 +74,8 @@ class Header:
     trace_id: str
     span_id: str | None
     store_id: str | None
+    correlation_type: str | None
+    correlation_id: str | None
     verdict: str
     verdict_text: tuple[str, ...]
     parent: ExecutionRow | None
@@ -272,7 +274,8 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
             service=flight.service, status="in flight", error_type=None, error_message="",
             start_unix_nano=flight.first_unix_nano,
             duration_nano=flight.last_unix_nano - flight.first_unix_nano,
-            trace_id=flight.trace_id, span_id=None, store_id=None, verdict="in_flight",
+            trace_id=flight.trace_id, span_id=None, store_id=None,
+            correlation_type=None, correlation_id=None, verdict="in_flight",
             verdict_text=verdict_text, parent=None, children=(),
             received=len(history.steps), expected=None,
         )
@@ -284,6 +287,7 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         start_unix_nano=execution.start_unix_nano,
         duration_nano=execution.end_unix_nano - execution.start_unix_nano,
         trace_id=execution.trace_id, span_id=execution.span_id, store_id=execution.store_id,
+        correlation_type=execution.correlation_type, correlation_id=execution.correlation_id,
         verdict=history.verdict, verdict_text=verdict_text, parent=parent,
         children=tuple(store.child_executions(inspection.run_id)),
         received=len(history.steps), expected=expected,

@@ -53,6 +53,7 @@ def execution_query(
         status=params.get("status") or None,
         verdict=params.get("verdict") or None,
         kind=params.get("kind") or None,
+        correlation=params.get("correlation", "").strip() or None,
         since_unix_nano=parse_time("since", params.get("since", ""), now),
         until_unix_nano=parse_time("until", params.get("until", ""), now),
         limit=parse_limit(params.get("limit", "")),

@@ -159,6 +159,8 @@ def _execution(span: dict[str, Any], attrs: Attributes, service: str) -> Executi
         definition_id=attrs.get("junjo.executable_definition_id"),
         structural_id=attrs.get("junjo.executable_structural_id"),
         cancelled_reason=attrs.get("junjo.cancelled_reason"),
+        correlation_type=attrs.get("junjo.correlation.type"),
+        correlation_id=attrs.get("junjo.correlation.id"),
     )
 
 

@@ -54,6 +54,8 @@ def make_execution(**overrides: Any) -> Execution:
         "definition_id": None,
         "structural_id": None,
         "cancelled_reason": None,
+        "correlation_type": None,
+        "correlation_id": None,
     }
     fields.update(overrides)
     return Execution(**fields)

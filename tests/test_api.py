@@ -180,6 +180,19 @@ def test_list_executions_filters_by_verdict(
             assert execution["received_transitions"] == execution["transition_count"]
 
 
+def test_list_executions_filters_by_correlation_id(
+    fixtures: Server, all_executions: list[Json]
+) -> None:
+    # b_graph_loop ran with execute(correlation=ExecutionCorrelation(...)); Junjo
+    # put it on every executable span as junjo.correlation.type/.id.
+    ticket = listed(fixtures, correlation="TICKET-42")
+    assert [e["id"] for e in ticket] == [run_id_of("b_graph_loop")]
+    assert ticket[0]["correlation"] == {"type": "research.ticket", "id": "TICKET-42"}
+    assert [e["id"] for e in all_executions if e["correlation"]] == [ticket[0]["id"]]
+    assert listed(fixtures, correlation="TICKET-4") == []  # the id is matched whole
+    assert listed(fixtures, correlation="TICKET-42", status="error") == []
+
+
 def test_list_executions_filters_by_time_range(
     fixtures: Server, all_executions: list[Json]
 ) -> None:

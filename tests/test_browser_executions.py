@@ -71,6 +71,20 @@ def test_browser_bad_filter_shows_the_caret_and_a_facet_narrows(
     expect(page.locator('#filter input[name="workflow"]')).to_have_value("Linear Workflow")
 
 
+def test_browser_correlation_id_lists_the_runs_that_share_it(
+    studio: Loaded, page: Page
+) -> None:
+    page.goto(studio.server.url + "/")
+    ticket = page.locator("table.executions a.correlation", has_text="TICKET-42")
+    expect(ticket).to_have_count(1)
+    ticket.click()
+    expect(page).to_have_url(re.compile(r"\?correlation=TICKET-42$"))
+    expect(page.locator("table.executions tbody tr")).to_have_count(1)
+    expect(page.locator(".active-filters")).to_contain_text("correlation: TICKET-42")
+    page.locator("table.executions td.workflow a", has_text="Loop Workflow").click()
+    expect(page.locator("header.x-header .x-facts")).to_contain_text("research.ticket")
+
+
 def test_browser_compare_two_ticked_runs(
     studio: Loaded, page: Page, screenshot: Callable[[Page, str], Path]
 ) -> None:

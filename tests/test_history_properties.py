@@ -37,6 +37,7 @@ def execution(start: Any, end: Any, count: int) -> Execution:
         revision_start=0, revision_end=count, transition_start=0, transition_end=count,
         transition_count=count, reconstructable=True, graph_snapshot=None,
         contract_version=3, definition_id=None, structural_id=None, cancelled_reason=None,
+        correlation_type=None, correlation_id=None,
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from collector.fieldindex import ABSENT, index_rows
 from collector.query import parse_query
 from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
+from collector.store.listing import ExecutionQuery
 from collector.store.migrations import MIGRATIONS, apply_migrations
 
 
@@ -196,5 +197,24 @@ def test_span_chunks_migration_keeps_older_spans_readable_beside_new_ones(
         new_trace = batch.spans[0].trace_id
         expected = {s.span_id: s.raw for s in batch.spans if s.trace_id == new_trace}
         assert {r.span_id: r.raw for r in store.spans_of_trace(new_trace)} == expected
+    finally:
+        store.close()
+
+
+def test_correlation_migration_keeps_older_runs_listed_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m012_correlation")
+    store = Store(path)
+    try:
+        (batch,) = (batch_from_export(body) for body, _ in fixture_requests("b_graph_loop")[:1])
+        store.write([batch])
+        found = {row.run_id: row for row in store.search(ExecutionQuery(limit=10))}
+        assert found["old-a"].correlation_id is None
+        (new,) = found.keys() - {"old-a", "old-b"}
+        assert (found[new].correlation_type, found[new].correlation_id) == (
+            "research.ticket", "TICKET-42",
+        )
+        ticket = store.search(ExecutionQuery(correlation="TICKET-42"))
+        assert [row.run_id for row in ticket] == [new]
     finally:
         store.close()

@@ -61,7 +61,7 @@ def edit_step(requests: list[ExportTraceServiceRequest], sequence: int, value: s
 
 
 def make_hostile(requests: list[ExportTraceServiceRequest]) -> None:
-    """Hostile service and workflow names, and a hostile title in the states."""
+    """Hostile service, workflow and correlation names, and a hostile title in the states."""
     for request in requests:
         for resource_spans in request.resource_spans:
             for item in resource_spans.resource.attributes:
@@ -70,6 +70,8 @@ def make_hostile(requests: list[ExportTraceServiceRequest]) -> None:
     for span in spans_of(requests):
         if span.name == "Linear Workflow":
             span.name = HOSTILE
+            for key in ("junjo.correlation.type", "junjo.correlation.id"):
+                span.attributes.add(key=key).value.string_value = HOSTILE
         for attributes in (span.attributes, *(event.attributes for event in span.events)):
             for item in attributes:
                 if "finished" in item.value.string_value:
@@ -462,6 +464,16 @@ def test_executions_page_escapes_hostile_telemetry(loaded: Loaded) -> None:
     assert HOSTILE not in page and HOSTILE_VALUE not in page
     assert str(escape(HOSTILE)) in page  # the workflow and service names, as text
     assert "<img" not in page and "<b>" not in page
+
+
+def test_a_hostile_correlation_id_is_text_and_filters_exactly(loaded: Loaded) -> None:
+    listed = loaded.get("/", correlation=HOSTILE).text
+    assert listed_runs(listed) == [loaded.hostile]
+    assert HOSTILE not in listed and "<img" not in listed
+    assert "correlation=" + urllib.parse.quote_plus(HOSTILE) in html.unescape(listed)
+    page = loaded.get(f"/executions/{loaded.hostile}").text
+    assert HOSTILE not in page and "<img" not in page
+    assert str(escape(HOSTILE)) in page
 
 
 def test_compare_page_escapes_hostile_state_values(loaded: Loaded) -> None:

@@ -37,6 +37,8 @@ class ExecutionQuery:
     status: str | None = None
     verdict: str | None = None
     kind: str | None = None
+    # The application's id for the run (`junjo.correlation.id`), matched exactly.
+    correlation: str | None = None
     since_unix_nano: int | None = None
     until_unix_nano: int | None = None
     limit: int = 50
@@ -63,6 +65,8 @@ class ExecutionRow:
     received_transitions: int | None
     error_count: int | None
     warning_count: int | None
+    correlation_type: str | None
+    correlation_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,8 @@ class InFlightRow:
 _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
     e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
-    e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count
+    e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count,
+    e.correlation_type, e.correlation_id
 """
 
 
@@ -101,6 +106,7 @@ def _conditions(
         ("e.service", query.service),
         ("e.status", query.status),
         ("e.kind", query.kind),
+        ("e.correlation_id", query.correlation),
         (FACET_COLUMNS["verdict"], query.verdict),
     ):
         if value is not None:

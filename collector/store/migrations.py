@@ -381,3 +381,12 @@ def m011_span_chunks(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("ALTER TABLE spans ADD COLUMN chunk_id BIGINT")
     connection.execute("ALTER TABLE spans ADD COLUMN chunk_offset BIGINT")
     connection.execute("ALTER TABLE spans ADD COLUMN chunk_length BIGINT")
+
+
+@migration
+def m012_correlation(connection: duckdb.DuckDBPyConnection) -> None:
+    # The application's identity for a run (`junjo.correlation.type`/`.id`, from
+    # `execute(correlation=...)`), to list the runs of one ticket or order.
+    # Executions stored before keep NULL: their owner spans still hold it.
+    connection.execute("ALTER TABLE executions ADD COLUMN correlation_type VARCHAR")
+    connection.execute("ALTER TABLE executions ADD COLUMN correlation_id VARCHAR")

@@ -249,7 +249,8 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
         columns[name] = pa.array(columns[name], pa.int64())
     for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
                  "state_start_mode", "state_start_policy", "state_end_mode",
-                 "state_end_policy", "definition_id", "structural_id", "cancelled_reason"):
+                 "state_end_policy", "definition_id", "structural_id", "cancelled_reason",
+                 "correlation_type", "correlation_id"):
         columns[name] = pa.array(columns[name], pa.string())
     for name in documents.COLUMNS:
         columns[name] = documents.packed_column(columns[name])
