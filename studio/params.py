@@ -54,6 +54,9 @@ def execution_query(
         verdict=params.get("verdict") or None,
         kind=params.get("kind") or None,
         correlation=params.get("correlation", "").strip() or None,
+        # Ids are stored as lowercase hex; a trace id pasted from elsewhere may not be.
+        trace_id=params.get("trace", "").strip().lower() or None,
+        store_id=params.get("store", "").strip() or None,
         since_unix_nano=parse_time("since", params.get("since", ""), now),
         until_unix_nano=parse_time("until", params.get("until", ""), now),
         limit=parse_limit(params.get("limit", "")),

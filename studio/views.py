@@ -29,7 +29,9 @@ from studio.templating import templates
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
 TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
 # Order of the parameters in the links we build, so equal views get equal URLs.
-FILTER_KEYS: Final = ("where", *FACETS, "correlation", "since", "until", "limit")
+# Exact-match filters that come from links (a run's correlation id, trace or store).
+LINK_FILTERS: Final = ("correlation", "trace", "store")
+FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit")
 RESULTS_TARGET: Final = "results"
 IN_FLIGHT_SHOWN: Final = 20
 
@@ -270,7 +272,7 @@ def _active(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
     """One removable chip per filter in effect (Datasette's "x" links)."""
     return tuple(
         Link(f"{key}: {filters[key]}", link(base, filters, **{key: ""}), True)
-        for key in ("where", *FACETS, "correlation", "since", "until")
+        for key in ("where", *FACETS, *LINK_FILTERS, "since", "until")
         if filters.get(key)
     )
 

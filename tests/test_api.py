@@ -193,6 +193,19 @@ def test_list_executions_filters_by_correlation_id(
     assert listed(fixtures, correlation="TICKET-42", status="error") == []
 
 
+def test_list_executions_by_trace_and_by_store(
+    fixtures: Server, all_executions: list[Json]
+) -> None:
+    parent = next(e for e in all_executions if e["id"] == run_id_of("d_subflow"))
+    # A trace id pasted from another tool may be upper case.
+    in_trace = {e["id"] for e in listed(fixtures, trace=parent["trace_id"].upper())}
+    assert in_trace == {e["id"] for e in all_executions if e["trace_id"] == parent["trace_id"]}
+    assert len(in_trace) == 3  # the workflow and its two subflows
+    # Each subflow owns a store of its own.
+    assert [e["id"] for e in listed(fixtures, store=parent["store_id"])] == [parent["id"]]
+    assert listed(fixtures, store="no-such-store") == []
+
+
 def test_list_executions_filters_by_time_range(
     fixtures: Server, all_executions: list[Json]
 ) -> None:

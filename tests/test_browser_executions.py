@@ -83,6 +83,11 @@ def test_browser_correlation_id_lists_the_runs_that_share_it(
     expect(page.locator(".active-filters")).to_contain_text("correlation: TICKET-42")
     page.locator("table.executions td.workflow a", has_text="Loop Workflow").click()
     expect(page.locator("header.x-header .x-facts")).to_contain_text("research.ticket")
+    # The store links to every run that used it: here, this run alone.
+    page.locator("header.x-header a", has_text=re.compile("^[A-Za-z0-9]{21}$")).click()
+    expect(page).to_have_url(re.compile(r"\?store=[A-Za-z0-9]{21}$"))
+    expect(page.locator("table.executions td.workflow a").first).to_have_text("Loop Workflow")
+    expect(page.locator("table.executions tbody tr")).to_have_count(1)
 
 
 def test_browser_compare_two_ticked_runs(

@@ -133,6 +133,9 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: Any) -> None:
     }
     assert len({detail["store_id"] for detail in details.values()}) == 1
     assert len({detail["trace_id"] for detail in details.values()}) == 4
+    (store_id,) = {detail["store_id"] for detail in details.values()}
+    lent = server.get_json(f"/api/executions?store={store_id}")["executions"]
+    assert {e["id"] for e in lent} == {detail["id"] for detail in details.values()}
     ends = {
         label: server.get_json(f"/api/executions/{detail['id']}/state")
         for label, detail in details.items()

@@ -39,6 +39,10 @@ class ExecutionQuery:
     kind: str | None = None
     # The application's id for the run (`junjo.correlation.id`), matched exactly.
     correlation: str | None = None
+    # Every run in one trace, or that used one store (runs lent the same store
+    # sit in separate traces: SCHEMA.md 7.1).
+    trace_id: str | None = None
+    store_id: str | None = None
     since_unix_nano: int | None = None
     until_unix_nano: int | None = None
     limit: int = 50
@@ -107,6 +111,8 @@ def _conditions(
         ("e.status", query.status),
         ("e.kind", query.kind),
         ("e.correlation_id", query.correlation),
+        ("e.trace_id", query.trace_id),
+        ("e.store_id", query.store_id),
         (FACET_COLUMNS["verdict"], query.verdict),
     ):
         if value is not None:
