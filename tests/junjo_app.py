@@ -145,23 +145,42 @@ class ReviewSubflow(Subflow[ReviewState, ReviewStore, RefundState, RefundStore])
         await parent_store.note(f"review: {(await subflow_store.get_state()).verdict}")
 
 
-def subflow_workflow() -> Workflow[RefundState, RefundStore]:
-    def review_graph() -> Graph:
-        review = Review()
-        return Graph(source=review, sinks=[review], edges=[])
+def _review_graph() -> Graph:
+    review = Review()
+    return Graph(source=review, sinks=[review], edges=[])
 
+
+def _review_subflow() -> ReviewSubflow:
+    return ReviewSubflow(
+        name="Manual Review", graph_factory=_review_graph,
+        store_factory=lambda: ReviewStore(initial_state=ReviewState()),
+    )
+
+
+def subflow_workflow() -> Workflow[RefundState, RefundStore]:
     def graph() -> Graph:
-        load, decide = LoadOrder(), Decide()
-        review = ReviewSubflow(
-            name="Manual Review", graph_factory=review_graph,
-            store_factory=lambda: ReviewStore(initial_state=ReviewState()),
-        )
+        load, review, decide = LoadOrder(), _review_subflow(), Decide()
         return Graph(
             source=load, sinks=[decide],
             edges=[Edge(tail=load, head=review), Edge(tail=review, head=decide)],
         )
 
     return _refund_workflow("Reviewed Refund Workflow", graph)
+
+
+def concurrent_subflow_workflow() -> Workflow[RefundState, RefundStore]:
+    """A subflow as a RunConcurrent child: it names the RunConcurrent as its parent."""
+
+    def graph() -> Graph:
+        load = LoadOrder()
+        checks = RunConcurrent(name="Review And Check", items=[_review_subflow(), CheckPolicy()])
+        decide = Decide()
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[Edge(tail=load, head=checks), Edge(tail=checks, head=decide)],
+        )
+
+    return _refund_workflow("Concurrently Reviewed Refund Workflow", graph)
 
 
 def failing_workflow() -> Workflow[RefundState, RefundStore]:
@@ -308,6 +327,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "linear": linear_workflow,
     "concurrent": concurrent_workflow,
     "subflow": subflow_workflow,
+    "concurrent_subflow": concurrent_subflow_workflow,
     "failing": failing_workflow,
     "large_state_loop": large_state_loop_workflow,
     "agent_in_node": agent_workflow,

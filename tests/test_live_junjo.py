@@ -97,6 +97,21 @@ def test_live_subflow_is_a_child_execution_with_its_own_store(stored: Any) -> No
     assert len(_received(db, parent)) == parent["transition_count"]
 
 
+def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Any) -> None:
+    # Its junjo.parent_executable_type is run_concurrent: the parent run is
+    # found through the RunConcurrent span (collector/store/lineage.py).
+    runs, server = replayed("concurrent_subflow")
+    run = runs["concurrent_subflow"]
+    workflow = server.get_json(f"/api/executions/{run['run_id']}")
+    assert workflow["verdict"] == "verified", workflow["diagnostics"]
+    (review,) = workflow["children"]
+    assert (review["kind"], review["workflow"], review["verdict"]) == (
+        "subflow", "Manual Review", "verified",
+    )
+    assert server.get_json(f"/api/executions/{run['run_id']}/state")["state"] == run["final_state"]
+    assert "review: approved" in run["final_state"]["notes"]
+
+
 def test_live_failing_run_is_stored_with_its_error(stored: Any) -> None:
     runs, db = stored("otlp", "failing")
     execution = _execution(db, runs["failing"]["run_id"])
