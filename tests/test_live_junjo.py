@@ -102,14 +102,21 @@ def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Any
     # found through the RunConcurrent span (collector/store/lineage.py).
     runs, server = replayed("concurrent_subflow")
     run = runs["concurrent_subflow"]
+    _, review = _verified_with_one_child(server, run, "subflow", "Manual Review")
+    assert server.get_json(f"/api/executions/{review['id']}")["parent"]["id"] == run["run_id"]
+    assert "review: approved" in run["final_state"]["notes"]
+
+
+def _verified_with_one_child(
+    server: Server, run: dict[str, Any], kind: str, name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's detail and its one child, both verified; the run's end as the app saw it."""
     workflow = server.get_json(f"/api/executions/{run['run_id']}")
     assert workflow["verdict"] == "verified", workflow["diagnostics"]
-    (review,) = workflow["children"]
-    assert (review["kind"], review["workflow"], review["verdict"]) == (
-        "subflow", "Manual Review", "verified",
-    )
+    (child,) = workflow["children"]
+    assert (child["kind"], child["workflow"], child["verdict"]) == (kind, name, "verified")
     assert server.get_json(f"/api/executions/{run['run_id']}/state")["state"] == run["final_state"]
-    assert "review: approved" in run["final_state"]["notes"]
+    return workflow, child
 
 
 def test_live_failing_run_is_stored_with_its_error(stored: Any) -> None:
@@ -216,15 +223,9 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
     # tool span, among the events of the agent's private store.
     runs, server = replayed("agent_in_node")
     run = runs["agent_in_node"]
-    workflow = server.get_json(f"/api/executions/{run['run_id']}")
-    assert workflow["verdict"] == "verified", workflow["diagnostics"]
-    (agent,) = workflow["children"]
-    assert (agent["kind"], agent["workflow"], agent["verdict"]) == (
-        "agent", "Refund Triage Agent", "verified",
-    )
+    workflow, agent = _verified_with_one_child(server, run, "agent", "Refund Triage Agent")
     assert agent["store_id"] != workflow["store_id"]
     assert server.get_json(f"/api/executions/{agent['id']}")["parent"]["id"] == run["run_id"]
-    assert server.get_json(f"/api/executions/{run['run_id']}/state")["state"] == run["final_state"]
     provenance = server.get_json(f"/api/executions/{run['run_id']}/provenance?path=/notes/0")
     (write,) = provenance["writes"]
     assert (write["node"], write["action"], write["after"]) == (
