@@ -81,6 +81,8 @@ _OWNER_KINDS: Final[dict[str, ExecutionKind]] = {
     "subflow": "subflow",
     "agent": "agent",
 }
+# Span types whose span owns an execution, sorted (the store's SQL lists them).
+OWNER_SPAN_TYPES: Final = tuple(sorted(_OWNER_KINDS))
 # Where each kind of owner keeps (start state, end state, store id). On an agent
 # span the junjo.store.* bounds describe the agent's private AgentStore.
 _STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {

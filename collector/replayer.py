@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from collector.fieldindex import FieldIndex
 from collector.foreground import Foreground
 from collector.history import History
 from collector.indexing import TouchedValues, field_index
+from collector.junjo import OWNER_SPAN_TYPES
 from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
@@ -241,5 +242,34 @@ def replay_stores(
     store.save_replays(records, indexes, snapshots)
     # An agent run in a node names the node, not its run: link it now that
     # one of the two has arrived with the spans between (store/lineage.py).
-    store.link_enclosing_runs(traces)
+    in_batch = set(traces)
+    nested = traces_with_nested_owners(link for link in links if link.span.trace_id in in_batch)
+    if nested:
+        store.link_enclosing_runs(nested)
     return len(records)
+
+
+def traces_with_nested_owners(links: Iterable[SpanLink]) -> list[str]:
+    """Traces holding an owner span that sits under a span owning no execution.
+
+    Only those can hold an execution that extraction could not link to its
+    parent run (one run in a node, a RunConcurrent or a user's span), so only
+    they are worth the store's walk. A parent span not stored yet counts too:
+    the walk is retried when more of the trace arrives. Most traces are one
+    workflow at the root, with its subflows right under it.
+    """
+    links = list(links)
+    owners = {
+        (link.span.trace_id, link.span.span_id)
+        for link in links
+        if link.span.span_type in OWNER_SPAN_TYPES
+    }
+    return sorted(
+        {
+            link.span.trace_id
+            for link in links
+            if link.span.span_type in OWNER_SPAN_TYPES
+            and link.parent_span_id
+            and (link.span.trace_id, link.parent_span_id) not in owners
+        }
+    )

@@ -16,8 +16,10 @@ from otlp_craft import new_span_id, new_trace_id, plain_request
 
 from collector import junjo
 from collector.decode import DecodedSpan, iter_spans
-from collector.replayer import replay_stores
+from collector.model import EvidenceSpan
+from collector.replayer import replay_stores, traces_with_nested_owners
 from collector.store import IngestBatch, Store
+from collector.store.replays import SpanLink
 
 TRACE = new_trace_id()
 WORKFLOW, NODE, USER, AGENT = (new_span_id() for _ in range(4))
@@ -117,3 +119,20 @@ def test_a_cycle_of_parent_spans_ends_the_walk(store: Store) -> None:
     looping = _span(NODE, USER, "loop", {})
     store_export(store, [user_span(parent=NODE), looping, agent_span()])
     assert parent_of(store, "run-a") is None
+
+
+def _links(*spans: tuple[str, str | None, str]) -> list[SpanLink]:
+    """(span id, span type, parent span id) in one trace, as the replayer reads them."""
+    return [
+        SpanLink(EvidenceSpan("t" * 32, span_id, span_id, span_type, 0, 0, 0), parent, 0)
+        for span_id, span_type, parent in spans
+    ]
+
+
+def test_only_traces_with_an_owner_under_a_non_owner_span_are_walked() -> None:
+    # A workflow at the root with a subflow right under it: extraction linked it.
+    flat = _links(("w", "workflow", ""), ("s", "subflow", "w"), ("n", "node", "s"))
+    assert traces_with_nested_owners(flat) == []
+    # An agent in a node, or a span whose parent has not arrived yet.
+    assert traces_with_nested_owners([*flat, *_links(("a", "agent", "n"))]) == ["t" * 32]
+    assert traces_with_nested_owners(_links(("a", "agent", "not-yet"))) == ["t" * 32]

@@ -10,7 +10,8 @@ owner span (workflow, subflow, agent) above it in its trace.
 That owner span is exported after everything inside it, often in a later
 request, so the link cannot be made when the child arrives. It is made when
 either of them is replayed (collector/replayer.py): the walk up is retried for
-every unlinked execution of the traces a replay batch touched.
+every unlinked execution of the traces a replay batch touched that can hold
+one (`collector.replayer.traces_with_nested_owners`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Final
 
 import duckdb
 
-# Span types that own an execution (collector/junjo.py `_OWNER_KINDS`).
-_OWNER_TYPES: Final = ("workflow", "subflow", "agent")
+from collector.junjo import OWNER_SPAN_TYPES
+
+_OWNER_TYPES: Final = OWNER_SPAN_TYPES
 # Telemetry can claim any parent, even a cycle: the walk stops this far up.
 MAX_DEPTH: Final = 64
 
