@@ -156,6 +156,8 @@ class Diagnostic:
     message: str
     sequence: int | None = None
     span_id: str | None = None
+    # The other trace a finding points at (a foreign writer's), if any.
+    trace_id: str | None = None
 
 
 class Step(NamedTuple):
@@ -463,8 +465,9 @@ class _Replay:
         *,
         sequence: int | None = None,
         span_id: str | None = None,
+        trace_id: str | None = None,
     ) -> None:
-        self.diagnostics.append(Diagnostic(code, severity, message, sequence, span_id))
+        self.diagnostics.append(Diagnostic(code, severity, message, sequence, span_id, trace_id))
 
     def run(self) -> History:
         execution = self.execution
@@ -677,10 +680,9 @@ class _Replay:
                 foreign[transition.span_id].append((sequence, transition))
         for span_id, carried in foreign.items():
             first = carried[0][1]
+            elsewhere = first.trace_id != execution.trace_id
             where = (
-                f"in another trace ({first.trace_id})"
-                if first.trace_id != execution.trace_id
-                else "outside this run's spans"
+                f"in another trace ({first.trace_id})" if elsewhere else "outside this run's spans"
             )
             self.report(
                 "foreign_writer",
@@ -690,6 +692,7 @@ class _Replay:
                 "They are part of this run's history and are replayed as such.",
                 sequence=carried[0][0],
                 span_id=span_id,
+                trace_id=first.trace_id if elsewhere else None,
             )
         return frozenset(sequence for carried in foreign.values() for sequence, _ in carried)
 

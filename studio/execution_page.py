@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -92,6 +93,8 @@ class Finding:
     sequence: int | None
     span_id: str | None
     href: str | None
+    # The executions list of the other trace a finding names.
+    trace_href: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,9 +303,12 @@ def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding
         target = href(base, step=diagnostic.sequence)
     elif diagnostic.span_id is not None and waterfall.row(diagnostic.span_id) is not None:
         target = f"#span-{diagnostic.span_id}"
+    trace_href = None
+    if diagnostic.trace_id is not None:
+        trace_href = "/?" + urlencode({"trace": diagnostic.trace_id})
     return Finding(
         diagnostic.code, diagnostic.severity, diagnostic.message,
-        diagnostic.sequence, diagnostic.span_id, target,
+        diagnostic.sequence, diagnostic.span_id, target, trace_href,
     )
 
 
