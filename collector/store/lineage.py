@@ -23,7 +23,6 @@ import duckdb
 
 from collector.junjo import OWNER_SPAN_TYPES
 
-_OWNER_TYPES: Final = OWNER_SPAN_TYPES
 # Telemetry can claim any parent, even a cycle: the walk stops this far up.
 MAX_DEPTH: Final = 64
 
@@ -39,12 +38,12 @@ WITH RECURSIVE climb(run_id, trace_id, span_id, depth) AS (
   UNION ALL
     SELECT c.run_id, c.trace_id, s.parent_span_id, c.depth + 1
     FROM climb c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
-    WHERE coalesce(s.span_type, '') NOT IN {_OWNER_TYPES}
+    WHERE NOT list_contains($owners, coalesce(s.span_type, ''))
       AND s.parent_span_id <> '' AND c.depth < {MAX_DEPTH}
 )
 SELECT c.run_id, s.junjo_runtime_id
 FROM climb c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
-WHERE s.span_type IN {_OWNER_TYPES}
+WHERE list_contains($owners, s.span_type)
   AND s.junjo_runtime_id IS NOT NULL AND s.junjo_runtime_id <> c.run_id
 """
 
@@ -55,7 +54,9 @@ def enclosing_runs(
     """(child run id, enclosing run id) for unlinked executions of these traces."""
     if not trace_ids:
         return []
-    found = cursor.execute(_ENCLOSING_RUNS_SQL, {"traces": list(trace_ids)}).fetchall()
+    found = cursor.execute(
+        _ENCLOSING_RUNS_SQL, {"traces": list(trace_ids), "owners": list(OWNER_SPAN_TYPES)}
+    ).fetchall()
     return [(child, parent) for child, parent in found]
 
 
