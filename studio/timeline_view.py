@@ -51,6 +51,8 @@ class TimelineRow:
     applied: bool
     foreign: bool
     selected: bool
+    # For a foreign step: the runs of the trace that wrote it (who shares the store).
+    writer_runs_href: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +238,9 @@ def _timeline_row(step: Step, base: str, origin: int, selected: bool) -> Timelin
         applied=step.applied,
         foreign=step.foreign,
         selected=selected,
+        writer_runs_href=(
+            "/?" + urlencode({"trace": transition.trace_id}) if step.foreign else None
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,16 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: Any) -> None:
     # A linear run writes 8 transitions itself; the rest of the interval is the other's.
     assert three["transition_count"] > 8
     foreign = [d for d in three["diagnostics"] if d["code"] == "foreign_writer"]
-    assert foreign and all(four["trace_id"] in d["message"] for d in foreign)
+    assert foreign and all(d["trace_id"] == four["trace_id"] for d in foreign)
+    assert all(four["trace_id"] in d["message"] for d in foreign)
+    # The page links each such finding, and each foreign step, to the runs of
+    # the writer's trace; there, the writer is the only run.
+    page = urllib.request.urlopen(f"{server.url}/executions/{three['id']}").read().decode()
+    writer_runs = f'href="/?trace={four["trace_id"]}"'
+    assert f'<a class="x-goto" {writer_runs}' in page
+    assert f'<a class="x-mark mark-foreign" {writer_runs}' in page
+    in_that_trace = server.get_json(f"/api/executions?trace={four['trace_id']}")["executions"]
+    assert [e["id"] for e in in_that_trace] == [four["id"]]
     assert "foreign_writer" not in _codes(four)
 
 
