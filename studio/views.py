@@ -10,17 +10,19 @@ with the same data rendered without the layout.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from collector.jsondoc import JsonValue, Missing
 from collector.query import QueryError
-from collector.store.listing import ExecutionRow, FacetName, InFlightRow
+from collector.store import Store
+from collector.store.listing import ExecutionQuery, ExecutionRow, FacetName, InFlightRow
 from studio.api import error, inspector_of, store_of
 from studio.compare import Comparison, compare, comparison_json
 from studio.params import BadParameter, encode_cursor, execution_query
@@ -34,6 +36,9 @@ LINK_FILTERS: Final = ("correlation", "trace", "store")
 FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit")
 RESULTS_TARGET: Final = "results"
 IN_FLIGHT_SHOWN: Final = 20
+# A trace id as OTLP tools print it; run ids are looked up as typed.
+TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}")
+MAX_ID_LENGTH: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +92,17 @@ def executions_page(request: Request) -> Response:
     params = request.query_params
     filters = current_filters(params)
     base = request.app.url_path_for("executions")
+    store = store_of(request)
     try:
         query = execution_query(params)
     except BadParameter as exc:
+        # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up).
+        text = filters["where"].strip()
+        destination = _id_lookup(request, store, text) if exc.name == "where" else None
+        if destination is not None:
+            return _go_to(request, destination)
         view = _view(request, filters, error=filter_error(exc, filters))
         return _render_executions(request, view, status_code=400)
-    store = store_of(request)
     found = store.search(query)
     rows, more = tuple(found[: query.limit]), len(found) > query.limit
     first_page = query.after is None
@@ -301,6 +311,27 @@ def _is_partial(request: Request) -> bool:
         # htmx restoring history after a cache miss needs the whole page.
         and headers.get("hx-history-restore-request") != "true"
     )
+
+
+def _id_lookup(request: Request, store: Store, text: str) -> str | None:
+    """Where a run id or a trace id typed in the filter box leads, if it names stored runs."""
+    if not text or len(text) > MAX_ID_LENGTH:
+        return None
+    if store.execution_row(text) is not None:
+        # Quoted whole: a run id is telemetry, and may hold "/" or "?".
+        return f"{request.app.url_path_for('executions')}executions/{quote(text, safe='')}"
+    if TRACE_ID.fullmatch(text):
+        trace_id = text.lower()
+        if store.search(ExecutionQuery(trace_id=trace_id, limit=1)):
+            return link(request.app.url_path_for("executions"), {}, trace=trace_id)
+    return None
+
+
+def _go_to(request: Request, location: str) -> Response:
+    """Navigate the browser: htmx would swap a redirect's page into #results instead."""
+    if request.headers.get("hx-request") == "true":
+        return Response(status_code=200, headers={"HX-Redirect": location})
+    return RedirectResponse(location, status_code=303)
 
 
 def _render_executions(

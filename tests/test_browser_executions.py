@@ -90,6 +90,18 @@ def test_browser_correlation_id_lists_the_runs_that_share_it(
     expect(page.locator("table.executions tbody tr")).to_have_count(1)
 
 
+def test_browser_a_run_id_in_a_filter_box_opens_the_run(studio: Loaded, page: Page) -> None:
+    run_id = studio.edited
+    page.goto(studio.server.url + "/")
+    page.fill("#where", run_id)  # the page's own form: htmx, told to navigate
+    page.press("#where", "Enter")
+    expect(page).to_have_url(re.compile(rf"/executions/{run_id}$"))
+    page.fill("header .top-search input", run_id)  # every page's search box
+    page.press("header .top-search input", "Enter")
+    expect(page).to_have_url(re.compile(rf"/executions/{run_id}$"))
+    expect(page.locator("header.x-header h1")).to_have_text("Linear Workflow")
+
+
 def test_browser_compare_two_ticked_runs(
     studio: Loaded, page: Page, screenshot: Callable[[Page, str], Path]
 ) -> None:

@@ -485,6 +485,27 @@ def test_compare_page_escapes_hostile_state_values(loaded: Loaded) -> None:
     assert "<img" not in page
 
 
+def test_a_run_or_trace_id_typed_as_a_filter_goes_to_it(loaded: Loaded) -> None:
+    # Not a filter expression, so it is looked up as an id (Jaeger's trace box).
+    run = loaded.executions(workflow="Loop Workflow")[0]
+    to_run = loaded.get("/", where=f"  {run['id']} ")
+    assert to_run.status_code == 303
+    assert to_run.headers["location"] == f"/executions/{run['id']}"
+    to_trace = loaded.get("/", where=run["trace_id"].upper())
+    assert to_trace.status_code == 303
+    assert to_trace.headers["location"] == f"/?trace={run['trace_id']}"
+    # htmx would put a redirected page inside #results: it is told to navigate.
+    swapped = httpx.get(
+        loaded.server.url + "/", params={"where": run["id"]},
+        headers={"HX-Request": "true", "HX-Target": "results"}, timeout=30,
+    )  # fmt: skip
+    assert swapped.status_code == 200
+    assert swapped.headers["hx-redirect"] == to_run.headers["location"]
+    # An id nothing has is still a bad filter, with its caret.
+    unknown = loaded.get("/", where="0" * 32)
+    assert unknown.status_code == 400 and 'class="caret"' in unknown.text
+
+
 def test_executions_page_escapes_a_hostile_filter(loaded: Loaded) -> None:
     response = loaded.get("/", where="<script>alert(1)</script>")
 
