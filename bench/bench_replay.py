@@ -86,6 +86,8 @@ def _execution(start: Any, end: Any) -> Execution:
         transition_end=TRANSITIONS, transition_count=TRANSITIONS, reconstructable=True,
         graph_snapshot=None, contract_version=3, definition_id=None, structural_id=None,
         cancelled_reason=None, correlation_type=None, correlation_id=None,
+        application_store_id=None, application_transition_start=None,
+        application_transition_end=None,
     )  # fmt: skip
 
 

@@ -51,6 +51,9 @@ GRAPH_SNAPSHOT: Final = "junjo.workflow.execution_graph_snapshot"
 AGENT_STATE_START: Final = "junjo.agent.state.start"
 AGENT_STATE_END: Final = "junjo.agent.state.end"
 AGENT_STORE_ID: Final = "junjo.agent.store.id"
+APPLICATION_STORE_ID: Final = "junjo.agent.application_store.id"
+APPLICATION_TRANSITION_START: Final = "junjo.agent.application_store.transition.start"
+APPLICATION_TRANSITION_END: Final = "junjo.agent.application_store.transition.end"
 
 REVISION_START: Final = "junjo.store.revision.start"
 REVISION_END: Final = "junjo.store.revision.end"
@@ -191,6 +194,9 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
         correlation_type=_str(attrs, CORRELATION_TYPE),
         correlation_id=_str(attrs, CORRELATION_ID),
+        application_store_id=_str(attrs, APPLICATION_STORE_ID),
+        application_transition_start=_int(attrs, APPLICATION_TRANSITION_START),
+        application_transition_end=_int(attrs, APPLICATION_TRANSITION_END),
     )
 
 

@@ -89,6 +89,11 @@ class Execution:
     # The application's own identity for the run (`execute(correlation=...)`).
     correlation_type: str | None
     correlation_id: str | None
+    # An agent given an application store (`agent.execute(store=...)`) writes it
+    # too: the store's id and the agent's (start, end] interval of its sequences.
+    application_store_id: str | None
+    application_transition_start: int | None
+    application_transition_end: int | None
 
 
 class EvidenceSpan(NamedTuple):

@@ -165,6 +165,15 @@ def execution_detail(request: Request) -> Response:
             "state_end_mode": execution.state_end_mode,
             "parent_store_id": execution.parent_store_id,
             "cancelled_reason": execution.cancelled_reason,
+            "application_store": (
+                {
+                    "id": execution.application_store_id,
+                    "transition_start": execution.application_transition_start,
+                    "transition_end": execution.application_transition_end,
+                }
+                if execution.application_store_id is not None
+                else None
+            ),
         }
     return JSONResponse(
         {

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -33,6 +33,7 @@ from starlette.responses import Response
 from collector.decode import span_details
 from collector.history import Diagnostic, History
 from collector.jsondoc import resolve
+from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
 from studio.api import pointer_param, store_of
@@ -83,6 +84,26 @@ class Header:
     children: tuple[ExecutionRow, ...]
     received: int
     expected: int | None
+    application_writes: ApplicationWrites | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationWrites:
+    """An agent's writes to the application store it was given, and where to read them.
+
+    They are steps of the run that owns that store (usually the agent's parent),
+    verified with that run's history, not this one's.
+    """
+
+    store_id: str
+    first: int
+    last: int
+    owner: ExecutionRow | None
+    href: str
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +301,7 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
             trace_id=flight.trace_id, span_id=None, store_id=None,
             correlation_type=None, correlation_id=None, verdict="in_flight",
             verdict_text=verdict_text, parent=None, children=(),
-            received=len(history.steps), expected=None,
+            received=len(history.steps), expected=None, application_writes=None,
         )
     parent = store.execution_row(execution.parent_run_id) if execution.parent_run_id else None
     return Header(
@@ -294,7 +315,23 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         verdict=history.verdict, verdict_text=verdict_text, parent=parent,
         children=tuple(store.child_executions(inspection.run_id)),
         received=len(history.steps), expected=expected,
+        application_writes=_application_writes(execution, parent),
     )
+
+
+def _application_writes(
+    execution: Execution, parent: ExecutionRow | None
+) -> ApplicationWrites | None:
+    store_id = execution.application_store_id
+    start, end = execution.application_transition_start, execution.application_transition_end
+    if store_id is None or start is None or end is None or end <= start:
+        return None
+    owner = parent if parent is not None and parent.store_id == store_id else None
+    if owner is None:
+        where = "/?" + urlencode({"store": store_id})
+    else:
+        where = href(f"/executions/{quote(owner.run_id, safe='')}", step=start + 1)
+    return ApplicationWrites(store_id, start + 1, end, owner, where)
 
 
 def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding:

@@ -161,6 +161,9 @@ def _execution(span: dict[str, Any], attrs: Attributes, service: str) -> Executi
         cancelled_reason=attrs.get("junjo.cancelled_reason"),
         correlation_type=attrs.get("junjo.correlation.type"),
         correlation_id=attrs.get("junjo.correlation.id"),
+        application_store_id=attrs.get("junjo.agent.application_store.id"),
+        application_transition_start=attrs.get("junjo.agent.application_store.transition.start"),
+        application_transition_end=attrs.get("junjo.agent.application_store.transition.end"),
     )
 
 

@@ -56,6 +56,9 @@ def make_execution(**overrides: Any) -> Execution:
         "cancelled_reason": None,
         "correlation_type": None,
         "correlation_id": None,
+        "application_store_id": None,
+        "application_transition_start": None,
+        "application_transition_end": None,
     }
     fields.update(overrides)
     return Execution(**fields)

@@ -37,7 +37,8 @@ def execution(start: Any, end: Any, count: int) -> Execution:
         revision_start=0, revision_end=count, transition_start=0, transition_end=count,
         transition_count=count, reconstructable=True, graph_snapshot=None,
         contract_version=3, definition_id=None, structural_id=None, cancelled_reason=None,
-        correlation_type=None, correlation_id=None,
+        correlation_type=None, correlation_id=None, application_store_id=None,
+        application_transition_start=None, application_transition_end=None,
     )  # fmt: skip
 
 

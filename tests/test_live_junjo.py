@@ -235,7 +235,15 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
     run = runs["agent_in_node"]
     workflow, agent = _verified_with_one_child(server, run, "agent", "Refund Triage Agent")
     assert agent["store_id"] != workflow["store_id"]
-    assert server.get_json(f"/api/executions/{agent['id']}")["parent"]["id"] == run["run_id"]
+    detail = server.get_json(f"/api/executions/{agent['id']}")
+    assert detail["parent"]["id"] == run["run_id"]
+    # Its tool's one write to the workflow's store, which the agent span bounds.
+    assert detail["application_store"] == {
+        "id": workflow["store_id"], "transition_start": 1, "transition_end": 2,
+    }
+    page = urllib.request.urlopen(f"{server.url}/executions/{agent['id']}").read().decode()
+    assert f'href="/executions/{run["run_id"]}?step=2"' in page
+    assert "1 write: step 2 of Agent Refund Workflow" in page
     provenance = server.get_json(f"/api/executions/{run['run_id']}/provenance?path=/notes/0")
     (write,) = provenance["writes"]
     assert (write["node"], write["action"], write["after"]) == (

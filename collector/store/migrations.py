@@ -390,3 +390,13 @@ def m012_correlation(connection: duckdb.DuckDBPyConnection) -> None:
     # Executions stored before keep NULL: their owner spans still hold it.
     connection.execute("ALTER TABLE executions ADD COLUMN correlation_type VARCHAR")
     connection.execute("ALTER TABLE executions ADD COLUMN correlation_id VARCHAR")
+
+
+@migration
+def m013_application_store(connection: duckdb.DuckDBPyConnection) -> None:
+    # An agent's writes to the application store it was given: that store's id
+    # and the agent's interval of its sequences (SCHEMA.md 2.4). NULL elsewhere,
+    # and for agents stored before.
+    connection.execute("ALTER TABLE executions ADD COLUMN application_store_id VARCHAR")
+    connection.execute("ALTER TABLE executions ADD COLUMN application_transition_start BIGINT")
+    connection.execute("ALTER TABLE executions ADD COLUMN application_transition_end BIGINT")

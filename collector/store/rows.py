@@ -245,12 +245,13 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
         name: [getattr(e, name) for e in executions] for name in _EXECUTION_COLUMNS
     }
     for name in ("start_unix_nano", "end_unix_nano", "revision_start", "revision_end",
-                 "transition_start", "transition_end", "transition_count"):
+                 "transition_start", "transition_end", "transition_count",
+                 "application_transition_start", "application_transition_end"):
         columns[name] = pa.array(columns[name], pa.int64())
     for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
                  "state_start_mode", "state_start_policy", "state_end_mode",
                  "state_end_policy", "definition_id", "structural_id", "cancelled_reason",
-                 "correlation_type", "correlation_id"):
+                 "correlation_type", "correlation_id", "application_store_id"):
         columns[name] = pa.array(columns[name], pa.string())
     for name in documents.COLUMNS:
         columns[name] = documents.packed_column(columns[name])
