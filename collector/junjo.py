@@ -192,8 +192,9 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         definition_id=_str(attrs, DEFINITION_ID),
         structural_id=_str(attrs, STRUCTURAL_ID),
         cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
-        correlation_type=_str(attrs, CORRELATION_TYPE),
-        correlation_id=_str(attrs, CORRELATION_ID),
+        # An empty id would list as an invisible link that filters nothing.
+        correlation_type=_str(attrs, CORRELATION_TYPE) or None,
+        correlation_id=_str(attrs, CORRELATION_ID) or None,
         application_store_id=_str(attrs, APPLICATION_STORE_ID),
         application_transition_start=_int(attrs, APPLICATION_TRANSITION_START),
         application_transition_end=_int(attrs, APPLICATION_TRANSITION_END),

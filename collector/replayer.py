@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Protocol
 
@@ -21,7 +21,7 @@ from collector.fieldindex import FieldIndex
 from collector.foreground import Foreground
 from collector.history import History
 from collector.indexing import TouchedValues, field_index
-from collector.junjo import OWNER_SPAN_TYPES
+from collector.lineage import enclosing_runs
 from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
@@ -239,37 +239,9 @@ def replay_stores(
         if sink is not None:
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
-    store.save_replays(records, indexes, snapshots)
-    # An agent run in a node names the node, not its run: link it now that
-    # one of the two has arrived with the spans between (store/lineage.py).
+    # An agent run in a node names the node, not its run: link it to the run
+    # around it now that the spans between may have arrived (collector/lineage.py).
     in_batch = set(traces)
-    nested = traces_with_nested_owners(link for link in links if link.span.trace_id in in_batch)
-    if nested:
-        store.link_enclosing_runs(nested)
+    parents = enclosing_runs(link for link in links if link.span.trace_id in in_batch)
+    store.save_replays(records, indexes, snapshots, parents)
     return len(records)
-
-
-def traces_with_nested_owners(links: Iterable[SpanLink]) -> list[str]:
-    """Traces holding an owner span that sits under a span owning no execution.
-
-    Only those can hold an execution that extraction could not link to its
-    parent run (one run in a node, a RunConcurrent or a user's span), so only
-    they are worth the store's walk. A parent span not stored yet counts too:
-    the walk is retried when more of the trace arrives. Most traces are one
-    workflow at the root, with its subflows right under it.
-    """
-    links = list(links)
-    owners = {
-        (link.span.trace_id, link.span.span_id)
-        for link in links
-        if link.span.span_type in OWNER_SPAN_TYPES
-    }
-    return sorted(
-        {
-            link.span.trace_id
-            for link in links
-            if link.span.span_type in OWNER_SPAN_TYPES
-            and link.parent_span_id
-            and (link.span.trace_id, link.parent_span_id) not in owners
-        }
-    )

@@ -89,10 +89,12 @@ class Header:
 
 @dataclass(frozen=True, slots=True)
 class ApplicationWrites:
-    """An agent's writes to the application store it was given, and where to read them.
+    """The application store's steps while an agent ran, and where to read them.
 
     They are steps of the run that owns that store (usually the agent's parent),
-    verified with that run's history, not this one's.
+    verified with that run's history, not this one's. The agent's bounds cover
+    every writer of the store meanwhile (a RunConcurrent sibling, a borrower),
+    so they are steps *while* it ran, not all of them its own.
     """
 
     store_id: str
@@ -100,10 +102,6 @@ class ApplicationWrites:
     last: int
     owner: ExecutionRow | None
     href: str
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1
 
 
 @dataclass(frozen=True, slots=True)

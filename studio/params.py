@@ -53,7 +53,8 @@ def execution_query(
         status=params.get("status") or None,
         verdict=params.get("verdict") or None,
         kind=params.get("kind") or None,
-        correlation=params.get("correlation", "").strip() or None,
+        # Matched whole, as stored: an id may begin or end with a space.
+        correlation=params.get("correlation") or None,
         # Ids are stored as lowercase hex; a trace id pasted from elsewhere may not be.
         trace_id=params.get("trace", "").strip().lower() or None,
         store_id=params.get("store", "").strip() or None,

@@ -16,8 +16,9 @@ from otlp_craft import new_span_id, new_trace_id, plain_request
 
 from collector import junjo
 from collector.decode import DecodedSpan, iter_spans
+from collector.lineage import enclosing_runs
 from collector.model import EvidenceSpan
-from collector.replayer import replay_stores, traces_with_nested_owners
+from collector.replayer import replay_stores
 from collector.store import IngestBatch, Store
 from collector.store.replays import SpanLink
 
@@ -122,17 +123,23 @@ def test_a_cycle_of_parent_spans_ends_the_walk(store: Store) -> None:
 
 
 def _links(*spans: tuple[str, str | None, str]) -> list[SpanLink]:
-    """(span id, span type, parent span id) in one trace, as the replayer reads them."""
+    """(span id, span type, parent span id) in one trace; an owner's run id is "run-" + its id."""
     return [
-        SpanLink(EvidenceSpan("t" * 32, span_id, span_id, span_type, 0, 0, 0), parent, 0)
+        SpanLink(
+            EvidenceSpan("t" * 32, span_id, span_id, span_type, 0, 0, 0), parent, 0,
+            f"run-{span_id}" if span_type in ("workflow", "subflow", "agent") else None,
+        )
         for span_id, span_type, parent in spans
-    ]
+    ]  # fmt: skip
 
 
-def test_only_traces_with_an_owner_under_a_non_owner_span_are_walked() -> None:
+def test_the_walk_links_only_owners_under_a_span_that_owns_no_run() -> None:
     # A workflow at the root with a subflow right under it: extraction linked it.
     flat = _links(("w", "workflow", ""), ("s", "subflow", "w"), ("n", "node", "s"))
-    assert traces_with_nested_owners(flat) == []
-    # An agent in a node, or a span whose parent has not arrived yet.
-    assert traces_with_nested_owners([*flat, *_links(("a", "agent", "n"))]) == ["t" * 32]
-    assert traces_with_nested_owners(_links(("a", "agent", "not-yet"))) == ["t" * 32]
+    assert enclosing_runs(flat) == []
+    # An agent in the subflow's node, under a user span: the subflow's run.
+    nested = [*flat, *_links(("u", None, "n"), ("a", "agent", "u"))]
+    assert enclosing_runs(nested) == [("run-a", "run-s")]
+    # Above it, nothing stored yet, or only plain spans to the root: no link.
+    assert enclosing_runs(_links(("a", "agent", "not-yet"))) == []
+    assert enclosing_runs(_links(("http", None, ""), ("w", "workflow", "http"))) == []

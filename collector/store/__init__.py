@@ -334,36 +334,22 @@ class Store:
         records: Sequence[replays.ReplayRecord],
         indexes: Sequence[FieldIndex],
         snapshots: Sequence[Snapshot] = (),
+        parents: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """Replace what is stored about these executions' replays, atomically."""
+        """Replace what is stored about these executions' replays, atomically.
+
+        `parents` are (child run id, enclosing run id) pairs found by the walk
+        in collector/lineage.py, linked in the same transaction.
+        """
         with self._write_lock, self._cursor() as cursor:
             try:
                 cursor.execute("BEGIN TRANSACTION")
                 replays.save(cursor, records, indexes, snapshots)
+                lineage.link(cursor, parents)
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not save replay results: {exc}") from exc
-
-    def link_enclosing_runs(self, trace_ids: Sequence[str]) -> int:
-        """Link executions run inside a node to their enclosing run (store/lineage.py).
-
-        Returns how many were linked. The look-up runs without the write lock:
-        almost every batch finds nothing to link, and ingest commits meanwhile.
-        """
-        with self._cursor() as cursor:
-            pairs = lineage.enclosing_runs(cursor, trace_ids)
-        if not pairs:
-            return 0
-        with self._write_lock, self._cursor() as cursor:
-            try:
-                cursor.execute("BEGIN TRANSACTION")
-                lineage.link(cursor, pairs)
-                cursor.execute("COMMIT")
-            except duckdb.Error as exc:
-                _rollback_quietly(cursor)
-                raise StoreError(f"could not link executions to their parents: {exc}") from exc
-        return len(pairs)
 
     # -- spans of a trace, for the execution page: SQL in collector/store/spans.py --
 

@@ -40,6 +40,20 @@ class SpanLink:
     span: EvidenceSpan
     parent_span_id: str
     received_unix_nano: int
+    # The run an owner span is (`junjo_runtime_id`), for collector/lineage.py.
+    runtime_id: str | None = None
+
+    @property
+    def trace_id(self) -> str:
+        return self.span.trace_id
+
+    @property
+    def span_id(self) -> str:
+        return self.span.span_id
+
+    @property
+    def span_type(self) -> str | None:
+        return self.span.span_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +122,7 @@ def evidence_spans_for(
     select = (
         "SELECT s.trace_id, s.span_id, s.name, s.span_type, s.dropped_attributes_count,"
         " s.dropped_events_count, s.dropped_links_count, s.parent_span_id,"
-        " s.received_unix_nano FROM spans s"
+        " s.received_unix_nano, s.junjo_runtime_id FROM spans s"
     )
     sql = f"{select} WHERE s.trace_id IN (SELECT unnest(?::VARCHAR[]))"
     params: list[object] = [sorted(traces)]
@@ -121,7 +135,7 @@ def evidence_spans_for(
         )
         params += [[t for t, _ in elsewhere], [s for _, s in elsewhere]]
     rows = cursor.execute(sql, params).fetchall()
-    return [SpanLink(EvidenceSpan(*row[:7]), row[7], row[8]) for row in rows]
+    return [SpanLink(EvidenceSpan(*row[:7]), row[7], row[8], row[9]) for row in rows]
 
 
 def evidence_versions(
