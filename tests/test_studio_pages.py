@@ -23,7 +23,7 @@ import pytest
 from markupsafe import escape
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otlp_craft import spans_of, variant
+from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
 from support import (
     Server,
     export_raw,
@@ -512,3 +512,23 @@ def test_executions_page_escapes_a_hostile_filter(loaded: Loaded) -> None:
     assert response.status_code == 400
     assert "<script>alert" not in response.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
+
+
+@pytest.mark.parametrize("run_id", ["//evil.example/x", "\\\\evil.example\r\nSet-Cookie: a=b"])
+def test_a_hostile_run_id_typed_as_a_filter_stays_on_this_site(
+    make_server: Any, run_id: str
+) -> None:
+    server: Server = make_server()
+    request = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    for key, value in ((junjo.SPAN_TYPE, "workflow"), (junjo.RUNTIME_ID, run_id)):
+        span.attributes.add(key=key).value.string_value = value
+    assert export_raw(server.grpc_target, request.SerializeToString()) == b""
+    server.wait_replayed()
+    reply = httpx.get(server.url + "/", params={"where": run_id}, timeout=30)
+    assert reply.status_code == 303
+    location = reply.headers["location"]
+    assert location == "/executions/" + urllib.parse.quote(run_id, safe="")
+    assert "set-cookie" not in reply.headers
+    if "/" not in run_id:  # the router decodes %2F: such an id has no page (Junjo's never do)
+        assert httpx.get(server.url + location, timeout=30).status_code == 200
