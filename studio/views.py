@@ -314,10 +314,13 @@ def _is_partial(request: Request) -> bool:
 
 
 def _id_lookup(request: Request, store: Store, text: str) -> str | None:
-    """Where a run id or a trace id typed in the filter box leads, if it names stored runs."""
+    """Where a run id or a trace id typed in the filter box leads, if it names stored runs.
+
+    A run in flight (its owner span not arrived) has a page too.
+    """
     if not text or len(text) > MAX_ID_LENGTH:
         return None
-    if store.execution_row(text) is not None:
+    if store.execution_row(text) is not None or store.in_flight(limit=1, run_id=text):
         # Quoted whole: a run id is telemetry, and may hold "/" or "?".
         return f"{request.app.url_path_for('executions')}executions/{quote(text, safe='')}"
     if TRACE_ID.fullmatch(text):

@@ -501,6 +501,8 @@ def test_a_run_or_trace_id_typed_as_a_filter_goes_to_it(loaded: Loaded) -> None:
     )  # fmt: skip
     assert swapped.status_code == 200
     assert swapped.headers["hx-redirect"] == to_run.headers["location"]
+    in_flight = loaded.get("/", where=loaded.in_flight)
+    assert in_flight.headers["location"] == f"/executions/{loaded.in_flight}"
     # An id nothing has is still a bad filter, with its caret.
     unknown = loaded.get("/", where="0" * 32)
     assert unknown.status_code == 400 and 'class="caret"' in unknown.text
