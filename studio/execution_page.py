@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -39,6 +38,7 @@ from collector.store.listing import ExecutionRow
 from studio.api import pointer_param, store_of
 from studio.graph import GraphError, GraphView, layout, node_runs
 from studio.inspect import Inspection, Inspector
+from studio.links import execution_href, executions_href
 from studio.params import BadParameter
 from studio.templating import templates
 from studio.timeline_view import (
@@ -326,9 +326,9 @@ def _application_writes(
         return None
     owner = parent if parent is not None and parent.store_id == store_id else None
     if owner is None:
-        where = "/?" + urlencode({"store": store_id})
+        where = executions_href(store=store_id)
     else:
-        where = href(f"/executions/{quote(owner.run_id, safe='')}", step=start + 1)
+        where = href(execution_href(owner.run_id), step=start + 1)
     return ApplicationWrites(store_id, start + 1, end, owner, where)
 
 
@@ -340,7 +340,7 @@ def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding
         target = f"#span-{diagnostic.span_id}"
     trace_href = None
     if diagnostic.trace_id is not None:
-        trace_href = "/?" + urlencode({"trace": diagnostic.trace_id})
+        trace_href = executions_href(trace=diagnostic.trace_id)
     return Finding(
         diagnostic.code, diagnostic.severity, diagnostic.message,
         diagnostic.sequence, diagnostic.span_id, target, trace_href,

@@ -12,6 +12,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from starlette.templating import Jinja2Templates
 
 from studio.assets import TEMPLATES_DIR
+from studio.links import execution_href, executions_href
 
 
 def rfc3339(unix_nano: int | None) -> str:
@@ -41,6 +42,8 @@ def _environment() -> Environment:
     )
     environment.filters["rfc3339"] = rfc3339
     environment.filters["duration"] = duration
+    environment.globals["execution_href"] = execution_href
+    environment.globals["executions_href"] = executions_href
     return environment
 
 

@@ -26,6 +26,7 @@ from collector.history import History, StateUnavailableError, Step
 from collector.jsondoc import JsonValue, Missing, pointer_text
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
+from studio.links import executions_href
 
 TIMELINE_WINDOW: Final = 200
 PROVENANCE_WINDOW: Final = 50
@@ -238,9 +239,7 @@ def _timeline_row(step: Step, base: str, origin: int, selected: bool) -> Timelin
         applied=step.applied,
         foreign=step.foreign,
         selected=selected,
-        writer_runs_href=(
-            "/?" + urlencode({"trace": transition.trace_id}) if step.foreign else None
-        ),
+        writer_runs_href=executions_href(trace=transition.trace_id) if step.foreign else None,
     )
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -25,6 +25,7 @@ from collector.store import Store
 from collector.store.listing import ExecutionQuery, ExecutionRow, FacetName, InFlightRow
 from studio.api import error, inspector_of, store_of
 from studio.compare import Comparison, compare, comparison_json
+from studio.links import execution_href, executions_href
 from studio.params import BadParameter, encode_cursor, execution_query
 from studio.templating import templates
 
@@ -98,7 +99,7 @@ def executions_page(request: Request) -> Response:
     except BadParameter as exc:
         # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up).
         text = filters["where"].strip()
-        destination = _id_lookup(request, store, text) if exc.name == "where" else None
+        destination = _id_lookup(store, text) if exc.name == "where" else None
         if destination is not None:
             return _go_to(request, destination)
         view = _view(request, filters, error=filter_error(exc, filters))
@@ -313,7 +314,7 @@ def _is_partial(request: Request) -> bool:
     )
 
 
-def _id_lookup(request: Request, store: Store, text: str) -> str | None:
+def _id_lookup(store: Store, text: str) -> str | None:
     """Where a run id or a trace id typed in the filter box leads, if it names stored runs.
 
     A run in flight (its owner span not arrived) has a page too.
@@ -321,12 +322,11 @@ def _id_lookup(request: Request, store: Store, text: str) -> str | None:
     if not text or len(text) > MAX_ID_LENGTH:
         return None
     if store.execution_row(text) is not None or store.in_flight(limit=1, run_id=text):
-        # Quoted whole: a run id is telemetry, and may hold "/" or "?".
-        return f"{request.app.url_path_for('executions')}executions/{quote(text, safe='')}"
+        return execution_href(text)
     if TRACE_ID.fullmatch(text):
         trace_id = text.lower()
         if store.search(ExecutionQuery(trace_id=trace_id, limit=1)):
-            return link(request.app.url_path_for("executions"), {}, trace=trace_id)
+            return executions_href(trace=trace_id)
     return None
 
 
