@@ -35,6 +35,8 @@ TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
 # Exact-match filters that come from links (a run's correlation id, trace or store).
 LINK_FILTERS: Final = ("correlation", "trace", "store")
 FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit")
+# The filters the form carries as hidden fields (it has inputs for the others).
+HIDDEN_FILTER_KEYS: Final = (*FACETS, *LINK_FILTERS, "limit")
 RESULTS_TARGET: Final = "results"
 IN_FLIGHT_SHOWN: Final = 20
 # A trace id as OTLP tools print it; run ids are looked up as typed.
@@ -348,6 +350,7 @@ def _render_executions(
         {
             "view": view,
             "partial": partial,
+            "hidden_filter_keys": HIDDEN_FILTER_KEYS,
             "grpc_address": f"{services.config.host}:{services.config.grpc_port}",
             "keys_required": services.keys.required,
         },
