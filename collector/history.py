@@ -375,6 +375,30 @@ def timeline(history: History) -> tuple[TimelineEntry, ...]:
     return tuple(_timeline_entry(step) for step in history.steps)
 
 
+def missing_sequences(history: History) -> dict[int | None, tuple[int, int]]:
+    """The holes in a run's sequences: (first, last) missing, keyed by the step after each.
+
+    The key None holds the trailing hole, between the last step received and the
+    end the owner span declared. Contract 1 carries no sequences (its steps are
+    numbered by time), and a run in flight declares no bounds, so only the holes
+    between received producer sequences are known there.
+    """
+    holes: dict[int | None, tuple[int, int]] = {}
+    known_start = history.execution is not None
+    expected = history.start_sequence + 1
+    for step in history.steps:
+        if step.transition.sequence is None:
+            return {}
+        if step.sequence > expected and known_start:
+            holes[step.sequence] = (expected, step.sequence - 1)
+        expected = step.sequence + 1
+        known_start = True
+    end = history.end_sequence
+    if end is not None and expected <= end:
+        holes[None] = (expected, end)
+    return holes
+
+
 # --- saving and restoring (collector/snapshot.py) -------------------------------------
 
 
@@ -687,7 +711,8 @@ class _Replay:
             self.report(
                 "foreign_writer",
                 "info",
-                f"{len(carried)} transition(s) from sequence {carried[0][0]} were written by "
+                f"{_count(len(carried), 'transition')} from sequence {carried[0][0]} "
+                f"{'was' if len(carried) == 1 else 'were'} written by "
                 f"span {_span_label(first)} {where}: another execution shares this store. "
                 "They are part of this run's history and are replayed as such.",
                 sequence=carried[0][0],
@@ -802,7 +827,8 @@ class _Replay:
             self.report(
                 "patch_failed",
                 "warning",
-                f"{len(skipped_after_doubt)} patch(es) from sequence {skipped_after_doubt[0]} "
+                f"{_count(len(skipped_after_doubt), 'patch', 'patches')} from sequence "
+                f"{skipped_after_doubt[0]} "
                 "did not apply to the best-effort state that follows missing or broken "
                 "evidence; they were skipped. This follows from the earlier findings.",
                 sequence=skipped_after_doubt[0],
@@ -1042,10 +1068,14 @@ def _span_label(transition: Transition) -> str:
     return f"{name!r} ({transition.span_id})"
 
 
+def _count(count: int, noun: str, plural: str | None = None) -> str:
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def _range_text(first: int, last: int) -> str:
     if first == last:
         return f"{first}"
-    return f"{first}-{last} ({last - first + 1} transitions)"
+    return f"{first}-{last} ({last - first + 1:,} transitions)"
 
 
 # --- states: checkpoints and the working document ------------------------------------

@@ -73,15 +73,11 @@
 
   // A field name opens its provenance in place: the same panel the page renders for
   // ?path=…, fetched from /executions/{id}/provenance with the same query string.
-  document.addEventListener("click", function (event) {
-    var link = event.target.closest && event.target.closest("a[data-provenance]");
-    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  // Each opening is a history entry of its own, so Back closes the panel again.
+  function loadProvenance(search, push, fallback) {
     var root = page();
-    var panel = document.getElementById("provenance");
-    if (!root || !panel) return;
-    var url = new URL(link.href, window.location.href);
-    var partial = root.getAttribute("data-base") + "/provenance" + url.search;
-    event.preventDefault();
+    if (!root || !document.getElementById("provenance")) return false;
+    var partial = root.getAttribute("data-base") + "/provenance" + search;
     fetch(partial, { headers: { "X-Partial": "provenance" }, credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) throw new Error("provenance: HTTP " + response.status);
@@ -93,13 +89,31 @@
         var current = document.getElementById("provenance");
         if (!fresh || !current) throw new Error("provenance: no panel in the answer");
         current.replaceWith(fresh);
-        window.history.pushState({}, "", url.pathname + url.search);
-        fresh.focus({ preventScroll: true });
-        fresh.scrollIntoView({ block: "nearest", behavior: "smooth" });
+        if (push) {
+          window.history.pushState({ provenance: true }, "", window.location.pathname + search);
+          fresh.focus({ preventScroll: true });
+          fresh.scrollIntoView({ block: "nearest", behavior: "smooth" });
+        }
       })
       .catch(function () {
-        window.location.href = link.href;
+        window.location.href = fallback;
       });
+    return true;
+  }
+
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a[data-provenance]");
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    var url = new URL(link.href, window.location.href);
+    if (url.pathname !== window.location.pathname) return;
+    if (loadProvenance(url.search, true, link.href)) event.preventDefault();
+  });
+
+  // Back and Forward between entries pushed above: show the panel the URL names. Entries
+  // htmx pushed are htmx's to restore (their snapshot holds the panel as it was).
+  window.addEventListener("popstate", function (event) {
+    if (event.state && event.state.htmx) return;
+    loadProvenance(window.location.search, false, window.location.href);
   });
 
   // Keep the selected timeline row visible inside its scrolling box.

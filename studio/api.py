@@ -20,6 +20,7 @@ from collector.history import (
     History,
     StateUnavailableError,
     TimelineEntry,
+    missing_sequences,
     timeline,
 )
 from collector.jsondoc import MISSING, JsonValue, Missing
@@ -217,6 +218,10 @@ def execution_timeline(request: Request) -> Response:
             "verdict": history.verdict,
             "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
             "transitions": [timeline_json(entry) for entry in timeline(history)],
+            "missing": [
+                {"first": first, "last": last}
+                for first, last in sorted(missing_sequences(history).values())
+            ],
         }
     )
 

@@ -85,6 +85,8 @@ class Header:
     received: int
     expected: int | None
     application_writes: ApplicationWrites | None
+    # The parent's own ancestors, outermost first (the breadcrumb before the parent).
+    ancestors: tuple[ExecutionRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +181,11 @@ async def provenance_partial(request: Request) -> Response:
     if inspection is None:
         return _missing(request, run_id)
     base = request.url_for("execution", run_id=run_id).path
-    step = selection.step if selection.step is not None else inspection.history.last_sequence
-    found = await run_in_threadpool(
-        provenance_view, inspection, base, step, selection.pointer or ""
+    step = selected_sequence(inspection.history, selection.step)
+    found = (
+        None  # no field asked: the empty panel (Back to a page without one)
+        if selection.pointer is None
+        else await run_in_threadpool(provenance_view, inspection, base, step, selection.pointer)
     )
     return templates.TemplateResponse(
         request, "_execution_provenance.html", {"provenance": found}
@@ -237,7 +241,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     return ExecutionView(
         header=_header(store, inspection, waterfall),
         in_flight=inspection.execution is None,
-        timeline=build_timeline(history, base, selected),
+        timeline=build_timeline(history, base, selected, selection.step),
         step=step_detail(history, selected),
         state=state_view(
             inspection, base, selected, selection.pointer,
@@ -314,7 +318,27 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         children=tuple(store.child_executions(inspection.run_id)),
         received=len(history.steps), expected=expected,
         application_writes=_application_writes(execution, parent),
+        ancestors=_ancestors(store, parent),
     )
+
+
+# Bounds the breadcrumb's walk: Junjo nests a few levels, and corrupt links may loop.
+MAX_ANCESTORS = 16
+
+
+def _ancestors(store: Store, parent: ExecutionRow | None) -> tuple[ExecutionRow, ...]:
+    """The parent's ancestors, outermost first, stopping at a loop or MAX_ANCESTORS."""
+    found: list[ExecutionRow] = []
+    seen = {parent.run_id} if parent else set()
+    row = parent
+    while row is not None and row.parent_run_id and len(found) < MAX_ANCESTORS:
+        if row.parent_run_id in seen:
+            break
+        seen.add(row.parent_run_id)
+        row = store.execution_row(row.parent_run_id)
+        if row is not None:
+            found.append(row)
+    return tuple(reversed(found))
 
 
 def _application_writes(

@@ -65,7 +65,7 @@ class _Node:
 
 @dataclass(frozen=True, slots=True)
 class ChildBox:
-    """A RunConcurrent child drawn inside its group box."""
+    """A RunConcurrent child drawn inside its group box; `href` links a subflow to its run."""
 
     label: str
     x: int
@@ -73,6 +73,8 @@ class ChildBox:
     width: int
     height: int
     run: NodeRun
+    subflow: bool = False
+    href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,13 +326,22 @@ def _run_of(node: _Node, runs: Mapping[str, NodeRun]) -> NodeRun:
 
 
 def _children(node: _Node, nodes: Mapping[str, _Node], runs: Mapping[str, NodeRun]) -> list[
-    tuple[str, int, NodeRun]
+    tuple[str, int, NodeRun, _Node]
 ]:
     return [
-        (_cut(nodes[c].label), _text_width(_cut(nodes[c].label)), _run_of(nodes[c], runs))
+        (
+            _cut(nodes[c].label),
+            _text_width(_cut(nodes[c].label)),
+            _run_of(nodes[c], runs),
+            nodes[c],
+        )
         for c in node.children
         if c in nodes
     ]
+
+
+def _link_of(node: _Node, links: Mapping[str, str]) -> str | None:
+    return next((links[s] for s in node.structural_ids if s in links), None)
 
 
 def _size(node: _Node, nodes: Mapping[str, _Node], runs: Mapping[str, NodeRun]) -> tuple[int, int]:
@@ -338,7 +349,7 @@ def _size(node: _Node, nodes: Mapping[str, _Node], runs: Mapping[str, NodeRun]) 
     children = _children(node, nodes, runs)
     if not children:
         return own, NODE_HEIGHT
-    inner = sum(width for _, width, _ in children) + 12 * (len(children) + 1)
+    inner = sum(width for _, width, _, _ in children) + 12 * (len(children) + 1)
     return max(own, inner), NODE_HEIGHT + CHILD_HEIGHT + 10
 
 
@@ -377,14 +388,19 @@ def _box(
 ) -> NodeBox:
     children: list[ChildBox] = []
     child_x = x + 12
-    for label, child_width, run in _children(node, nodes, runs):
-        children.append(ChildBox(label, child_x, y + NODE_HEIGHT, child_width, CHILD_HEIGHT, run))
+    for label, child_width, run, child in _children(node, nodes, runs):
+        children.append(
+            ChildBox(
+                label, child_x, y + NODE_HEIGHT, child_width, CHILD_HEIGHT, run,
+                subflow=child.is_subflow, href=_link_of(child, links),
+            )
+        )
         child_x += child_width + 12
     kind = "subflow" if node.is_subflow else "concurrent" if children else "node"
     run = _run_of(node, runs)
     if kind == "concurrent" and not run.count:
         run = NodeRun(int(any(c.run.count for c in children)), any(c.run.failed for c in children))
-    href = next((links[s] for s in node.structural_ids if s in links), None)
+    href = _link_of(node, links)
     return NodeBox(
         runtime_id=node.runtime_id,
         label=_cut(node.label),

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 from urllib.parse import urlencode
 
-from collector.history import History, StateUnavailableError, Step
-from collector.jsondoc import JsonValue, Missing, pointer_text
+from collector.history import History, StateUnavailableError, Step, missing_sequences
+from collector.jsondoc import JsonValue, Missing, pointer_text, resolve
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
 from studio.links import executions_href
@@ -54,6 +54,8 @@ class TimelineRow:
     selected: bool
     # For a foreign step: the runs of the trace that wrote it (who shares the store).
     writer_runs_href: str | None
+    # Sequences just before this one that never arrived (first, last), if any.
+    missing_before: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,12 @@ class Timeline:
     earlier_href: str | None
     later_href: str | None
     last_href: str | None
+    # Sequences the run's interval declares after the last one received.
+    missing_after: tuple[int, int] | None = None
+    # How many of the declared sequences never arrived, in all.
+    missing: int = 0
+    # The asked step when it never arrived (the page shows the step before it).
+    asked_missing: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +150,34 @@ class Write:
     span_name: str
     verified: bool
     last: bool
+    # Written after the selected step: not (yet) part of the value shown.
+    later: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAtStep:
+    """The field's value in the state after the selected step.
+
+    `known` is False when that state cannot be rebuilt (`reason` says why);
+    `present` is False when the field is absent there.
+    """
+
+    known: bool
+    present: bool
+    text: str
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ProvenanceView:
-    """The provenance panel: the last writer and a window of the writes.
+    """The provenance panel, told from the selected step.
 
-    A field written at every step of a long run has thousands of writes; the
-    panel shows PROVENANCE_WINDOW of them around the selected step, with links
-    to the windows before and after (every write is in the JSON twin).
+    It answers for the state the page shows: the field's value there, the write
+    that set it (`writer_at`, None when it comes from the start state) and the
+    next one after (`next_writer`), then the run's final writer. A field written
+    at every step of a long run has thousands of writes; the panel lists
+    PROVENANCE_WINDOW of them around the selected step, with links to the
+    windows before and after (every write is in the JSON twin).
     """
 
     pointer: str
@@ -163,6 +190,14 @@ class ProvenanceView:
     first_index: int = 0
     earlier_href: str | None = None
     later_href: str | None = None
+    sequence: int = 0
+    at_start: bool = False
+    # False when no state of the run ever held the field: no write reached it
+    # and the start state lacks it.
+    exists: bool = True
+    value_at: ValueAtStep | None = None
+    writer_at: Write | None = None
+    next_writer: Write | None = None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -183,14 +218,23 @@ def href(base: str, **params: object) -> str:
 # --- timeline and the selected step ------------------------------------------------------
 
 
-def build_timeline(history: History, base: str, selected: int) -> Timeline:
-    """The window of TIMELINE_WINDOW rows around `selected`, with links to step through."""
+def build_timeline(
+    history: History, base: str, selected: int, asked: int | None = None
+) -> Timeline:
+    """The window of TIMELINE_WINDOW rows around `selected`, with links to step through.
+
+    Sequences that never arrived are marked where they belong (`missing_before`,
+    `missing_after`), so a hole in the evidence shows as a hole, not as
+    neighbouring steps that look consecutive. `asked` is the step the user asked
+    for; when it never arrived the timeline says so.
+    """
     steps = history.steps
     sequences = [step.sequence for step in steps]
     index = bisect_right(sequences, selected) - 1  # -1: the start state is selected
     first = min(max(index - TIMELINE_WINDOW // 2, 0), max(len(steps) - TIMELINE_WINDOW, 0))
     window = steps[first : first + TIMELINE_WINDOW]
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
+    holes = missing_sequences(history)
 
     def at(position: int) -> str | None:
         if position < -1 or position >= len(steps) or position == index:
@@ -199,7 +243,10 @@ def build_timeline(history: History, base: str, selected: int) -> Timeline:
         return href(base, step=sequence)
 
     return Timeline(
-        rows=tuple(_timeline_row(step, base, origin, step.sequence == selected) for step in window),
+        rows=tuple(
+            _timeline_row(step, base, origin, step.sequence == selected, holes.get(step.sequence))
+            for step in window
+        ),
         total=len(steps),
         first_index=first,
         start_sequence=history.start_sequence,
@@ -216,14 +263,27 @@ def build_timeline(history: History, base: str, selected: int) -> Timeline:
             else None
         ),
         last_href=at(len(steps) - 1),
+        missing_after=holes.get(None),
+        missing=sum(last - first + 1 for first, last in holes.values()),
+        asked_missing=asked if asked is not None and _in_hole(asked, holes) else None,
     )
+
+
+def _in_hole(sequence: int, holes: dict[int | None, tuple[int, int]]) -> bool:
+    return any(first <= sequence <= last for first, last in holes.values())
 
 
 def _first_time(steps: Sequence[Step]) -> int:
     return min((step.transition.time_unix_nano for step in steps), default=0)
 
 
-def _timeline_row(step: Step, base: str, origin: int, selected: bool) -> TimelineRow:
+def _timeline_row(
+    step: Step,
+    base: str,
+    origin: int,
+    selected: bool,
+    missing_before: tuple[int, int] | None,
+) -> TimelineRow:
     transition = step.transition
     paths = step.changed_paths
     return TimelineRow(
@@ -240,6 +300,7 @@ def _timeline_row(step: Step, base: str, origin: int, selected: bool) -> Timelin
         foreign=step.foreign,
         selected=selected,
         writer_runs_href=executions_href(trace=transition.trace_id) if step.foreign else None,
+        missing_before=missing_before,
     )
 
 
@@ -457,13 +518,17 @@ def _unescape(token: str) -> str:
 def provenance_view(
     inspection: Inspection, base: str, sequence: int, pointer: str
 ) -> ProvenanceView:
-    """Every write that reached `pointer`; a malformed pointer becomes the panel's error."""
+    """Every write that reached `pointer`, from step `sequence`'s point of view.
+
+    A malformed pointer becomes the panel's error.
+    """
+    history = inspection.history
     api = href(f"/api/executions/{inspection.run_id}/provenance", path=pointer)
     close = href(base, step=sequence)
     try:
         found = inspection.provenance(pointer)
     except ValueError as exc:
-        return ProvenanceView(pointer, str(exc), (), None, close, api)
+        return ProvenanceView(pointer, str(exc), (), None, close, api, sequence=sequence)
     entries = found.entries
     # The window is centred on the last write at or before the selected step.
     position = bisect_right([e.sequence for e in entries], sequence) - 1
@@ -471,6 +536,9 @@ def provenance_view(
         max(position - PROVENANCE_WINDOW // 2, 0), max(len(entries) - PROVENANCE_WINDOW, 0)
     )
     after = first + PROVENANCE_WINDOW
+    changes = [entry for entry in entries if entry.changed]
+    writer_at = next((e for e in reversed(changes) if e.sequence <= sequence), None)
+    next_writer = next((e for e in changes if e.sequence > sequence), None)
 
     def write(entry: ProvenanceEntry) -> Write:
         return Write(
@@ -486,8 +554,10 @@ def provenance_view(
             span_name=entry.span_name,
             verified=entry.verified,
             last=entry is found.last_writer,
+            later=entry.sequence > sequence,
         )
 
+    value_at = _value_at(history, sequence, pointer)
     return ProvenanceView(
         pointer,
         None,
@@ -510,7 +580,45 @@ def provenance_view(
             if after < len(entries)
             else None
         ),
+        sequence=sequence,
+        at_start=sequence == history.start_sequence and not _is_step(history, sequence),
+        exists=bool(entries) or _in_start_state(history, pointer) is not False,
+        value_at=value_at,
+        writer_at=write(writer_at) if writer_at else None,
+        next_writer=write(next_writer) if next_writer else None,
     )
+
+
+def _value_at(history: History, sequence: int, pointer: str) -> ValueAtStep:
+    if not history.has_states:
+        return ValueAtStep(False, False, "", "no state of this run can be rebuilt")
+    try:
+        state = history.state_at(sequence)
+    except StateUnavailableError as exc:
+        return ValueAtStep(False, False, "", str(exc))
+    value = resolve(state, pointer)
+    if isinstance(value, Missing):
+        return ValueAtStep(True, False, "")
+    if isinstance(value, dict):
+        return ValueAtStep(True, True, f"{{{len(value)} keys}}")
+    if isinstance(value, list):
+        return ValueAtStep(True, True, f"[{len(value)} items]")
+    return ValueAtStep(True, True, _leaf_text(value)[0])
+
+
+def _in_start_state(history: History, pointer: str) -> bool | None:
+    """Whether the start state holds `pointer`; None when the start state is unknown."""
+    if not history.has_states:
+        return None
+    return not isinstance(resolve(history.state_at(history.start_sequence), pointer), Missing)
+
+
+def _is_step(history: History, sequence: int) -> bool:
+    try:
+        history.step(sequence)
+    except KeyError:
+        return False
+    return True
 
 
 def _write_href(base: str, sequence: int, pointer: str) -> str:

@@ -10,7 +10,7 @@ states can be trusted, and never call a state verified that `History` does not.
 
 from __future__ import annotations
 
-from collector.history import History
+from collector.history import History, missing_sequences
 from collector.jsondoc import MISSING
 from studio.waterfall import Waterfall
 
@@ -20,7 +20,8 @@ def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
     steps = history.steps
     if history.verdict == "in_flight":
         return [
-            f"In flight: {len(steps):,} transition(s) have arrived, but the workflow span that "
+            f"In flight: {len(steps):,} {_plural(len(steps), 'transition')} "
+            f"{'has' if len(steps) == 1 else 'have'} arrived, but the workflow span that "
             "owns them has not (Junjo exports it last, when the run ends). States will be "
             "rebuilt and checked when it arrives; this page refreshes itself until then."
         ]
@@ -28,7 +29,8 @@ def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
         first = steps[0].sequence if steps else history.start_sequence
         last = steps[-1].sequence if steps else history.start_sequence
         return [
-            f"Verified: all {len(steps):,} transitions (sequences {first:,}-{last:,}) arrived, "
+            f"Verified: all {len(steps):,} {_plural(len(steps), 'transition')} "
+            f"(steps {_range(first, last)}) arrived, "
             "every patch applied, and the replayed end state equals the recorded end state. "
             "Every state shown can be trusted."
         ]
@@ -54,14 +56,17 @@ def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
 
 def _missing_sentences(history: History, waterfall: Waterfall) -> list[str]:
     sentences: list[str] = []
-    gaps = _gaps(history)
+    gaps = sorted(missing_sequences(history).values())
     missing = sum(last - first + 1 for first, last in gaps)
     if gaps:
         shown = ", ".join(_range(first, last) for first, last in gaps[:3])
-        more = f" and {len(gaps) - 3} more range(s)" if len(gaps) > 3 else ""
+        more = ""
+        if len(gaps) > 3:
+            more = f" and {len(gaps) - 3:,} more {_plural(len(gaps) - 3, 'range')}"
+        label = "step" if missing == 1 else "steps"
         sentences.append(
             f"{missing:,} of {missing + len(history.steps):,} transitions never arrived "
-            f"(steps {shown}{more}), so no state from the first gap on can be verified."
+            f"({label} {shown}{more}), so no state from the first gap on can be verified."
         )
     dropping = [row for row in waterfall.rows if row.dropped_events]
     if dropping:
@@ -79,30 +84,22 @@ def _trust_sentence(history: History) -> str:
     unverified = next((step.sequence for step in history.steps if not step.verified), None)
     start_ok = history.has_states and history.verified_at(history.start_sequence)
     if verified:
-        trusted = f"States up to step {verified[-1]:,} are verified"
+        trusted = f"States up to step {verified[-1]} are verified"
     elif start_ok:
-        trusted = f"Only the start state (step {history.start_sequence:,}) is verified"
+        trusted = f"Only the start state (step {history.start_sequence}) is verified"
     else:
         trusted = "No state can be verified"
     if unverified is None:
         return trusted + "."
     if not history.has_states:
         return f"{trusted}; later states cannot be rebuilt at all."
-    return f"{trusted}; states from step {unverified:,} on are replayed but unverified."
-
-
-def _gaps(history: History) -> list[tuple[int, int]]:
-    gaps: list[tuple[int, int]] = []
-    expected = history.start_sequence + 1
-    for step in history.steps:
-        if step.sequence > expected:
-            gaps.append((expected, step.sequence - 1))
-        expected = step.sequence + 1
-    end = history.end_sequence
-    if end is not None and expected <= end and history.execution is not None:
-        gaps.append((expected, end))
-    return gaps
+    return f"{trusted}; states from step {unverified} on are replayed but unverified."
 
 
 def _range(first: int, last: int) -> str:
-    return f"{first:,}" if first == last else f"{first:,}-{last:,}"
+    # Step numbers are the store's sequence numbers: identifiers, so no thousands separators.
+    return f"{first}" if first == last else f"{first}-{last}"
+
+
+def _plural(count: int, noun: str) -> str:
+    return noun if count == 1 else noun + "s"

@@ -23,6 +23,9 @@ from collector.junjo import (
     CANCELLED,
     CANCELLED_REASON,
     ERROR_TYPE,
+    OWNER_SPAN_TYPES,
+    RUNTIME_ID,
+    RUNTIME_ID_V1,
     SET_STATE_EVENT,
     STATUS_CODE_ERROR,
     STRUCTURAL_ID,
@@ -96,6 +99,8 @@ class WaterfallRow:
     attributes: tuple[Attribute, ...]
     in_execution: bool
     is_owner: bool
+    # The run an owner span (workflow, subflow, agent) stands for, to link to.
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,7 @@ def _row(
     elif cancelled:
         status = "cancelled"
     structural = attributes.get(STRUCTURAL_ID)
+    run_id = attributes.get(RUNTIME_ID) or attributes.get(RUNTIME_ID_V1)
     return WaterfallRow(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
@@ -248,6 +254,11 @@ def _row(
         attributes=preview_attributes(attributes),
         in_execution=in_execution,
         is_owner=is_owner,
+        run_id=(
+            run_id
+            if span.span_type in OWNER_SPAN_TYPES and isinstance(run_id, str) and run_id
+            else None
+        ),
     )
 
 

@@ -136,6 +136,12 @@ def test_browser_execution_field_opens_its_provenance_in_place(
     expect(panel).to_contain_text("Provenance of /title")
     expect(panel).to_contain_text("Last written at step")
     expect(page).to_have_url(re.compile(r"path=%2Ftitle"))
+    # Back closes the panel again, and Forward reopens it.
+    page.go_back()
+    expect(page.locator("#provenance")).to_contain_text("Select a field name")
+    expect(page).not_to_have_url(re.compile(r"path="))
+    page.go_forward()
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
     # Following a write goes to its step, with the panel still open.
     panel.locator("ol.x-writes a").first.click()
     expect(page.locator("#provenance")).to_contain_text("Provenance of /title")

@@ -6,6 +6,7 @@ text: the right facts, links, panels and status codes for each kind of run.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -120,6 +121,35 @@ def test_execution_page_field_provenance_lists_every_write(loaded: Server) -> No
     assert partial.text.lstrip().startswith("<section") and "<html" not in partial.text
 
 
+def test_execution_page_provenance_is_told_from_the_selected_step(loaded: Server) -> None:
+    run_id = _run_id(loaded, "Linear Workflow")
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    writes = [w for w in api["writes"] if w["before"] != w["after"]]
+    first, last = writes[0], writes[-1]
+    assert first["sequence"] < last["sequence"]
+
+    def panel(step: int, path: str) -> str:
+        html = _get(loaded, f"/executions/{run_id}", step=step, path=path).text
+        section = html[html.index('id="provenance"') :]
+        return _text(section[: section.index("</section>")])
+
+    assert first["sequence"] == 1  # so the step before it is the start state
+    before_any = panel(0, "/title")
+    assert f"At the start: {json.dumps(first['before'])}" in before_any
+    assert "As recorded in the start state" in before_any
+    assert f"Next written at step {first['sequence']}" in before_any
+    assert f"last at step {last['sequence']}" in before_any
+    at_first = panel(first["sequence"], "/title")
+    assert f"Last written at step {first['sequence']}" in at_first
+    assert json.dumps(first["after"]) in at_first
+    assert f"after step {first['sequence']}" in at_first  # later writes are marked
+    at_end = panel(last["sequence"], "/title")
+    assert f"Last written at step {last['sequence']}" in at_end and "Next written" not in at_end
+    nowhere = panel(last["sequence"], "/no/such/field")
+    assert "is not in this run's state at any step" in nowhere
+    assert "comes from the start state" not in nowhere
+
+
 def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> None:
     run_id = _run_id(loaded, "Large State Workflow (single)")
     started = time.perf_counter()
@@ -128,7 +158,7 @@ def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> 
     text = _text(html)
     assert "1,872 of 2,000 transitions never arrived" in text
     assert "1,872 events were dropped by the OpenTelemetry SDK's 128-events-per-span" in text
-    assert "states from step 1,873 on are replayed but unverified" in text
+    assert "states from step 1873 on are replayed but unverified" in text
     assert "The recorded end state is shown as recorded" in text
     # By default an unverified run opens on its end state exactly as recorded.
     assert "Recorded end state" in text
@@ -138,6 +168,31 @@ def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> 
     assert re.search(r'href="[^"]*step=1"[^>]*>step 1<', integrity)
     assert "unverified" in text
     assert elapsed < 5
+
+
+def test_execution_page_marks_transitions_that_never_arrived_where_they_belong(
+    loaded: Server,
+) -> None:
+    run_id = _run_id(loaded, "Large State Workflow (single)")
+    api = loaded.get_json(f"/api/executions/{run_id}/timeline")
+    assert api["missing"] == [{"first": 1, "last": 1872}]
+    received = [t["sequence"] for t in api["transitions"]]
+    assert received[0] == 1873 and len(received) == 128
+    # Asking for a step that never arrived says so, and shows the state before it.
+    html = _get(loaded, f"/executions/{run_id}", step=1).text
+    step = _text(html[html.index('id="step"') : html.index('id="provenance"')])
+    assert "Step 1 never arrived" in step and "Showing the start state" in step
+    timeline = html[html.index('id="timeline"') : html.index('id="step"')]
+    gap = re.search(r'<tr class="x-gap-row">(.*?)</tr>', timeline, re.S)
+    assert gap is not None
+    assert "1\u20131872" in gap.group(1)
+    assert "1,872 transitions never arrived" in _text(gap.group(1))
+    # The hole sits between the start row and the first step received.
+    assert timeline.index("is-start") < gap.start() < timeline.index(">1873<")
+    assert "of 128 received · 1,872 never arrived" in _text(timeline)
+    # A received step carries no such notice.
+    html = _get(loaded, f"/executions/{run_id}", step=1900).text
+    assert "never arrived, so there is nothing" not in html
 
 
 def test_execution_page_subflows_link_parent_and_children(loaded: Server) -> None:
@@ -153,6 +208,24 @@ def test_execution_page_subflows_link_parent_and_children(loaded: Server) -> Non
     assert f'<a href="/executions/{children[0]["id"]}">' in graph
     child_html = _get(loaded, f"/executions/{children[0]['id']}").text
     assert f'href="/executions/{parent_id}"' in child_html
+    # The span waterfall opens each child run from its span's row.
+    spans = html[html.index('id="spans"') :]
+    for child in children:
+        assert f'class="x-run-link" href="/executions/{child["id"]}"' in spans
+    # A grandchild's breadcrumb names every ancestor, outermost first, then itself.
+    grandchildren = [
+        (child, grand)
+        for child in children
+        for grand in loaded.get_json(f"/api/executions/{child['id']}")["children"]
+    ]
+    assert grandchildren, "d_subflow nests a subflow in a subflow"
+    child, grand = grandchildren[0]
+    crumbs = _get(loaded, f"/executions/{grand['id']}").text
+    crumbs = crumbs[crumbs.index('class="x-crumbs"') :]
+    crumbs = crumbs[: crumbs.index("</nav>")]
+    links = re.findall(r'href="/executions/([^"]+)"', crumbs)
+    assert links == [parent_id, child["id"]]
+    assert _text(crumbs).strip().endswith(f"{grand['workflow']} subflow")
 
 
 def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -> None:

@@ -26,6 +26,7 @@ from collector.history import (
     Diagnostic,
     History,
     StateUnavailableError,
+    missing_sequences,
     replay,
     timeline,
     walk,
@@ -314,6 +315,31 @@ def test_sequence_gap_at_the_start_verifies_nothing_but_is_partial() -> None:
     assert finding(history, "sequence_gap").sequence == 1
     assert not history.verified_at(1)
     assert history.verdict == "partial"
+
+
+def test_missing_sequences_are_the_holes_between_the_start_steps_and_the_end() -> None:
+    patches = [[{"op": "add", "path": f"/k{i}", "value": i}] for i in range(1, 9)]
+    execution, transitions, _ = scenario({}, patches)
+    kept = [t for t in transitions if t.sequence not in (1, 3, 5, 6, 8)]
+
+    holes = missing_sequences(replay(execution, kept))
+
+    # Keyed by the step received after each hole; None is the trailing one.
+    assert holes == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert missing_sequences(replay(execution, transitions)) == {}
+    # Without the owner span nothing bounds the start or the end: only inner holes.
+    assert missing_sequences(replay(None, kept)) == {4: (3, 3), 7: (5, 6)}
+
+
+def test_missing_sequences_are_unknown_without_producer_sequences() -> None:
+    execution, transitions, _ = basic()
+    execution = replace(
+        execution, contract_version=1, transition_start=None, transition_end=None,
+        transition_count=None,
+    )
+    timed = [t._replace(sequence=None) for i, t in enumerate(transitions) if i != 2]
+
+    assert missing_sequences(replay(execution, timed)) == {}
 
 
 def test_duplicate_sequence_with_different_patches_is_reported_and_unverified() -> None:

@@ -12,6 +12,7 @@ split over requests (g2_large_state_loop).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx
 import pytest
 from support import Server
 
@@ -106,6 +108,11 @@ def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Any
     _, review = _verified_with_one_child(server, run, "subflow", "Manual Review")
     assert server.get_json(f"/api/executions/{review['id']}")["parent"]["id"] == run["run_id"]
     assert "review: approved" in run["final_state"]["notes"]
+    # The graph draws the subflow inside its RunConcurrent group, as a link to its run.
+    html = httpx.get(f"{server.url}/executions/{run['run_id']}", timeout=30).text
+    graph = html[html.index('id="graph"') :]
+    child = re.search(r'<g class="x-gchild kind-subflow[^"]*">\s*<a href="([^"]+)">', graph)
+    assert child is not None and child.group(1) == f"/executions/{review['id']}"
 
 
 def _verified_with_one_child(
