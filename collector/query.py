@@ -579,6 +579,21 @@ def _scope_prefix(scope: Scope) -> str:
     return "ever " if scope == "ever" else ""
 
 
+def paths_of(expr: Expr) -> tuple[Path, ...]:
+    """The distinct paths a query tests, in the order they are written."""
+    found: dict[Path, None] = {}
+    pending: list[Expr] = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Compare | Presence):
+            found.setdefault(node.path)
+        elif isinstance(node, Not):
+            pending.append(node.operand)
+        else:
+            pending.extend(reversed(node.operands))
+    return tuple(found)
+
+
 def format_path(path: Path) -> str:
     """Dotted form: identifiers bare, indices as `[n]`, anything else quoted."""
     parts: list[str] = []

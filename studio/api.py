@@ -27,6 +27,7 @@ from collector.jsondoc import MISSING, JsonValue, Missing
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
+from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, Inspector
 from studio.params import BadParameter, encode_cursor, execution_query
 from studio.templating import rfc3339
@@ -125,9 +126,14 @@ def list_executions(request: Request) -> Response:
     found = store.search(query)
     page, more = found[: query.limit], len(found) > query.limit
     last = page[-1] if page else None
+    # A `where` filter adds each run's end value of the paths it tests.
+    fields = value_json(store, page, value_columns(query.where))
     return JSONResponse(
         {
-            "executions": [execution_json(r) for r in page],
+            "executions": [
+                execution_json(r) | ({"fields": fields[r.run_id]} if fields else {})
+                for r in page
+            ],
             "next": encode_cursor(last.start_unix_nano, last.run_id) if more and last else None,
         }
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import urlencode
 
@@ -25,6 +25,7 @@ from collector.store import Store
 from collector.store.listing import ExecutionQuery, ExecutionRow, FacetName, InFlightRow
 from studio.api import error, inspector_of, store_of
 from studio.compare import Comparison, compare, comparison_json
+from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
 from studio.links import execution_href, executions_href
 from studio.params import BadParameter, encode_cursor, execution_query
 from studio.templating import templates
@@ -89,6 +90,11 @@ class ExecutionsView:
     api_href: str
     error: FilterError | None
     onboarding: bool
+    # For a `where` filter: each run's end value of the paths it tests, and the
+    # link from a run to the first path's provenance; hints when nothing matched.
+    columns: tuple[ValueColumn, ...] = ()
+    cells: dict[str, tuple[Cell, ...]] = field(default_factory=dict)
+    hints: tuple[Hint, ...] = ()
 
 
 def executions_page(request: Request) -> Response:
@@ -120,6 +126,19 @@ def executions_page(request: Request) -> Response:
         ),
         older_href=_older_href(base, filters, rows) if more else None,
         newest_href=None if first_page else link(base, filters),
+    )
+    columns = value_columns(query.where)
+    hints = empty_hints(store, query.where, filters["where"].strip()) if not rows else ()
+    view = replace(
+        view,
+        columns=columns,
+        cells=value_cells(store, rows, columns),
+        hints=tuple(
+            replace(hint, href=link(base, filters, where=hint.replacement))
+            if hint.replacement
+            else hint
+            for hint in hints
+        ),
     )
     if not rows and not view.in_flight and not any(filters.values()) and first_page:
         view = _view(request, filters, onboarding=store.counts()["executions"] == 0)

@@ -301,6 +301,31 @@ def test_where_filter_checked_against_every_manifest_final_state(
     assert where(fixtures, "nonexistent exists") == set()
 
 
+def test_where_filter_answers_each_runs_end_value_of_the_paths_it_tests(
+    fixtures: Server,
+) -> None:
+    for scenario in scenarios():
+        outcome = manifest(scenario)["outcome"]
+        final = outcome.get("final_state")
+        if "run_id" not in outcome or not isinstance(final, dict):
+            continue
+        page = ok(fixtures, "/api/executions", where="nonexistent missing", limit="500")
+        (run,) = [e for e in page["executions"] if e["id"] == outcome["run_id"]]
+        assert run["fields"] == [{"path": "/nonexistent", "kind": "absent", "value": None}]
+        scalars = [k for k, v in final.items() if not isinstance(v, dict | list)][:2]
+        if not scalars:
+            continue
+        expression = " and ".join(f'"{key}" exists' for key in scalars)
+        (run,) = [
+            e for e in listed(fixtures, where=expression) if e["id"] == outcome["run_id"]
+        ]
+        assert [(f["path"], f["value"]) for f in run["fields"]] == [
+            (f"/{key}", final[key]) for key in scalars
+        ], scenario
+    # Without a filter there is nothing to answer.
+    assert all("fields" not in e for e in ok(fixtures, "/api/executions")["executions"])
+
+
 @pytest.mark.parametrize(
     ("expression", "position"),
     [

@@ -46,10 +46,14 @@ def test_browser_filter_by_field_value_then_open_a_result(
     rows = page.locator("table.executions tbody tr")
     expect(rows).to_have_count(len(studio.linear))
     expect(page.locator("#filter-error")).to_have_count(0)
+    # Each row shows the filtered field's end value; the run opens on that field's provenance.
+    expect(page.locator("table.executions td.value-col").first).to_have_text('"finished"')
     page.locator("table.executions td.workflow a").first.click()
-    expect(page).to_have_url(re.compile(r"/executions/[^/?]+$"))
-    run_id = page.url.rsplit("/", 1)[1]
+    expect(page).to_have_url(re.compile(r"/executions/[^/?]+\?path=/title#provenance$"))
+    run_id = page.url.split("/executions/", 1)[1].split("?", 1)[0]
     assert run_id in studio.linear
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
+    expect(page.locator("#provenance")).to_contain_text('"finished"')
 
 
 def test_browser_bad_filter_shows_the_caret_and_a_facet_narrows(

@@ -217,6 +217,50 @@ def test_executions_page_filter_by_field_value_lists_matching_runs(loaded: Loade
     assert 'value="title = &#34;finished&#34;"' in response.text  # the box keeps the query
 
 
+def test_executions_page_filter_shows_each_runs_value_linked_to_its_provenance(
+    loaded: Loaded,
+) -> None:
+    page = loaded.get("/", where='title = "finished" and count exists').text
+    header = page[page.index("<thead>", page.index('class="grid executions"')) :]
+    header = header[: header.index("</thead>")]
+    assert re.findall(r'<th class="value-col"[^>]*><code>([^<]+)</code>', header) == [
+        "title", "count",
+    ]
+    runs = listed_runs(page)
+    assert set(runs) == loaded.linear
+    for run_id in runs:
+        state = loaded.server.get_json(f"/api/executions/{run_id}/state")["state"]
+        row = page[page.index(f'value="{run_id}"') :]
+        row = row[: row.index("</tr>")]
+        cells = re.findall(r'<a class="field-value t-(\w+)" href="([^"]+)"[^>]*>([^<]*)</a>', row)
+        assert [(kind, html.unescape(text)) for kind, _, text in cells] == [
+            ("string", '"finished"'), ("number", str(state["count"])),
+        ]
+        assert html.unescape(cells[1][1]) == f"/executions/{run_id}?path=/count#provenance"
+        # The run's name opens the first filtered field's provenance.
+        assert f'href="/executions/{run_id}?path=/title#provenance"' in row
+
+
+def test_executions_page_empty_filter_result_says_what_may_be_wrong(loaded: Loaded) -> None:
+    misspelt = loaded.get("/", where='titel = "finished"', workflow="Linear Workflow").text
+    assert "No executions match these filters." in misspelt
+    hint = re.search(r'<p class="filter-hint">(.*?)</p>', misspelt, re.DOTALL)
+    assert hint is not None and "No run stored has a field titel." in hint.group(1)
+    suggestion = re.search(r'<a href="([^"]+)"[^>]*class="suggestion">title</a>', hint.group(1))
+    assert suggestion is not None
+    fixed_href = html.unescape(suggestion.group(1))
+    assert "workflow=Linear+Workflow" in fixed_href  # it keeps the other filters
+    fixed = httpx.get(loaded.server.url + fixed_href, timeout=30).text
+    assert set(listed_runs(fixed)) == loaded.linear
+
+    mistyped = loaded.get("/", where='count = "3"').text
+    assert listed_runs(mistyped) == []
+    assert "count holds number values in the runs stored, and the filter compares it " \
+        "with string." in html.unescape(mistyped)
+    # A filter that matches has no hints.
+    assert "filter-hint" not in loaded.get("/", where='title = "finished"').text
+
+
 def test_executions_page_filter_combines_with_facets_and_time(loaded: Loaded) -> None:
     everything = loaded.get("/", where="count exists").text
     linear_only = loaded.get("/", where="count exists", workflow="Linear Workflow").text

@@ -33,8 +33,18 @@ import pyarrow as pa
 
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
+from collector.query import Path as FieldPath
 from collector.snapshot import Snapshot
-from collector.store import keys, lineage, listing, replays, retention, span_bytes, spool_position
+from collector.store import (
+    filters,
+    keys,
+    lineage,
+    listing,
+    replays,
+    retention,
+    span_bytes,
+    spool_position,
+)
 from collector.store import spans as span_reads
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
@@ -269,6 +279,20 @@ class Store:
     ) -> dict[listing.FacetName, list[tuple[str, int]]]:
         with self._cursor() as cursor:
             return listing.facets(cursor, query, names)
+
+    def final_values(
+        self, run_ids: Sequence[str], paths: Sequence[FieldPath]
+    ) -> dict[tuple[str, str], filters.FieldValue]:
+        with self._cursor() as cursor:
+            return filters.final_values(cursor, run_ids, paths)
+
+    def field_kinds(self, path: FieldPath) -> set[str]:
+        with self._cursor() as cursor:
+            return filters.kinds_at(cursor, path)
+
+    def field_children(self, parent: FieldPath, limit: int = 500) -> list[str]:
+        with self._cursor() as cursor:
+            return filters.child_paths(cursor, parent, limit)
 
     def execution_row(self, run_id: str) -> listing.ExecutionRow | None:
         with self._cursor() as cursor:

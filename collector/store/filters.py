@@ -51,7 +51,7 @@ of any state the history passed through):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, assert_never
 
@@ -358,3 +358,56 @@ def _is_number(value: Scalar) -> bool:
 def _as_float(value: Scalar) -> float:
     assert isinstance(value, int | float) and not isinstance(value, bool)
     return float(value)
+
+
+# --- reads: the list's value columns and the hints for an empty result --------
+
+FieldValue: TypeAlias = tuple[str, float | str | bool | None]
+"""A final value from the index: its kind and its scalar (None for null and containers)."""
+
+
+def final_values(
+    conn: duckdb.DuckDBPyConnection, run_ids: Sequence[str], paths: Sequence[Path]
+) -> dict[tuple[str, str], FieldValue]:
+    """The end-state value of each path in each run, keyed by (run id, pointer).
+
+    A run whose end state lacks a path has no entry for it.
+    """
+    if not run_ids or not paths:
+        return {}
+    runs = ", ".join("?" for _ in run_ids)
+    at = " OR ".join("(v.parent_key = ? AND v.path_key = ? AND v.path = ?)" for _ in paths)
+    params: list[object] = list(run_ids)
+    for path in paths:
+        params.extend([key64(path.parent.pointer), key64(path.pointer), path.pointer])
+    rows = conn.execute(
+        f"SELECT v.run_id, v.path, v.kind, v.num, v.str, v.bool_val FROM {TABLE} v "
+        f"WHERE v.run_key IN (SELECT run_key FROM executions WHERE run_id IN ({runs})) "
+        f"AND v.is_final AND ({at})",
+        params,
+    ).fetchall()
+    found: dict[tuple[str, str], FieldValue] = {}
+    for run_id, pointer, kind, num, text, flag in rows:
+        scalar = num if kind == "number" else text if kind == "string" else flag
+        found[(run_id, pointer)] = (kind, scalar)
+    return found
+
+
+def kinds_at(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
+    """The JSON kinds `path` held in any indexed state of any run (empty: never seen)."""
+    rows = conn.execute(
+        f"SELECT DISTINCT kind FROM {TABLE} v WHERE v.parent_key = ? AND v.path_key = ? "
+        "AND v.path = ?",
+        [key64(path.parent.pointer), key64(path.pointer), path.pointer],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def child_paths(conn: duckdb.DuckDBPyConnection, parent: Path, limit: int) -> list[str]:
+    """Up to `limit` distinct pointers directly under `parent`, in any run and state."""
+    rows = conn.execute(
+        f"SELECT DISTINCT v.path FROM {TABLE} v WHERE v.parent_key = ? AND v.parent = ? "
+        "ORDER BY v.path LIMIT ?",
+        [key64(parent.pointer), parent.pointer, limit],
+    ).fetchall()
+    return [row[0] for row in rows]

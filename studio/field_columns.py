@@ -1,0 +1,187 @@
+"""What the executions list adds for a `where` filter: the values, and why nothing matched.
+
+A filter on `refund.eligible = true` answers "which runs"; the next question is
+"with what value", then "who set it". So the list shows each run's end value of
+the paths the filter tests (as Datasette shows the filtered column) and links
+each run to that field's provenance. When nothing matches, the usual cause is a
+misspelled path or a value of the wrong type, so the field index is asked
+whether the path exists at all, and what kinds of value it holds.
+
+View-model stage: reads the store through its field-index methods; no SQL here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from collector.jsondoc import pointer_parts
+from collector.query import And, Compare, Expr, Not, Or, Path, Scalar, format_path, paths_of
+from collector.store import Store
+from collector.store.filters import FieldValue
+from collector.store.listing import ExecutionRow
+
+MAX_COLUMNS: Final = 3
+VALUE_CHARS: Final = 60
+SUGGESTIONS: Final = 3
+# Sibling names read to suggest a spelling; a wider object gets no suggestion.
+SIBLINGS_READ: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ValueColumn:
+    label: str  # the path as the filter language writes it
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    text: str
+    kind: str  # a JSON kind, or "absent" when the end state lacks the path
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Why a filter may have matched nothing; `replacement` is a corrected filter text."""
+
+    message: str
+    suggestion: str | None = None
+    replacement: str | None = None
+    href: str | None = None  # the list with `replacement` as its filter (set by the view)
+
+
+def value_columns(expr: Expr | None) -> tuple[ValueColumn, ...]:
+    """One column per path the filter tests, the first MAX_COLUMNS of them."""
+    if expr is None:
+        return ()
+    return tuple(
+        ValueColumn(format_path(path), path.pointer) for path in paths_of(expr)[:MAX_COLUMNS]
+    )
+
+
+def value_cells(
+    store: Store, rows: Sequence[ExecutionRow], columns: Sequence[ValueColumn]
+) -> dict[str, tuple[Cell, ...]]:
+    """Each row's end value in each column, keyed by run id."""
+    if not columns or not rows:
+        return {}
+    paths = [Path(pointer_parts(column.pointer)) for column in columns]
+    found = store.final_values([row.run_id for row in rows], paths)
+    return {
+        row.run_id: tuple(_cell(found.get((row.run_id, c.pointer))) for c in columns)
+        for row in rows
+    }
+
+
+def value_json(
+    store: Store, rows: Sequence[ExecutionRow], columns: Sequence[ValueColumn]
+) -> dict[str, list[dict[str, object]]]:
+    """The JSON API's twin of `value_cells`: each run's end values, typed, keyed by run id.
+
+    An object or array is named by its kind only (`value` null): the state API has it whole.
+    """
+    if not columns or not rows:
+        return {}
+    paths = [Path(pointer_parts(column.pointer)) for column in columns]
+    found = store.final_values([row.run_id for row in rows], paths)
+    answer: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        fields: list[dict[str, object]] = []
+        for column in columns:
+            value = found.get((row.run_id, column.pointer))
+            kind, scalar = value if value is not None else ("absent", None)
+            if kind == "number" and isinstance(scalar, float) and _exact_integer(scalar):
+                scalar = int(scalar)
+            fields.append({"path": column.pointer, "kind": kind, "value": scalar})
+        answer[row.run_id] = fields
+    return answer
+
+
+def empty_hints(store: Store, expr: Expr | None, where_text: str) -> tuple[Hint, ...]:
+    """What may be wrong with a filter that matched nothing, one hint per suspect path."""
+    if expr is None:
+        return ()
+    hints: list[Hint] = []
+    compares = _compares(expr)
+    for path in paths_of(expr)[:MAX_COLUMNS]:
+        label = format_path(path)
+        kinds = store.field_kinds(path)
+        if not kinds:
+            hints.append(_unknown_path(store, path, label, where_text))
+            continue
+        wanted = {_kind_of(c.value) for c in compares if c.path == path and c.op != "contains"}
+        if wanted and not wanted & kinds:
+            held = " or ".join(sorted(kinds))
+            asked = " or ".join(sorted(wanted))
+            hints.append(
+                Hint(f"{label} holds {held} values in the runs stored, and the filter "
+                     f"compares it with {asked}.")
+            )
+    return tuple(hints)
+
+
+def _unknown_path(store: Store, path: Path, label: str, where_text: str) -> Hint:
+    message = f"No run stored has a field {label}."
+    parent = path.parent
+    while True:
+        siblings = store.field_children(parent, SIBLINGS_READ)
+        if siblings:
+            names = [format_path(Path(pointer_parts(p))) for p in siblings]
+            close = difflib.get_close_matches(label, names, n=SUGGESTIONS, cutoff=0.6)
+            if close:
+                best = close[0]
+                replaced = where_text.replace(label, best) if label in where_text else None
+                return Hint(message, best, replaced)
+            if parent.tokens:
+                shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+                return Hint(f"{message} Fields under {format_path(parent)}: {shown}.")
+            return Hint(message)
+        if not parent.tokens:
+            return Hint(message)
+        parent = parent.parent
+
+
+def _compares(expr: Expr) -> list[Compare]:
+    found: list[Compare] = []
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Compare):
+            found.append(node)
+        elif isinstance(node, Not):
+            pending.append(node.operand)
+        elif isinstance(node, And | Or):
+            pending.extend(node.operands)
+    return found
+
+
+def _kind_of(value: Scalar) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, int | float) else "string"
+
+
+def _cell(value: FieldValue | None) -> Cell:
+    if value is None:
+        return Cell("—", "absent")
+    kind, scalar = value
+    if kind == "object":
+        return Cell("{…}", kind)
+    if kind == "array":
+        return Cell("[…]", kind)
+    if kind == "number" and isinstance(scalar, float):
+        return Cell(str(int(scalar)) if _exact_integer(scalar) else repr(scalar), kind)
+    text = json.dumps(scalar, ensure_ascii=False)
+    if len(text) > VALUE_CHARS:
+        text = text[: VALUE_CHARS - 1] + "…"
+    return Cell(text, kind)
+
+
+def _exact_integer(number: float) -> bool:
+    return math.isfinite(number) and number.is_integer() and abs(number) < 2**53
