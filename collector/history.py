@@ -496,7 +496,7 @@ class _Replay:
     def run(self) -> History:
         execution = self.execution
         version = self._contract_version()
-        self.diagnostics += _dropped_findings(self.evidence)
+        self.diagnostics += _dropped_findings(self._own_evidence())
         if execution.store_id is None:
             return self._history((), "not_applicable", _Interval(0, 0, by_time=False))
         interval = _interval(execution, version)
@@ -545,6 +545,25 @@ class _Replay:
         return self._history(steps, verdict, interval, states=states, recorded_end=recorded_end)
 
     # selection ------------------------------------------------------------------------
+
+    def _own_evidence(self) -> list[EvidenceSpan]:
+        """The evidence whose losses can touch this run: its own spans and its store's carriers.
+
+        A span outside the owner's subtree that carried none of the store's
+        transitions belongs to another run of the trace (a sibling subflow, the
+        parent's node); what it dropped is that run's loss, not this one's.
+        Without a known subtree every span counts.
+        """
+        owners = self.owner_span_ids
+        if owners is None:
+            return list(self.evidence)
+        store_id = self.execution.store_id
+        carriers = {(t.trace_id, t.span_id) for t in self.received if t.store_id == store_id}
+        return [
+            span
+            for span in self.evidence
+            if span.span_id in owners or (span.trace_id, span.span_id) in carriers
+        ]
 
     def _contract_version(self) -> int:
         declared = self.execution.contract_version

@@ -11,7 +11,7 @@ nodes of every state the history passed through.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 
 from collector.fieldindex import (
@@ -85,39 +85,40 @@ def _walked(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
 
 
 def _written(
-    pointers: Iterable[str], shifting: Callable[[], frozenset[str]], state: JsonValue
+    pointers: Iterable[str], shifting: Callable[[], Mapping[str, int]], state: JsonValue
 ) -> Iterator[tuple[str, JsonValue | Absent]]:
     """Each node at `pointers` in the state after a step, and array elements it moved.
 
     Inserting into or removing from an array moves every later element to a
     new index: new (path, value) pairs that no op names. `shifting` gives the
-    pointers the step inserted at or removed from; it is asked only when a
-    pointer names an array slot.
+    pointers the step inserted at or removed from (with how many ops name
+    each); it is asked only when a pointer names an array slot. Each array's
+    moved elements are read once, from the lowest index any op shifted: a patch
+    that fills a list with N `add /list/i` ops would otherwise read N²/2.
     """
-    shifted: frozenset[str] | None = None
+    shifted: Mapping[str, int] | None = None
+    moved_from: dict[str, tuple[list[JsonValue], int]] = {}
     for pointer in pointers:
         parent_pointer, _, token = pointer.rpartition("/")
         parent = resolve(state, parent_pointer) if pointer else None
         if isinstance(parent, list):
             if shifted is None:
                 shifted = shifting()
-            if pointer in shifted:
-                yield from _elements_from(parent_pointer, parent, token)
+            ops = shifted.get(pointer, 0)
+            if ops:
+                # `-` appends: the last `ops` elements are new (or moved there).
+                first = len(parent) - ops if token == "-" else list_index(token) or 0
+                lowest = moved_from.get(parent_pointer, (parent, first))[1]
+                moved_from[parent_pointer] = (parent, max(min(first, lowest), 0))
                 continue
         value = resolve(state, pointer)
         yield pointer, ABSENT if isinstance(value, Missing) else value
+    for parent_pointer, (array, first) in moved_from.items():
+        for index in range(first, len(array)):
+            yield f"{parent_pointer}/{index}", array[index]
 
 
-def _shifting_in(patch_text: str) -> frozenset[str]:
+def _shifting_in(patch_text: str) -> dict[str, int]:
     """`shifting_paths` of an applied patch's text (which therefore parses)."""
     ops: list[JsonPatchOp] = json.loads(patch_text)
     return shifting_paths(ops)
-
-
-def _elements_from(
-    pointer: str, array: list[JsonValue], token: str
-) -> Iterator[tuple[str, JsonValue | Absent]]:
-    """The elements of `array` (at `pointer`) from the index `token` names to the end."""
-    first = len(array) - 1 if token == "-" else list_index(token)
-    for index in range(max(first or 0, 0), len(array)):
-        yield f"{pointer}/{index}", array[index]

@@ -92,15 +92,20 @@ def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:
 _SHIFTING_OPS: Final = frozenset({"add", "remove", "move", "copy"})
 
 
-def shifting_paths(patch: Sequence[JsonPatchOp]) -> frozenset[str]:
-    """The pointers a patch inserts at or removes from (in an array, later elements move)."""
-    pointers: set[object] = set()
+def shifting_paths(patch: Sequence[JsonPatchOp]) -> dict[str, int]:
+    """The pointers a patch inserts at or removes from, each with how many ops name it.
+
+    In an array, later elements move. The count matters for `/list/-`: two
+    appends in one patch name the same pointer and add two elements.
+    """
+    counts: dict[str, int] = {}
     for op in patch:
         if op.get("op") in _SHIFTING_OPS:
-            pointers.add(op.get("path"))
-            if op.get("op") == "move":
-                pointers.add(op.get("from"))
-    return frozenset(p for p in pointers if isinstance(p, str))
+            targets = [op.get("path"), op.get("from") if op.get("op") == "move" else None]
+            for pointer in targets:
+                if isinstance(pointer, str):
+                    counts[pointer] = counts.get(pointer, 0) + 1
+    return counts
 
 
 # --- parsing payloads ------------------------------------------------------------------

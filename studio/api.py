@@ -82,6 +82,7 @@ def execution_json(row: ExecutionRow) -> dict[str, Any]:
             if row.correlation_id is not None
             else None
         ),
+        "index_truncated": row.index_truncated,
     }
 
 

@@ -87,6 +87,8 @@ class Header:
     application_writes: ApplicationWrites | None
     # The parent's own ancestors, outermost first (the breadcrumb before the parent).
     ancestors: tuple[ExecutionRow, ...] = ()
+    # The field index holds only part of this run's states (filters may miss it).
+    index_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +321,7 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         received=len(history.steps), expected=expected,
         application_writes=_application_writes(execution, parent),
         ancestors=_ancestors(store, parent),
+        index_truncated=row.index_truncated,
     )
 
 

@@ -50,6 +50,8 @@ class NodeRun:
 
     count: int = 0
     failed: bool = False
+    # Stopped before it finished (a RunConcurrent sibling failed, or the run was cancelled).
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,11 @@ def node_runs(rows: Sequence[WaterfallRow]) -> dict[str, NodeRun]:
         if _nested_owner_between(row, owner.span_id, by_id):
             continue
         seen = runs.get(row.structural_id, NodeRun())
-        runs[row.structural_id] = NodeRun(seen.count + 1, seen.failed or row.status == "error")
+        runs[row.structural_id] = NodeRun(
+            seen.count + 1,
+            seen.failed or row.status == "error",
+            seen.cancelled or row.status == "cancelled",
+        )
     return runs
 
 
@@ -322,7 +328,9 @@ def _text_width(label: str) -> int:
 
 def _run_of(node: _Node, runs: Mapping[str, NodeRun]) -> NodeRun:
     found = [runs[s] for s in node.structural_ids if s in runs]
-    return NodeRun(sum(r.count for r in found), any(r.failed for r in found))
+    return NodeRun(
+        sum(r.count for r in found), any(r.failed for r in found), any(r.cancelled for r in found)
+    )
 
 
 def _children(node: _Node, nodes: Mapping[str, _Node], runs: Mapping[str, NodeRun]) -> list[
@@ -399,7 +407,11 @@ def _box(
     kind = "subflow" if node.is_subflow else "concurrent" if children else "node"
     run = _run_of(node, runs)
     if kind == "concurrent" and not run.count:
-        run = NodeRun(int(any(c.run.count for c in children)), any(c.run.failed for c in children))
+        run = NodeRun(
+            int(any(c.run.count for c in children)),
+            any(c.run.failed for c in children),
+            any(c.run.cancelled for c in children),
+        )
     href = _link_of(node, links)
     return NodeBox(
         runtime_id=node.runtime_id,

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.templating import Jinja2Templates
 
+from collector.fieldindex import MAX_ROWS
 from studio.assets import TEMPLATES_DIR
 from studio.links import execution_href, executions_href
 
@@ -44,6 +45,8 @@ def _environment() -> Environment:
     environment.filters["duration"] = duration
     environment.globals["execution_href"] = execution_href
     environment.globals["executions_href"] = executions_href
+    # The field index's per-run row cap, which the list names when it cuts a run off.
+    environment.globals["max_index_rows"] = MAX_ROWS
     return environment
 
 

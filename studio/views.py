@@ -95,6 +95,8 @@ class ExecutionsView:
     columns: tuple[ValueColumn, ...] = ()
     cells: dict[str, tuple[Cell, ...]] = field(default_factory=dict)
     hints: tuple[Hint, ...] = ()
+    # Runs in scope whose field index is truncated: the `where` answer may be wrong for them.
+    partly_indexed: int = 0
 
 
 def executions_page(request: Request) -> Response:
@@ -139,6 +141,7 @@ def executions_page(request: Request) -> Response:
             else hint
             for hint in hints
         ),
+        partly_indexed=store.partly_indexed(query) if query.where is not None else 0,
     )
     if not rows and not view.in_flight and not any(filters.values()) and first_page:
         view = _view(request, filters, onboarding=store.counts()["executions"] == 0)

@@ -31,7 +31,7 @@ from studio.inspect import Inspection
 from studio.timeline_view import PROVENANCE_WINDOW, provenance_view
 from studio.waterfall import build_waterfall
 
-SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception")
+SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +237,22 @@ def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -
     assert "<summary>Stack trace</summary>" in html and "Traceback" in html
     graph = html[html.index('id="graph"') : html.index('id="spans"')]
     assert "is-failed" in graph and "2 of 3 nodes ran" in _text(graph)
+
+
+def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_child(
+    loaded: Server,
+) -> None:
+    rows = loaded.get_json("/api/executions?limit=100")["executions"]
+    (run,) = [r for r in rows if r["error"] and "fast branch failed" in r["error"]]
+    html = _get(loaded, f"/executions/{run['id']}").text
+    graph = html[html.index('id="graph"') : html.index('id="spans"')]
+    children = re.findall(r'<g class="x-gchild([^"]*)">\s*<title>([^<]*)</title>', graph)
+    states = {title.split(":")[0]: classes for classes, title in children}
+    assert len(states) == 2, children
+    failed = [name for name, classes in states.items() if "is-failed" in classes]
+    cancelled = [name for name, classes in states.items() if "is-cancelled" in classes]
+    assert len(failed) == len(cancelled) == 1 and failed != cancelled
+    assert any(title.endswith("ran, cancelled") for _, title in children)
 
 
 def test_execution_page_span_details_page(loaded: Server) -> None:

@@ -539,6 +539,30 @@ def test_otlp_data_dropped_names_the_span_and_the_event_limit() -> None:
     assert "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in attributes.message
 
 
+def test_otlp_data_dropped_by_another_runs_span_is_that_runs_loss() -> None:
+    # basic()'s transitions are carried by NODE_SPAN, outside the subtree given here.
+    execution, transitions, _ = basic()
+    sibling, elsewhere = "3333333333333333", "4444444444444444"
+    spans = [
+        EvidenceSpan(TRACE, OWNER_SPAN, "Demo Workflow", "workflow", 0, 0, 0),
+        EvidenceSpan(TRACE, NODE_SPAN, "Carrier", "node", 0, 7, 0),
+        EvidenceSpan(TRACE, sibling, "Sibling subflow", "subflow", 0, 9, 0),
+        EvidenceSpan(TRACE, elsewhere, "Own child", "node", 2, 0, 0),
+    ]
+
+    history = replay(
+        execution, transitions, evidence_spans=spans, owner_span_ids={OWNER_SPAN, elsewhere}
+    )
+
+    dropped = {d.span_id for d in history.diagnostics if d.code == "otlp_data_dropped"}
+    # Its own subtree's loss and its store's carrier count; a sibling's does not.
+    assert dropped == {NODE_SPAN, elsewhere}
+    unbounded = replay(execution, transitions, evidence_spans=spans)
+    assert {d.span_id for d in unbounded.diagnostics if d.code == "otlp_data_dropped"} == {
+        NODE_SPAN, sibling, elsewhere,
+    }
+
+
 def test_invalid_json_payload_in_a_cut_patch() -> None:
     execution, transitions, _ = basic()
     transitions[1] = transitions[1]._replace(patch_json=transitions[1].patch_json[:20])

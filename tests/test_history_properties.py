@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import jsonpatch
+from history_records import scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.fieldindex import ABSENT, index_rows
+from collector.fieldindex import ABSENT, Nodes, index_rows
 from collector.history import replay
 from collector.indexing import TouchedValues, field_index
 from collector.jsondoc import MISSING, json_equal, resolve
@@ -152,3 +153,47 @@ def test_field_index_property_holds_every_node_of_every_state(documents: list[An
     assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows} == every_state
     final = nodes(states[-1])
     assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows if r.is_final} == final
+
+
+def test_field_index_counts_every_append_when_one_patch_appends_twice() -> None:
+    # RFC 6902 `-` appends: both name `/items/-`, and both elements are new.
+    execution_, transitions, _ = scenario(
+        {"items": []},
+        [
+            [{"op": "add", "path": "/items/-", "value": "y"},
+             {"op": "add", "path": "/items/-", "value": "z"}],
+            [{"op": "replace", "path": "/items", "value": ["q"]}],
+        ],
+    )
+    walked = field_index(replay(execution_, transitions), "run")
+    touched = TouchedValues()
+    watched = field_index(replay(execution_, transitions, on_applied=touched), "run",
+                          touched.nodes)
+    for index in (walked, watched):
+        ever = {(r.path, r.text) for r in index.rows}
+        assert {("/items/0", "y"), ("/items/1", "z"), ("/items/0", "q")} <= ever
+
+
+class _CountingNodes(Nodes):
+    __slots__ = ("added",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = 0
+
+    def add(self, pointer: str, value: Any) -> None:
+        self.added += 1
+        super().add(pointer, value)
+
+
+def test_field_index_reads_each_moved_element_once_per_patch() -> None:
+    # Junjo fills an empty list with one `add /list/i` op per element; each op
+    # shifts the elements after it, and reading them per op was N²/2 reads.
+    size = 2_000
+    ops = [{"op": "add", "path": f"/nums/{i}", "value": i} for i in range(size)]
+    touched = TouchedValues()
+    counting = _CountingNodes()
+    touched.nodes = counting
+    touched(ops, {"nums": list(range(size))})
+    assert counting.added == size
+    assert {key[0] for key in counting.keys} >= {f"/nums/{i}" for i in range(size)}

@@ -33,6 +33,7 @@ from support import (
 )
 
 from collector import junjo
+from collector.fieldindex import MAX_ROWS
 from studio.security import CONTENT_SECURITY_POLICY
 
 HOSTILE = '</script><img src=x onerror=alert(1)><b>"x"</b>'
@@ -578,3 +579,46 @@ def test_a_hostile_run_id_typed_as_a_filter_stays_on_this_site(
     assert "set-cookie" not in reply.headers
     if "/" not in run_id:  # the router decodes %2F: such an id has no page (Junjo's never do)
         assert httpx.get(server.url + location, timeout=30).status_code == 200
+
+
+def _with_a_huge_list(requests: list[ExportTraceServiceRequest], size: int) -> None:
+    """Add a list of `size` numbers to the run's start and end states (no patch touches it)."""
+    for span in spans_of(requests):
+        for item in span.attributes:
+            if item.key in (junjo.WORKFLOW_STATE_START, junjo.WORKFLOW_STATE_END):
+                state = json.loads(item.value.string_value)
+                state["big"] = list(range(size))
+                item.value.string_value = json.dumps(state)
+
+
+def test_a_run_too_large_to_index_whole_is_flagged_where_filters_cannot_be_trusted(
+    make_server: Any,
+) -> None:
+    server = make_server()
+    huge = variant("huge")
+    _with_a_huge_list(huge, MAX_ROWS + 10)
+    send(server, huge)
+    send(server, variant("small"))
+    server.wait_replayed()
+    huge_id, small_id = run_id_of(huge), run_id_of(variant("small"))
+
+    listed = {e["id"]: e for e in server.get_json("/api/executions")["executions"]}
+    assert listed[huge_id]["index_truncated"] and not listed[small_id]["index_truncated"]
+    # The end state's tail is beyond the cap, so a filter on it cannot see it...
+    page = httpx.get(server.url + "/", params={"where": f"big[{MAX_ROWS + 9}] exists"}).text
+    assert listed_runs(page) == []
+    # ...and the list says which runs it cannot answer for, and marks them.
+    notice = re.search(r'<p class="index-notice"[^>]*>(.*?)</p>', page, re.DOTALL)
+    assert notice is not None
+    said = " ".join(notice.group(1).split())
+    assert "1 run in scope has a state too large to index whole" in said
+    everything = httpx.get(server.url + "/", params={"where": "title exists"}).text
+    row = everything[everything.index(f'value="{huge_id}"') :]
+    assert "partly indexed" in row[: row.index("</tr>")]
+    other = everything[everything.index(f'value="{small_id}"') :]
+    assert "partly indexed" not in other[: other.index("</tr>")]
+    # No field filter, no notice: nothing is being answered from the index.
+    assert "index-notice" not in httpx.get(server.url + "/").text
+    # The run's page says its filters see only part of it.
+    assert "see part of this run" in httpx.get(f"{server.url}/executions/{huge_id}").text
+    assert "see part of this run" not in httpx.get(f"{server.url}/executions/{small_id}").text

@@ -280,6 +280,10 @@ class Store:
         with self._cursor() as cursor:
             return listing.facets(cursor, query, names)
 
+    def partly_indexed(self, query: listing.ExecutionQuery) -> int:
+        with self._cursor() as cursor:
+            return listing.partly_indexed(cursor, query)
+
     def final_values(
         self, run_ids: Sequence[str], paths: Sequence[FieldPath]
     ) -> dict[tuple[str, str], filters.FieldValue]:

@@ -71,6 +71,9 @@ class ExecutionRow:
     warning_count: int | None
     correlation_type: str | None
     correlation_id: str | None
+    # The field index holds only part of this run's states (fieldindex.MAX_ROWS):
+    # field filters may wrongly match it or miss it.
+    index_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,7 @@ _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
     e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
     e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count,
-    e.correlation_type, e.correlation_id
+    e.correlation_type, e.correlation_id, coalesce(r.index_truncated, false)
 """
 
 
@@ -317,6 +320,20 @@ def facets(
         name: sorted(counts, key=lambda item: (-item[1], item[0]))[:limit]
         for name, counts in found.items()
     }
+
+
+def partly_indexed(cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery) -> int:
+    """How many runs the query's other filters select whose field index is truncated.
+
+    A `where` filter cannot be trusted for them either way; the list says so.
+    """
+    conditions, params = _conditions(query, field_filter=False)
+    found = cursor.execute(
+        "SELECT count(*) FROM executions e JOIN execution_replays r ON r.run_key = e.run_key "
+        + _where([*conditions, "r.index_truncated"]),
+        params,
+    ).fetchone()
+    return int(found[0]) if found else 0
 
 
 def row(cursor: duckdb.DuckDBPyConnection, run_id: str) -> ExecutionRow | None:
