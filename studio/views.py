@@ -97,6 +97,8 @@ class ExecutionsView:
     hints: tuple[Hint, ...] = ()
     # Runs in scope whose field index is truncated: the `where` answer may be wrong for them.
     partly_indexed: int = 0
+    # How many runs match in all (every page), when known.
+    total: int | None = None
 
 
 def executions_page(request: Request) -> Response:
@@ -117,15 +119,13 @@ def executions_page(request: Request) -> Response:
     found = store.search(query)
     rows, more = tuple(found[: query.limit]), len(found) > query.limit
     first_page = query.after is None
+    facet_counts = store.facets(query, FACETS)
     view = _view(
         request,
         filters,
         rows=rows,
         in_flight=tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else (),
-        facets=tuple(
-            facet(name, counts, filters, base)
-            for name, counts in store.facets(query, FACETS).items()
-        ),
+        facets=tuple(facet(name, counts, filters, base) for name, counts in facet_counts.items()),
         older_href=_older_href(base, filters, rows) if more else None,
         newest_href=None if first_page else link(base, filters),
     )
@@ -133,6 +133,8 @@ def executions_page(request: Request) -> Response:
     hints = empty_hints(store, query.where, filters["where"].strip()) if not rows else ()
     view = replace(
         view,
+        # Every run has exactly one kind, so the kind facet's counts add up to the total.
+        total=sum(count for _, count in facet_counts["kind"]),
         columns=columns,
         cells=value_cells(store, rows, columns),
         hints=tuple(
@@ -166,7 +168,7 @@ def compare_page(request: Request) -> Response:
         return templates.TemplateResponse(
             request,
             "compare.html",
-            {**context, "error": f"no execution with id {missing!r}"},
+            {**context, "error": missing},
             status_code=404,
         )
     return templates.TemplateResponse(
@@ -181,7 +183,7 @@ def compare_json(request: Request) -> Response:
         return error(400, "give two run ids as ?a=RUN&b=RUN", parameter="a" if not a else "b")
     comparison, missing = load_comparison(request, a, b)
     if comparison is None:
-        return error(404, f"no execution with id {missing!r}")
+        return error(404, missing)
     return JSONResponse(comparison_json(comparison))
 
 
@@ -202,14 +204,13 @@ def compare_ids(request: Request) -> tuple[str, str]:
 
 
 def load_comparison(request: Request, a: str, b: str) -> tuple[Comparison | None, str]:
-    """The comparison, or None and the id that is unknown."""
+    """The comparison, or None and what is unknown (both ids when neither exists)."""
     inspector = inspector_of(request)
     first = inspector.inspect(a)
-    if first is None:
-        return None, a
-    second = inspector.inspect(b)
-    if second is None:
-        return None, b
+    second = inspector.inspect(b) if b != a else first
+    unknown = [repr(run) for run, found in ((a, first), (b, second)) if found is None]
+    if first is None or second is None:
+        return None, f"no execution with id {' or '.join(dict.fromkeys(unknown))}"
     return compare(first, second), ""
 
 

@@ -147,3 +147,23 @@ def test_browser_pages_work_without_javascript(
         assert "Outcomes" in plain.content()
     finally:
         context.close()
+
+
+def test_browser_pages_fit_a_phone_screen(studio: Loaded, page: Page) -> None:
+    # At 400 px nothing may widen the page: wide tables scroll inside their cards,
+    # and the list's results come before its facets.
+    page.set_viewport_size({"width": 400, "height": 900})
+    run_id = manifest("g_large_state")["outcome"].get("run_id") or next(iter(studio.linear))
+    for path in ("/", "/?where=count%20exists", f"/executions/{run_id}?step=1", "/compare"):
+        page.goto(studio.server.url + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        wide = page.evaluate(  # named in the failure: what sticks out
+            "[...document.querySelectorAll('body *')]"
+            ".filter(e => e.getBoundingClientRect().right > 401).slice(0, 5)"
+            ".map(e => `${e.tagName}.${e.className} ${e.getBoundingClientRect().right}`)"
+        )
+        assert width <= 400, (path, width, wide)
+    page.goto(studio.server.url + "/")
+    results = page.locator("section.listing").bounding_box()
+    facets = page.locator("aside.facets").bounding_box()
+    assert results is not None and facets is not None and results["y"] < facets["y"]

@@ -337,6 +337,13 @@ def test_executions_page_older_links_walk_every_run_once_keeping_filters(
     while href is not None:
         page = httpx.get(loaded.server.url + href, timeout=30).text
         seen.extend(listed_runs(page))
+        # Each page says how many match in all, and how many it shows.
+        count = re.search(r'<span class="count-text">([^<]*)</span>', page)
+        assert count is not None
+        shown = len(listed_runs(page))
+        which = "newest" if pages == 0 else "older"
+        said = count.group(1).strip()
+        assert said == f"{len(expected)} executions match · showing {shown} {which}"
         href = older_href(page)
         pages += 1
         if href is not None:
@@ -456,6 +463,10 @@ def test_compare_page_and_json_reject_missing_or_unknown_runs(loaded: Loaded) ->
     assert loaded.get("/compare", a=original, b="nope").status_code == 404
     assert loaded.get("/api/compare", a=original).json()["parameter"] == "b"
     assert loaded.get("/api/compare", a="nope", b=original).status_code == 404
+    both = loaded.get("/api/compare", a="nope", b="nada")
+    assert both.status_code == 404 and "'nope' or 'nada'" in both.json()["error"]
+    itself = loaded.get("/compare", a=original, b=original)
+    assert itself.status_code == 200 and "Both sides are the same run" in itself.text
 
 
 # --- safety --------------------------------------------------------------------------
