@@ -54,7 +54,7 @@ from studio.timeline_view import (
     step_detail,
 )
 from studio.verdict_text import verdict_sentences
-from studio.waterfall import Waterfall, attribute_text, build_waterfall
+from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
 
 POLL_SECONDS: Final = 2
 
@@ -243,7 +243,9 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     return ExecutionView(
         header=_header(store, inspection, waterfall),
         in_flight=inspection.execution is None,
-        timeline=build_timeline(history, base, selected, selection.step),
+        timeline=build_timeline(
+            history, base, selected, selection.step, owning_runs(waterfall)
+        ),
         step=step_detail(history, selected),
         state=state_view(
             inspection, base, selected, selection.pointer,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 from urllib.parse import urlencode
@@ -26,7 +26,7 @@ from collector.history import History, StateUnavailableError, Step, missing_sequ
 from collector.jsondoc import JsonValue, Missing, pointer_text, resolve
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
-from studio.links import executions_href
+from studio.links import execution_href, executions_href
 
 TIMELINE_WINDOW: Final = 200
 PROVENANCE_WINDOW: Final = 50
@@ -52,10 +52,12 @@ class TimelineRow:
     applied: bool
     foreign: bool
     selected: bool
-    # For a foreign step: the runs of the trace that wrote it (who shares the store).
+    # For a foreign step: the run that wrote it when its span is in this trace,
+    # else the runs of the trace that wrote it (who shares the store).
     writer_runs_href: str | None
     # Sequences just before this one that never arrived (first, last), if any.
     missing_before: tuple[int, int] | None = None
+    writer_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +221,20 @@ def href(base: str, **params: object) -> str:
 
 
 def build_timeline(
-    history: History, base: str, selected: int, asked: int | None = None
+    history: History,
+    base: str,
+    selected: int,
+    asked: int | None = None,
+    span_runs: Mapping[str, str] | None = None,
 ) -> Timeline:
     """The window of TIMELINE_WINDOW rows around `selected`, with links to step through.
 
     Sequences that never arrived are marked where they belong (`missing_before`,
     `missing_after`), so a hole in the evidence shows as a hole, not as
     neighbouring steps that look consecutive. `asked` is the step the user asked
-    for; when it never arrived the timeline says so.
+    for; when it never arrived the timeline says so. `span_runs` maps the spans of
+    this run's trace to the run that owns each (`waterfall.owning_runs`), so a
+    foreign step links to the run that wrote it.
     """
     steps = history.steps
     sequences = [step.sequence for step in steps]
@@ -235,6 +243,14 @@ def build_timeline(
     window = steps[first : first + TIMELINE_WINDOW]
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
     holes = missing_sequences(history)
+    trace_id = history.execution.trace_id if history.execution else None
+    writers = span_runs or {}
+
+    def writer(step: Step) -> str | None:
+        transition = step.transition
+        if not step.foreign or transition.trace_id != trace_id:
+            return None
+        return writers.get(transition.span_id)
 
     def at(position: int) -> str | None:
         if position < -1 or position >= len(steps) or position == index:
@@ -244,7 +260,10 @@ def build_timeline(
 
     return Timeline(
         rows=tuple(
-            _timeline_row(step, base, origin, step.sequence == selected, holes.get(step.sequence))
+            _timeline_row(
+                step, base, origin, step.sequence == selected, holes.get(step.sequence),
+                writer(step),
+            )
             for step in window
         ),
         total=len(steps),
@@ -283,6 +302,7 @@ def _timeline_row(
     origin: int,
     selected: bool,
     missing_before: tuple[int, int] | None,
+    writer_run_id: str | None,
 ) -> TimelineRow:
     transition = step.transition
     paths = step.changed_paths
@@ -299,8 +319,14 @@ def _timeline_row(
         applied=step.applied,
         foreign=step.foreign,
         selected=selected,
-        writer_runs_href=executions_href(trace=transition.trace_id) if step.foreign else None,
+        writer_runs_href=(
+            (execution_href(writer_run_id) if writer_run_id else
+             executions_href(trace=transition.trace_id))
+            if step.foreign
+            else None
+        ),
         missing_before=missing_before,
+        writer_run_id=writer_run_id,
     )
 
 

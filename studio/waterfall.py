@@ -147,6 +147,25 @@ def build_waterfall(spans: Sequence[SpanRow], owner_span_id: str | None) -> Wate
     return Waterfall(rows, start, end - start, ticks)
 
 
+def owning_runs(waterfall: Waterfall) -> dict[str, str]:
+    """Each span's run: the run id of the nearest owner span at or above it in the trace.
+
+    Spans outside any owner (an HTTP handler around a workflow) have no entry.
+    """
+    by_id = {row.span_id: row for row in waterfall.rows}
+    owners: dict[str, str] = {}
+    for row in waterfall.rows:
+        seen: set[str] = set()
+        current: WaterfallRow | None = row
+        while current is not None and current.span_id not in seen:
+            if current.run_id is not None:
+                owners[row.span_id] = current.run_id
+                break
+            seen.add(current.span_id)
+            current = by_id.get(current.parent_span_id)
+    return owners
+
+
 def attribute_text(value: AttributeValue) -> str:
     """An attribute value as people read it: strings as-is, anything else as JSON."""
     if isinstance(value, str):

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from history_records import scenario
+from history_records import NODE_SPAN, OWNER_SPAN, TRACE, scenario
+from opentelemetry.proto.trace.v1 import trace_pb2
 from support import (
     Server,
     export_raw,
@@ -24,12 +25,13 @@ from support import (
     send_scenario,
 )
 
+from collector import junjo
 from collector.history import replay
 from collector.store.spans import SpanRow
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
-from studio.timeline_view import PROVENANCE_WINDOW, provenance_view
-from studio.waterfall import build_waterfall
+from studio.timeline_view import PROVENANCE_WINDOW, build_timeline, provenance_view
+from studio.waterfall import build_waterfall, owning_runs
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
 
@@ -313,6 +315,36 @@ def test_waterfall_orders_spans_as_a_tree_with_bars_to_scale() -> None:
     assert [(r.x, r.width) for r in rows[:3]] == [(0, 1000), (0, 250), (500, 500)]
     assert [r.in_execution for r in rows] == [True, True, True, False]
     assert node_runs(rows) == {}
+
+
+def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
+    def span(span_id: str, parent: str, span_type: str, run_id: str | None = None) -> SpanRow:
+        proto = trace_pb2.Span(name=span_id)
+        if run_id:
+            proto.attributes.add(key=junjo.RUNTIME_ID).value.string_value = run_id
+        return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
+                       span_type, proto.SerializeToString())
+
+    # A workflow whose node ran a sibling workflow on the same store: the sibling's
+    # node carried the writes, outside the first run's own spans.
+    waterfall = build_waterfall(
+        [span(OWNER_SPAN, "", "workflow", "RunA"), span("aaaaaaaaaaaaaaaa", OWNER_SPAN, "node"),
+         span("bbbbbbbbbbbbbbbb", "aaaaaaaaaaaaaaaa", "workflow", "RunB"),
+         span(NODE_SPAN, "bbbbbbbbbbbbbbbb", "node")],
+        owner_span_id=OWNER_SPAN,
+    )
+    runs = owning_runs(waterfall)
+    assert runs == {OWNER_SPAN: "RunA", "aaaaaaaaaaaaaaaa": "RunA",
+                    "bbbbbbbbbbbbbbbb": "RunB", NODE_SPAN: "RunB"}
+    execution, transitions, _ = scenario({}, [[{"op": "add", "path": "/a", "value": 1}]])
+    history = replay(execution, transitions, owner_span_ids={OWNER_SPAN, "aaaaaaaaaaaaaaaa"})
+    assert all(step.foreign for step in history.steps)
+
+    (row,) = build_timeline(history, "/executions/RunA", 1, span_runs=runs).rows
+    assert (row.writer_run_id, row.writer_runs_href) == ("RunB", "/executions/RunB")
+    # Without the trace's spans the link falls back to the writer's trace.
+    (row,) = build_timeline(history, "/executions/RunA", 1).rows
+    assert row.writer_run_id is None and row.writer_runs_href == f"/?trace={TRACE}"
 
 
 def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None:

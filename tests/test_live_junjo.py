@@ -111,7 +111,9 @@ def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Any
     # The graph draws the subflow inside its RunConcurrent group, as a link to its run.
     html = httpx.get(f"{server.url}/executions/{run['run_id']}", timeout=30).text
     graph = html[html.index('id="graph"') :]
-    child = re.search(r'<g class="x-gchild kind-subflow[^"]*">\s*<a href="([^"]+)">', graph)
+    child = re.search(
+        r'<g class="x-gchild kind-subflow[^"]*">\s*<title>[^<]*</title>\s*<a href="([^"]+)">', graph
+    )
     assert child is not None and child.group(1) == f"/executions/{review['id']}"
 
 
