@@ -43,6 +43,8 @@ IN_FLIGHT_SHOWN: Final = 20
 # A trace id as OTLP tools print it; run ids are looked up as typed.
 TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}")
 MAX_ID_LENGTH: Final = 256
+# A shorter start of a run id is too likely to name several runs, or a word.
+MIN_ID_PREFIX: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +344,8 @@ def _is_partial(request: Request) -> bool:
 def _id_lookup(store: Store, text: str) -> str | None:
     """Where a run id or a trace id typed in the filter box leads, if it names stored runs.
 
-    A run in flight (its owner span not arrived) has a page too.
+    A run in flight (its owner span not arrived) has a page too. The first
+    MIN_ID_PREFIX or more characters of one stored run's id lead to it as well.
     """
     if not text or len(text) > MAX_ID_LENGTH:
         return None
@@ -352,6 +355,11 @@ def _id_lookup(store: Store, text: str) -> str | None:
         trace_id = text.lower()
         if store.search(ExecutionQuery(trace_id=trace_id, limit=1)):
             return executions_href(trace=trace_id)
+    if len(text) >= MIN_ID_PREFIX:
+        # The start of a run id (as the list shows it cut short): only if it names one run.
+        found = store.run_ids_starting(text, limit=2)
+        if len(found) == 1:
+            return execution_href(found[0])
     return None
 
 

@@ -559,6 +559,18 @@ def test_a_run_or_trace_id_typed_as_a_filter_goes_to_it(loaded: Loaded) -> None:
     assert swapped.headers["hx-redirect"] == to_run.headers["location"]
     in_flight = loaded.get("/", where=loaded.in_flight)
     assert in_flight.headers["location"] == f"/executions/{loaded.in_flight}"
+    # The list cuts ids short with CSS only: selecting one copies all of it...
+    assert f'<code class="id id-cut id-8" title="{run["id"]}">{run["id"]}</code>' in (
+        loaded.get("/").text
+    )
+    # ...and the start of one run's id opens that run; too short, it is
+    # still a bad filter.
+    others = [e["id"] for e in loaded.executions() if e["id"] != run["id"]]
+    prefix = next(
+        run["id"][:n] for n in range(8, 22) if not any(o.startswith(run["id"][:n]) for o in others)
+    )
+    assert loaded.get("/", where=prefix).headers["location"] == f"/executions/{run['id']}"
+    assert loaded.get("/", where=run["id"][:5]).status_code == 400
     # An id nothing has is still a bad filter, with its caret.
     unknown = loaded.get("/", where="0" * 32)
     assert unknown.status_code == 400 and 'class="caret"' in unknown.text

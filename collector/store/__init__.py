@@ -280,6 +280,10 @@ class Store:
         with self._cursor() as cursor:
             return listing.facets(cursor, query, names)
 
+    def run_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
+        with self._cursor() as cursor:
+            return listing.run_ids_starting(cursor, prefix, limit)
+
     def partly_indexed(self, query: listing.ExecutionQuery) -> int:
         with self._cursor() as cursor:
             return listing.partly_indexed(cursor, query)

@@ -322,6 +322,17 @@ def facets(
     }
 
 
+def run_ids_starting(
+    cursor: duckdb.DuckDBPyConnection, prefix: str, limit: int
+) -> list[str]:
+    """Up to `limit` stored run ids that begin with `prefix` (an id cut short in a copy)."""
+    rows = cursor.execute(
+        "SELECT run_id FROM executions WHERE starts_with(run_id, ?) ORDER BY run_id LIMIT ?",
+        [prefix, limit],
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def partly_indexed(cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery) -> int:
     """How many runs the query's other filters select whose field index is truncated.
 
