@@ -43,9 +43,11 @@ from bench.bench_replay import build as build_long_history
 from collector.config import Config
 from collector.history import timeline
 from collector.junjo import Evidence
+from collector.query import parse_query
 from collector.replayer import replay_stores
 from collector.store import IngestBatch, Store
 from collector.store.filters import compact_field_index, key64
+from studio.field_columns import empty_hints, value_cells, value_columns
 from studio.inspect import Inspector
 from studio.params import execution_query
 
@@ -325,6 +327,32 @@ def search(store: Store, where: str, expect_hits: bool) -> Callable[[], object]:
     return run
 
 
+def sorted_page(store: Store, params: dict[str, str]) -> Callable[[], object]:
+    """GET /api/executions?sort=...: a page in another order than newest first."""
+
+    def run() -> object:
+        rows = store.search(execution_query(params))
+        assert rows
+        return rows
+
+    return run
+
+
+def page_extras(store: Store, where: str) -> Callable[[], object]:
+    """What the list adds to a filtered page: its rows' values, and the hints' reads."""
+    query = execution_query({"where": where})
+    rows = store.search(query)
+    columns = value_columns(query.where)
+
+    def run() -> object:
+        values = value_cells(store, rows, columns)
+        hints = empty_hints(store, parse_query("refund.eligble = true"), "refund.eligble = true")
+        assert hints and len(values) == len(rows)
+        return values
+
+    return run
+
+
 def inspect_long(store: Store, run_id: str) -> Callable[[], object]:
     """A cold inspector (no cached history): replay, the timeline, a middle state."""
 
@@ -391,6 +419,14 @@ def main() -> None:
             eligible = [
                 time_ms(search(store, "refund.eligible = true", True)) for _ in range(10)
             ]
+            longest = [
+                time_ms(sorted_page(store, {"sort": "-duration"})) for _ in range(10)
+            ]
+            eligible_longest = {"sort": "-duration", "where": "refund.eligible = true"}
+            longest_eligible = [
+                time_ms(sorted_page(store, eligible_longest)) for _ in range(10)
+            ]
+            extras = [time_ms(page_extras(store, "refund.eligible = true")) for _ in range(10)]
             inspect = [time_ms(inspect_long(store, run_id)) for _ in range(5)]
             inspect_replaying = [time_ms(inspect_long(store, unreplayed_id)) for _ in range(5)]
             # What a user stepping through the timeline sees after the first view:
@@ -409,6 +445,9 @@ def main() -> None:
         ("final equality, no hit p50", percentile(misses, 0.5), None),
         ("refund.eligible = true p50", percentile(eligible, 0.5), None),
         ("ever range p50", percentile(ever_range, 0.5), TARGET_EVER_P50_MS),
+        ("sort=-duration p50", percentile(longest, 0.5), None),
+        ("  same, refund.eligible = true", percentile(longest_eligible, 0.5), None),
+        ("page values + empty-result hints", percentile(extras, 0.5), None),
         ("inspect+timeline+state p50", percentile(inspect, 0.5), TARGET_INSPECT_MS),
         ("  same, never replayed (no snapshot)", percentile(inspect_replaying, 0.5), None),
         ("cached inspect+state p50", percentile(stepping, 0.5), None),

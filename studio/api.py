@@ -26,7 +26,7 @@ from collector.history import (
 from collector.jsondoc import MISSING, JsonValue, Missing
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.store import Store
-from collector.store.listing import ExecutionRow, InFlightRow
+from collector.store.listing import ExecutionRow, InFlightRow, sort_value
 from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, Inspector
 from studio.params import BadParameter, encode_cursor, execution_query
@@ -135,7 +135,9 @@ def list_executions(request: Request) -> Response:
                 execution_json(r) | ({"fields": fields[r.run_id]} if fields else {})
                 for r in page
             ],
-            "next": encode_cursor(last.start_unix_nano, last.run_id) if more and last else None,
+            "next": (
+                encode_cursor(sort_value(last, query.sort), last.run_id) if more and last else None
+            ),
         }
     )
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Final
 
 from collector.query import QueryError, parse_query
-from collector.store.listing import ExecutionQuery
+from collector.store.listing import SORT_COLUMNS, ExecutionQuery, SortKey
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
@@ -39,6 +39,7 @@ def execution_query(
 ) -> ExecutionQuery:
     """Parse `where`, facets, time range, `limit` and `cursor`; raise BadParameter."""
     now = time.time_ns() if now_unix_nano is None else now_unix_nano
+    sort, descending = parse_sort(params.get("sort", ""))
     where_text = params.get("where", "").strip()
     where = None
     if where_text:
@@ -62,7 +63,23 @@ def execution_query(
         until_unix_nano=parse_time("until", params.get("until", ""), now),
         limit=parse_limit(params.get("limit", "")),
         after=decode_cursor(params.get("cursor", "")),
+        sort=sort,
+        descending=descending,
     )
+
+
+DEFAULT_SORT: Final = "-started"
+
+
+def parse_sort(text: str) -> tuple[SortKey, bool]:
+    """(key, descending): `started`, `duration` or `transitions`; a leading `-` is highest first."""
+    text = text.strip() or DEFAULT_SORT
+    key = text.removeprefix("-")
+    for sort in SORT_COLUMNS:
+        if sort == key:
+            return sort, text.startswith("-")
+    choices = ", ".join(f"{name} or -{name}" for name in SORT_COLUMNS)
+    raise BadParameter("sort", f"must be one of {choices}")
 
 
 def parse_limit(text: str) -> int:

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, Literal
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -22,12 +22,20 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from collector.jsondoc import JsonValue, Missing
 from collector.query import QueryError
 from collector.store import Store
-from collector.store.listing import ExecutionQuery, ExecutionRow, FacetName, InFlightRow
+from collector.store.listing import (
+    SORT_COLUMNS,
+    ExecutionQuery,
+    ExecutionRow,
+    FacetName,
+    InFlightRow,
+    SortKey,
+    sort_value,
+)
 from studio.api import error, inspector_of, store_of
 from studio.compare import Comparison, compare, comparison_json
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
 from studio.links import execution_href, executions_href
-from studio.params import BadParameter, encode_cursor, execution_query
+from studio.params import DEFAULT_SORT, BadParameter, encode_cursor, execution_query
 from studio.templating import templates
 
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
@@ -35,9 +43,9 @@ TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
 # Order of the parameters in the links we build, so equal views get equal URLs.
 # Exact-match filters that come from links (a run's correlation id, trace or store).
 LINK_FILTERS: Final = ("correlation", "trace", "store")
-FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit")
+FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit", "sort")
 # The filters the form carries as hidden fields (it has inputs for the others).
-HIDDEN_FILTER_KEYS: Final = (*FACETS, *LINK_FILTERS, "limit")
+HIDDEN_FILTER_KEYS: Final = (*FACETS, *LINK_FILTERS, "limit", "sort")
 RESULTS_TARGET: Final = "results"
 IN_FLIGHT_SHOWN: Final = 20
 # A trace id as OTLP tools print it; run ids are looked up as typed.
@@ -66,6 +74,32 @@ class Link:
     label: str
     href: str
     selected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SortLink:
+    """A sortable column's header: where a click goes, and how it sorts now (or None)."""
+
+    href: str
+    order: Literal["ascending", "descending"] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """How the list is ordered, in words: "newest" first, then "older" on the next page."""
+
+    first: str
+    next: str
+
+
+ORDERS: Final[dict[tuple[SortKey, bool], Order]] = {
+    ("started", True): Order("newest", "older"),
+    ("started", False): Order("oldest", "newer"),
+    ("duration", True): Order("longest", "shorter"),
+    ("duration", False): Order("shortest", "longer"),
+    ("transitions", True): Order("most transitions", "fewer"),
+    ("transitions", False): Order("fewest transitions", "more"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +135,8 @@ class ExecutionsView:
     partly_indexed: int = 0
     # How many runs match in all (every page), when known.
     total: int | None = None
+    sorts: dict[str, SortLink] = field(default_factory=dict)
+    order: Order = ORDERS[("started", True)]
 
 
 def executions_page(request: Request) -> Response:
@@ -128,7 +164,7 @@ def executions_page(request: Request) -> Response:
         rows=rows,
         in_flight=tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else (),
         facets=tuple(facet(name, counts, filters, base) for name, counts in facet_counts.items()),
-        older_href=_older_href(base, filters, rows) if more else None,
+        older_href=_older_href(base, filters, rows, query.sort) if more else None,
         newest_href=None if first_page else link(base, filters),
     )
     columns = value_columns(query.where)
@@ -137,6 +173,8 @@ def executions_page(request: Request) -> Response:
         view,
         # Every run has exactly one kind, so the kind facet's counts add up to the total.
         total=sum(count for _, count in facet_counts["kind"]),
+        sorts=_sort_links(base, filters, query),
+        order=ORDERS[(query.sort, query.descending)],
         columns=columns,
         cells=value_cells(store, rows, columns),
         hints=tuple(
@@ -326,9 +364,28 @@ def _presets(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
     return tuple(presets)
 
 
-def _older_href(base: str, filters: Mapping[str, str], rows: tuple[ExecutionRow, ...]) -> str:
+def _older_href(
+    base: str, filters: Mapping[str, str], rows: tuple[ExecutionRow, ...], sort: SortKey
+) -> str:
     last = rows[-1]
-    return link(base, filters, cursor=encode_cursor(last.start_unix_nano, last.run_id))
+    return link(base, filters, cursor=encode_cursor(sort_value(last, sort), last.run_id))
+
+
+def _sort_links(
+    base: str, filters: Mapping[str, str], query: ExecutionQuery
+) -> dict[str, SortLink]:
+    """Each sortable column's header link: highest first, or reversed when already so."""
+    links: dict[str, SortLink] = {}
+    for key in SORT_COLUMNS:
+        current = query.sort == key
+        wanted = key if current and query.descending else f"-{key}"
+        order: Literal["ascending", "descending"] | None = None
+        if current:
+            order = "descending" if query.descending else "ascending"
+        # A new order starts at its first page; the default order has no parameter.
+        href = link(base, filters, sort="" if wanted == DEFAULT_SORT else wanted, cursor="")
+        links[key] = SortLink(href, order)
+    return links
 
 
 def _is_partial(request: Request) -> bool:

@@ -341,7 +341,7 @@ def test_executions_page_older_links_walk_every_run_once_keeping_filters(
         count = re.search(r'<span class="count-text">([^<]*)</span>', page)
         assert count is not None
         shown = len(listed_runs(page))
-        which = "newest" if pages == 0 else "older"
+        which = "newest" if pages == 0 else "more"
         said = count.group(1).strip()
         assert said == f"{len(expected)} executions match · showing {shown} {which}"
         href = older_href(page)
@@ -353,6 +353,32 @@ def test_executions_page_older_links_walk_every_run_once_keeping_filters(
 
     assert seen == expected
     assert pages == -(-len(expected) // 4)
+
+
+def test_executions_page_columns_sort_and_say_how(loaded: Loaded) -> None:
+    def headers(page: str) -> dict[str, tuple[str | None, str]]:
+        found = re.findall(r'<th([^>]*)><a href="([^"]+)"[^>]*class="sort[^"]*">(\w+)', page)
+        answer: dict[str, tuple[str | None, str]] = {}
+        for attributes, href, label in found:
+            order = re.search(r'aria-sort="(\w+)"', attributes)
+            answer[label] = (order.group(1) if order else None, html.unescape(href))
+        return answer
+
+    default = loaded.get("/").text
+    assert headers(default)["Started"] == ("descending", "/?sort=started")
+    assert headers(default)["Duration"] == (None, "/?sort=-duration")
+    longest = loaded.get("/", sort="-duration", kind="workflow").text
+    assert headers(longest)["Duration"] == ("descending", "/?kind=workflow&sort=duration")
+    # The default order needs no parameter.
+    assert headers(longest)["Started"] == (None, "/?kind=workflow")
+    api = loaded.executions(sort="-duration", kind="workflow")
+    assert listed_runs(longest) == [e["id"] for e in api][:50]
+    assert "longest first" in longest
+    oldest = loaded.get("/", sort="started").text
+    assert listed_runs(oldest) == [e["id"] for e in loaded.executions(sort="started")][:50]
+    bad = loaded.get("/", sort="name")
+    assert bad.status_code == 400
+    assert "<code>sort</code>:</strong> must be one of started or -started" in bad.text
 
 
 def test_executions_page_htmx_request_gets_the_results_partial(loaded: Loaded) -> None:

@@ -1,8 +1,9 @@
 """SQL for finding executions: the filtered, keyset-paginated list and its facets.
 
-Every filter value is a bound parameter. Column names in facets come from an
-allow-list. Pagination is keyset on (start time DESC, run id), so a page is as
-fast on the thousandth page as on the first and stable while data arrives.
+Every filter value is a bound parameter. Column names in facets and sort keys
+come from allow-lists. Pagination is keyset on (sort key, run id), newest start
+first by default, so a page is as fast on the thousandth page as on the first
+and stable while data arrives.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ FACET_COLUMNS: Final[dict[FacetName, str]] = {
     "kind": "e.kind",
 }
 
+SortKey = Literal["started", "duration", "transitions"]
+# What each sort orders by; never NULL, so keyset comparisons need no NULL cases.
+SORT_COLUMNS: Final[dict[SortKey, str]] = {
+    "started": "e.start_unix_nano",
+    "duration": "(e.end_unix_nano - e.start_unix_nano)",
+    "transitions": "coalesce(e.transition_count, -1)",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class ExecutionQuery:
@@ -46,7 +55,10 @@ class ExecutionQuery:
     since_unix_nano: int | None = None
     until_unix_nano: int | None = None
     limit: int = 50
+    # The previous page's last (sort value, run id): this page starts after it.
     after: tuple[int, str] | None = None
+    sort: SortKey = "started"
+    descending: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +179,15 @@ def search(
     """
     filtered = query.where is not None
     replays = _REPLAYS_JOIN if query.verdict is not None else ""
+    newest_first = query.sort == "started" and query.descending
     cursor.execute("BEGIN TRANSACTION")
     try:
-        run_ids = _recent_page_ids(cursor, query, replays, recent_runs) if filtered else []
-        if len(run_ids) <= query.limit:
+        run_ids: list[str] = []
+        if not newest_first:
+            run_ids = _sorted_page_ids(cursor, query, replays)
+        elif filtered:
+            run_ids = _recent_page_ids(cursor, query, replays, recent_runs)
+        if newest_first and len(run_ids) <= query.limit:
             conditions, params = _page_conditions(query)
             sql = _FILTERED_PAGE_IDS_SQL if filtered else _PAGE_IDS_SQL
             limits = [query.limit + 1] * (2 if filtered else 1)  # the filtered SQL limits twice
@@ -182,6 +199,38 @@ def search(
         raise
     cursor.execute("COMMIT")
     return rows
+
+
+def _sorted_page_ids(
+    cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery, replays: str
+) -> list[str]:
+    """A page in another order than newest first (the list's sortable columns).
+
+    A plain top-N over the filtered runs: the tuned paths above serve the
+    default order, which every first visit uses.
+    """
+    key = SORT_COLUMNS[query.sort]
+    conditions, params = _conditions(query)
+    if query.after is not None:
+        value, run_id = query.after
+        beyond = "<" if query.descending else ">"
+        conditions.append(f"({key} {beyond} ? OR ({key} = ? AND e.run_id > ?))")
+        params.extend([value, value, run_id])
+    direction = "DESC" if query.descending else "ASC"
+    sql = (
+        f"SELECT e.run_id FROM executions e {replays} {_where(conditions)} "
+        f"ORDER BY {key} {direction}, e.run_id LIMIT ?"
+    )
+    return _ids(cursor, sql, [*params, query.limit + 1])
+
+
+def sort_value(row: ExecutionRow, sort: SortKey) -> int:
+    """The row's value of a sort key, as the next page's cursor carries it."""
+    if sort == "duration":
+        return row.end_unix_nano - row.start_unix_nano
+    if sort == "transitions":
+        return row.transition_count if row.transition_count is not None else -1
+    return row.start_unix_nano
 
 
 def _recent_page_ids(
@@ -230,11 +279,12 @@ def _rows(cursor: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> list[Exe
         SELECT {_ROW_SELECT}
         FROM executions e LEFT JOIN execution_replays r ON r.run_key = e.run_key
         WHERE e.run_id IN ({placeholders})
-        ORDER BY e.start_unix_nano DESC, e.run_id
         """,
         list(run_ids),
     ).fetchall()
-    return [ExecutionRow(*row) for row in rows]
+    # In the page's order, which the id query decided.
+    position = {run_id: index for index, run_id in enumerate(run_ids)}
+    return sorted((ExecutionRow(*row) for row in rows), key=lambda r: position[r.run_id])
 
 
 _REPLAYS_JOIN: Final = "LEFT JOIN execution_replays r ON r.run_key = e.run_key"
