@@ -97,6 +97,7 @@ def _written(
     that fills a list with N `add /list/i` ops would otherwise read N²/2.
     """
     shifted: Mapping[str, int] | None = None
+    inserts: dict[str, int] | None = None
     moved_from: dict[str, tuple[list[JsonValue], int]] = {}
     for pointer in pointers:
         parent_pointer, _, token = pointer.rpartition("/")
@@ -104,10 +105,16 @@ def _written(
         if isinstance(parent, list):
             if shifted is None:
                 shifted = shifting()
-            ops = shifted.get(pointer, 0)
-            if ops:
-                # `-` appends: the last `ops` elements are new (or moved there).
-                first = len(parent) - ops if token == "-" else list_index(token) or 0
+            if shifted.get(pointer, 0):
+                if token == "-":
+                    # An element appended with `-` ends no lower than the length minus
+                    # every insert into this array in the patch: a later insert may
+                    # land after it, moving it by one.
+                    if inserts is None:
+                        inserts = _inserts_per_array(shifted)
+                    first = len(parent) - inserts.get(parent_pointer, 0)
+                else:
+                    first = list_index(token) or 0
                 lowest = moved_from.get(parent_pointer, (parent, first))[1]
                 moved_from[parent_pointer] = (parent, max(min(first, lowest), 0))
                 continue
@@ -116,6 +123,15 @@ def _written(
     for parent_pointer, (array, first) in moved_from.items():
         for index in range(first, len(array)):
             yield f"{parent_pointer}/{index}", array[index]
+
+
+def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:
+    """How many shifting ops name a slot of each container (an upper bound on its inserts)."""
+    totals: dict[str, int] = {}
+    for pointer, count in shifted.items():
+        container = pointer.rpartition("/")[0]
+        totals[container] = totals.get(container, 0) + count
+    return totals
 
 
 def _shifting_in(patch_text: str) -> dict[str, int]:

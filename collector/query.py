@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
@@ -579,19 +580,22 @@ def _scope_prefix(scope: Scope) -> str:
     return "ever " if scope == "ever" else ""
 
 
-def paths_of(expr: Expr) -> tuple[Path, ...]:
-    """The distinct paths a query tests, in the order they are written."""
-    found: dict[Path, None] = {}
+def comparisons(expr: Expr) -> Iterator[Compare | Presence]:
+    """The comparisons and presence tests of a query, in the order they are written."""
     pending: list[Expr] = [expr]
     while pending:
         node = pending.pop()
         if isinstance(node, Compare | Presence):
-            found.setdefault(node.path)
+            yield node
         elif isinstance(node, Not):
             pending.append(node.operand)
         else:
             pending.extend(reversed(node.operands))
-    return tuple(found)
+
+
+def paths_of(expr: Expr) -> tuple[Path, ...]:
+    """The distinct paths a query tests, in the order they are written."""
+    return tuple(dict.fromkeys(node.path for node in comparisons(expr)))
 
 
 def format_path(path: Path) -> str:

@@ -74,6 +74,10 @@
   // A field name opens its provenance in place: the same panel the page renders for
   // ?path=…, fetched from /executions/{id}/provenance with the same query string.
   // Each opening is a history entry of its own, so Back closes the panel again.
+  // `shownSearch` is the query the panel on screen answers: a popstate that does not
+  // change it (a #fragment link fires one too) leaves the panel alone.
+  var shownSearch = window.location.search;
+
   function loadProvenance(search, push, fallback) {
     var root = page();
     if (!root || !document.getElementById("provenance")) return false;
@@ -89,6 +93,7 @@
         var current = document.getElementById("provenance");
         if (!fresh || !current) throw new Error("provenance: no panel in the answer");
         current.replaceWith(fresh);
+        shownSearch = search;
         if (push) {
           window.history.pushState({ provenance: true }, "", window.location.pathname + search);
           fresh.focus({ preventScroll: true });
@@ -112,7 +117,11 @@
   // Back and Forward between entries pushed above: show the panel the URL names. Entries
   // htmx pushed are htmx's to restore (their snapshot holds the panel as it was).
   window.addEventListener("popstate", function (event) {
-    if (event.state && event.state.htmx) return;
+    if (event.state && event.state.htmx) {
+      shownSearch = window.location.search;  // htmx restores the page, panel included
+      return;
+    }
+    if (window.location.search === shownSearch) return;
     loadProvenance(window.location.search, false, window.location.href);
   });
 
@@ -146,7 +155,10 @@
     }
   }
 
-  document.addEventListener("htmx:afterSettle", revealSelected);
+  document.addEventListener("htmx:afterSettle", function () {
+    shownSearch = window.location.search;
+    revealSelected();
+  });
   window.addEventListener("hashchange", openSpanFromHash);
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", ready);

@@ -322,7 +322,7 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         children=tuple(store.child_executions(inspection.run_id)),
         received=len(history.steps), expected=expected,
         application_writes=_application_writes(execution, parent),
-        ancestors=_ancestors(store, parent),
+        ancestors=_ancestors(store, inspection.run_id, parent),
         index_truncated=row.index_truncated,
     )
 
@@ -331,10 +331,12 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
 MAX_ANCESTORS = 16
 
 
-def _ancestors(store: Store, parent: ExecutionRow | None) -> tuple[ExecutionRow, ...]:
+def _ancestors(
+    store: Store, run_id: str, parent: ExecutionRow | None
+) -> tuple[ExecutionRow, ...]:
     """The parent's ancestors, outermost first, stopping at a loop or MAX_ANCESTORS."""
     found: list[ExecutionRow] = []
-    seen = {parent.run_id} if parent else set()
+    seen = {run_id, parent.run_id} if parent else {run_id}
     row = parent
     while row is not None and row.parent_run_id and len(found) < MAX_ANCESTORS:
         if row.parent_run_id in seen:

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from collector.jsondoc import pointer_parts
-from collector.query import And, Compare, Expr, Not, Or, Path, Scalar, format_path, paths_of
+from collector.query import Compare, Expr, Path, Scalar, comparisons, format_path, paths_of
 from collector.store import Store
 from collector.store.filters import FieldValue
 from collector.store.listing import ExecutionRow
 
 MAX_COLUMNS: Final = 3
 VALUE_CHARS: Final = 60
-SUGGESTIONS: Final = 3
 # Sibling names read to suggest a spelling; a wider object gets no suggestion.
 SIBLINGS_READ: Final = 500
 
@@ -67,10 +66,9 @@ def value_cells(
     store: Store, rows: Sequence[ExecutionRow], columns: Sequence[ValueColumn]
 ) -> dict[str, tuple[Cell, ...]]:
     """Each row's end value in each column, keyed by run id."""
-    if not columns or not rows:
+    found = _end_values(store, rows, columns)
+    if found is None:
         return {}
-    paths = [Path(pointer_parts(column.pointer)) for column in columns]
-    found = store.final_values([row.run_id for row in rows], paths)
     return {
         row.run_id: tuple(_cell(found.get((row.run_id, c.pointer))) for c in columns)
         for row in rows
@@ -84,10 +82,9 @@ def value_json(
 
     An object or array is named by its kind only (`value` null): the state API has it whole.
     """
-    if not columns or not rows:
+    found = _end_values(store, rows, columns)
+    if found is None:
         return {}
-    paths = [Path(pointer_parts(column.pointer)) for column in columns]
-    found = store.final_values([row.run_id for row in rows], paths)
     answer: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         fields: list[dict[str, object]] = []
@@ -101,12 +98,22 @@ def value_json(
     return answer
 
 
+def _end_values(
+    store: Store, rows: Sequence[ExecutionRow], columns: Sequence[ValueColumn]
+) -> dict[tuple[str, str], FieldValue] | None:
+    """The index's end values of these columns in these runs; None when nothing is asked."""
+    if not columns or not rows:
+        return None
+    paths = [Path(pointer_parts(column.pointer)) for column in columns]
+    return store.final_values([row.run_id for row in rows], paths)
+
+
 def empty_hints(store: Store, expr: Expr | None, where_text: str) -> tuple[Hint, ...]:
     """What may be wrong with a filter that matched nothing, one hint per suspect path."""
     if expr is None:
         return ()
     hints: list[Hint] = []
-    compares = _compares(expr)
+    compares = [node for node in comparisons(expr) if isinstance(node, Compare)]
     for path in paths_of(expr)[:MAX_COLUMNS]:
         label = format_path(path)
         kinds = store.field_kinds(path)
@@ -125,38 +132,35 @@ def empty_hints(store: Store, expr: Expr | None, where_text: str) -> tuple[Hint,
 
 
 def _unknown_path(store: Store, path: Path, label: str, where_text: str) -> Hint:
+    """No run has `path`: suggest the nearest spelling of its first unknown name.
+
+    The nearest ancestor that some run has is found by climbing; the name below
+    it is compared with that ancestor's children, and the rest of the path is
+    kept, so `refund.eligble.reason` suggests `refund.eligible.reason`.
+    """
     message = f"No run stored has a field {label}."
     parent = path.parent
     while True:
         siblings = store.field_children(parent, SIBLINGS_READ)
         if siblings:
-            names = [format_path(Path(pointer_parts(p))) for p in siblings]
-            close = difflib.get_close_matches(label, names, n=SUGGESTIONS, cutoff=0.6)
+            depth = len(parent.tokens)
+            names = [pointer_parts(p)[-1] for p in siblings]
+            close = difflib.get_close_matches(path.tokens[depth], names, n=1, cutoff=0.6)
             if close:
-                best = close[0]
-                replaced = where_text.replace(label, best) if label in where_text else None
+                best = format_path(Path((*parent.tokens, close[0], *path.tokens[depth + 1 :])))
+                # Rewritten only when the path is written once: a blind replace could
+                # also change a string value or a longer path that contains it.
+                replaced = where_text.replace(label, best) if where_text.count(label) == 1 else None
                 return Hint(message, best, replaced)
             if parent.tokens:
-                shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
-                return Hint(f"{message} Fields under {format_path(parent)}: {shown}.")
+                shown = [format_path(Path(pointer_parts(p))) for p in siblings[:5]]
+                more = " …" if len(siblings) > 5 else ""
+                return Hint(f"{message} Fields under {format_path(parent)}: "
+                            f"{', '.join(shown)}{more}.")
             return Hint(message)
         if not parent.tokens:
             return Hint(message)
         parent = parent.parent
-
-
-def _compares(expr: Expr) -> list[Compare]:
-    found: list[Compare] = []
-    pending = [expr]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, Compare):
-            found.append(node)
-        elif isinstance(node, Not):
-            pending.append(node.operand)
-        elif isinstance(node, And | Or):
-            pending.extend(node.operands)
-    return found
 
 
 def _kind_of(value: Scalar) -> str:

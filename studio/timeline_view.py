@@ -168,6 +168,8 @@ class ValueAtStep:
     present: bool
     text: str
     reason: str = ""
+    # Proven by the evidence, rather than best effort after missing or broken evidence.
+    verified: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +202,10 @@ class ProvenanceView:
     value_at: ValueAtStep | None = None
     writer_at: Write | None = None
     next_writer: Write | None = None
+    # Transitions up to the selected step that never arrived: any could have written it.
+    missing_before: int = 0
+    # Why there is no provenance at all (no states to read it from), if so.
+    unavailable: str | None = None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -555,6 +561,17 @@ def provenance_view(
         found = inspection.provenance(pointer)
     except ValueError as exc:
         return ProvenanceView(pointer, str(exc), (), None, close, api, sequence=sequence)
+    if not history.has_states:
+        reason = (
+            "they are rebuilt when the workflow span arrives"
+            if inspection.execution is None
+            else "its start state is missing, withheld or unreadable"
+        )
+        return ProvenanceView(
+            pointer, None, (), None, close, api, sequence=sequence,
+            unavailable=f"Provenance is read from the replayed states, and this run has none: "
+            f"{reason}.",
+        )
     entries = found.entries
     # The window is centred on the last write at or before the selected step.
     position = bisect_right([e.sequence for e in entries], sequence) - 1
@@ -612,6 +629,11 @@ def provenance_view(
         value_at=value_at,
         writer_at=write(writer_at) if writer_at else None,
         next_writer=write(next_writer) if next_writer else None,
+        missing_before=sum(
+            min(last, sequence) - first + 1
+            for first, last in missing_sequences(history).values()
+            if first <= sequence
+        ),
     )
 
 
@@ -623,13 +645,16 @@ def _value_at(history: History, sequence: int, pointer: str) -> ValueAtStep:
     except StateUnavailableError as exc:
         return ValueAtStep(False, False, "", str(exc))
     value = resolve(state, pointer)
+    verified = history.verified_at(sequence)
     if isinstance(value, Missing):
-        return ValueAtStep(True, False, "")
+        return ValueAtStep(True, False, "", verified=verified)
     if isinstance(value, dict):
-        return ValueAtStep(True, True, f"{{{len(value)} keys}}")
-    if isinstance(value, list):
-        return ValueAtStep(True, True, f"[{len(value)} items]")
-    return ValueAtStep(True, True, _leaf_text(value)[0])
+        text = f"{{{len(value)} keys}}"
+    elif isinstance(value, list):
+        text = f"[{len(value)} items]"
+    else:
+        text = _leaf_text(value)[0]
+    return ValueAtStep(True, True, text, verified=verified)
 
 
 def _in_start_state(history: History, pointer: str) -> bool | None:

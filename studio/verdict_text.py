@@ -26,13 +26,17 @@ def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
             "rebuilt and checked when it arrives; this page refreshes itself until then."
         ]
     if history.verdict == "verified":
-        first = steps[0].sequence if steps else history.start_sequence
-        last = steps[-1].sequence if steps else history.start_sequence
+        if not steps:
+            return [
+                "Verified: the run made no transitions, and its recorded end state equals its "
+                "start state. Every state shown can be trusted."
+            ]
+        first, last = steps[0].sequence, steps[-1].sequence
+        counted = f"all {len(steps):,} transitions" if len(steps) != 1 else "its 1 transition"
         return [
-            f"Verified: all {len(steps):,} {_plural(len(steps), 'transition')} "
-            f"(steps {_range(first, last)}) arrived, "
-            "every patch applied, and the replayed end state equals the recorded end state. "
-            "Every state shown can be trusted."
+            f"Verified: {counted} ({_plural(last - first + 1, 'step')} {_range(first, last)}) "
+            "arrived, every patch applied, and the replayed end state equals the recorded end "
+            "state. Every state shown can be trusted."
         ]
     if history.verdict == "not_applicable":
         reason = next((d.message for d in history.diagnostics), "")
@@ -68,7 +72,9 @@ def _missing_sentences(history: History, waterfall: Waterfall) -> list[str]:
             f"{missing:,} of {missing + len(history.steps):,} transitions never arrived "
             f"({label} {shown}{more}), so no state from the first gap on can be verified."
         )
-    dropping = [row for row in waterfall.rows if row.dropped_events]
+    # The spans whose losses replay counted against this run (not a sibling run's).
+    own = {d.span_id for d in history.diagnostics if d.code == "otlp_data_dropped"}
+    dropping = [row for row in waterfall.rows if row.dropped_events and row.span_id in own]
     if dropping:
         dropped = sum(row.dropped_events for row in dropping)
         names = ", ".join(f"'{row.name}'" for row in dropping[:3])

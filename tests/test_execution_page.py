@@ -10,6 +10,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from html import unescape
 from typing import Any
 
@@ -27,10 +28,13 @@ from support import (
 
 from collector import junjo
 from collector.history import replay
+from collector.model import EvidenceSpan
 from collector.store.spans import SpanRow
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
+from studio.templating import templates
 from studio.timeline_view import PROVENANCE_WINDOW, build_timeline, provenance_view
+from studio.verdict_text import verdict_sentences
 from studio.waterfall import build_waterfall, owning_runs
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
@@ -404,3 +408,55 @@ def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
     assert first.earlier_href is None and first.writes[0].sequence == 1
     # Asked twice, the inspection answers from what it remembered.
     assert inspection.provenance("/n") is inspection.provenance("/n")
+
+
+def test_provenance_panel_never_claims_what_the_evidence_cannot_show() -> None:
+    def panel(inspection: Inspection, step: int) -> str:
+        view = provenance_view(inspection, "/executions/run", step, "/a")
+        html = templates.get_template("_execution_provenance.html").render(provenance=view)
+        return _text(html)
+
+    writes = [[{"op": "replace", "path": "/a", "value": n}] for n in (1, 2)]
+    execution, transitions, _ = scenario({"a": 0, "b": 5}, writes)
+    # No states to read provenance from: say so, and nothing about writers.
+    withheld = replace(execution, state_start=None, state_start_mode="withheld")
+    for inspection in (
+        Inspection("run", None, withheld, None, replay(withheld, transitions)),
+        Inspection("run", None, None, None, replay(None, transitions)),
+    ):
+        text = panel(inspection, 2)
+        assert "Provenance is read from the replayed states, and this run has none" in text
+        assert "comes from the start state" not in text and "written" not in text
+    # Step 1 (which set /a) never arrived: the value at step 2 is a guess, and a write
+    # may be among the missing.
+    partial = Inspection("run", None, execution, None, replay(execution, transitions[1:]))
+    text = panel(partial, 1)
+    assert "unverified" in text
+    assert "1 transition before it never arrived: it may have been written in that one" in text
+    assert "comes from the start state" not in text
+
+
+def test_verdict_names_only_the_drops_counted_against_this_run() -> None:
+    def span(span_id: str, parent: str, dropped: int) -> SpanRow:
+        proto = trace_pb2.Span(name=span_id, dropped_events_count=dropped)
+        return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
+                       "node", proto.SerializeToString())
+
+    sibling = "5555555555555555"
+    rows = [span(OWNER_SPAN, "", 0), span(NODE_SPAN, OWNER_SPAN, 3), span(sibling, "", 9)]
+    # Step 1 never arrived, so the verdict explains what is missing.
+    execution, transitions, _ = scenario(
+        {}, [[{"op": "add", "path": f"/{key}", "value": 1}] for key in "ab"]
+    )
+    transitions = transitions[1:]
+    evidence = [
+        EvidenceSpan(TRACE, OWNER_SPAN, "owner", "workflow", 0, 0, 0),
+        EvidenceSpan(TRACE, NODE_SPAN, NODE_SPAN, "node", 0, 3, 0),
+        EvidenceSpan(TRACE, sibling, sibling, "subflow", 0, 9, 0),
+    ]
+    history = replay(execution, transitions, evidence_spans=evidence,
+                     owner_span_ids={OWNER_SPAN, NODE_SPAN})
+    text = " ".join(verdict_sentences(history, build_waterfall(rows, OWNER_SPAN)))
+    assert f"3 events were dropped by the OpenTelemetry SDK's 128-events-per-span limit " \
+        f"(on '{NODE_SPAN}')" in text
+    assert sibling not in text

@@ -174,6 +174,22 @@ def test_field_index_counts_every_append_when_one_patch_appends_twice() -> None:
         assert {("/items/0", "y"), ("/items/1", "z"), ("/items/0", "q")} <= ever
 
 
+def test_field_index_keeps_an_append_that_a_later_insert_moved() -> None:
+    # `-` appends "y" at 0; inserting "z" at 1 then leaves "y" below the last slot.
+    execution_, transitions, _ = scenario(
+        {"items": []},
+        [[{"op": "add", "path": "/items/-", "value": "y"},
+          {"op": "add", "path": "/items/1", "value": "z"}],
+         [{"op": "replace", "path": "/items", "value": []}]],
+    )
+    touched = TouchedValues()
+    for index in (
+        field_index(replay(execution_, transitions), "run"),
+        field_index(replay(execution_, transitions, on_applied=touched), "run", touched.nodes),
+    ):
+        assert {("/items/0", "y"), ("/items/1", "z")} <= {(r.path, r.text) for r in index.rows}
+
+
 class _CountingNodes(Nodes):
     __slots__ = ("added",)
 
@@ -197,3 +213,90 @@ def test_field_index_reads_each_moved_element_once_per_patch() -> None:
     touched(ops, {"nums": list(range(size))})
     assert counting.added == size
     assert {key[0] for key in counting.keys} >= {f"/nums/{i}" for i in range(size)}
+
+
+# --- hand-built patches: the ops jsonpatch.make_patch never emits -------------------------
+
+SMALL = st.none() | st.integers(0, 3) | st.lists(st.integers(0, 3), max_size=3)
+
+
+def _pointers(doc: Any, prefix: str = "") -> list[str]:
+    found = [prefix]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            found += _pointers(value, f"{prefix}/{key.replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            found += _pointers(value, f"{prefix}/{index}")
+    return found
+
+
+def _containers(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if not isinstance(doc, dict | list):
+        return []
+    found: list[tuple[str, Any]] = [(prefix, doc)]
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc)
+    for key, value in items:
+        token = str(key).replace("~", "~0").replace("/", "~1")
+        found += _containers(value, f"{prefix}/{token}")
+    return found
+
+
+@st.composite
+def _patch(draw: st.DrawFn, doc: Any) -> tuple[list[dict[str, Any]], Any]:
+    """Up to six ops valid in turn: inserts at an index or `-`, removes, moves (also
+    within one array), copies and replaces, as RFC 6902 allows and Junjo may not send."""
+    ops: list[dict[str, Any]] = []
+    current = doc
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["add", "append", "remove", "replace", "move", "copy"]))
+        paths = [p for p in _pointers(current) if p]
+        target, container = draw(st.sampled_from(_containers(current)))
+        if isinstance(container, list):
+            slot = "-" if kind == "append" else str(draw(st.integers(0, len(container))))
+        else:
+            slot = draw(st.sampled_from(["a", "b", "z"]))
+        if kind in ("add", "append"):
+            op: dict[str, Any] = {"op": "add", "path": f"{target}/{slot}", "value": draw(SMALL)}
+        elif not paths:
+            continue
+        elif kind in ("remove", "replace"):
+            op = {"op": kind, "path": draw(st.sampled_from(paths))}
+            if kind == "replace":
+                op["value"] = draw(SMALL)
+        else:
+            op = {"op": kind, "from": draw(st.sampled_from(paths)), "path": f"{target}/{slot}"}
+        try:
+            current = jsonpatch.apply_patch(current, [op])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+            continue
+        ops.append(op)
+    return ops, current
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), start=st.dictionaries(st.sampled_from("abc"), DOCUMENTS, max_size=3))
+def test_field_index_property_holds_every_node_under_any_rfc6902_ops(
+    data: st.DataObject, start: dict[str, Any]
+) -> None:
+    states, patches = [start], []
+    for _ in range(data.draw(st.integers(1, 4))):
+        ops, after = data.draw(_patch(states[-1]))
+        if ops:
+            patches.append(ops)
+            states.append(after)
+    execution_, transitions, _ = scenario(start, patches)
+
+    history = replay(execution_, transitions)
+    assert history.verdict == "verified", history.diagnostics
+    index = field_index(history, "run")
+    touched = TouchedValues()
+    watched = replay(execution_, transitions, on_applied=touched)
+    assert field_index(watched, "run", touched.nodes) == index
+
+    def nodes(state: Any) -> set[tuple[Any, ...]]:
+        rows = index_rows("run", ABSENT, state).rows
+        return {(r.path, r.kind, r.num, r.text, r.flag) for r in rows}
+
+    every_state = set().union(*(nodes(state) for state in states))
+    assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows} == every_state

@@ -254,6 +254,12 @@ def test_executions_page_empty_filter_result_says_what_may_be_wrong(loaded: Load
     fixed = httpx.get(loaded.server.url + fixed_href, timeout=30).text
     assert set(listed_runs(fixed)) == loaded.linear
 
+    # The rest of a deeper path is kept, and a path written twice is not rewritten blindly.
+    deeper = loaded.get("/", where="profile.adress.city exists").text
+    assert re.search(r'class="suggestion">profile\.address\.city</a>', deeper)
+    twice = html.unescape(loaded.get("/", where='titel = "titel" and titel exists').text)
+    assert "Did you mean <code>title</code>?" in twice
+
     mistyped = loaded.get("/", where='count = "3"').text
     assert listed_runs(mistyped) == []
     assert "count holds number values in the runs stored, and the filter compares it " \

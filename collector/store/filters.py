@@ -371,21 +371,34 @@ def final_values(
 ) -> dict[tuple[str, str], FieldValue]:
     """The end-state value of each path in each run, keyed by (run id, pointer).
 
-    A run whose end state lacks a path has no entry for it.
+    A run whose end state lacks a path has no entry for it. The runs' keys are
+    looked up first and bound as constants, and each path is its own branch on
+    the sort key (parent_key, path_key), so zone maps read only that path's
+    slice: one statement semi-joining a subquery over an OR of paths scanned
+    the whole index and ran out of the server's 128 MB at 1M runs.
     """
     if not run_ids or not paths:
         return {}
     runs = ", ".join("?" for _ in run_ids)
-    at = " OR ".join("(v.parent_key = ? AND v.path_key = ? AND v.path = ?)" for _ in paths)
-    params: list[object] = list(run_ids)
-    for path in paths:
-        params.extend([key64(path.parent.pointer), key64(path.pointer), path.pointer])
-    rows = conn.execute(
+    keys = [
+        row[0]
+        for row in conn.execute(
+            f"SELECT run_key FROM executions WHERE run_id IN ({runs})", list(run_ids)
+        ).fetchall()
+        if row[0] is not None
+    ]
+    if not keys:
+        return {}
+    in_keys = ", ".join("?" for _ in keys)
+    branch = (
         f"SELECT v.run_id, v.path, v.kind, v.num, v.str, v.bool_val FROM {TABLE} v "
-        f"WHERE v.run_key IN (SELECT run_key FROM executions WHERE run_id IN ({runs})) "
-        f"AND v.is_final AND ({at})",
-        params,
-    ).fetchall()
+        f"WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
+        f"AND v.run_key IN ({in_keys})"
+    )
+    params: list[object] = []
+    for path in paths:
+        params.extend([key64(path.parent.pointer), key64(path.pointer), path.pointer, *keys])
+    rows = conn.execute(" UNION ALL ".join(branch for _ in paths), params).fetchall()
     found: dict[tuple[str, str], FieldValue] = {}
     for run_id, pointer, kind, num, text, flag in rows:
         scalar = num if kind == "number" else text if kind == "string" else flag
