@@ -140,18 +140,25 @@ def test_field_index_property_holds_every_node_of_every_state(documents: list[An
     """
     execution_, transitions, states = chain(documents)
 
+    _assert_index_holds_every_state(execution_, transitions, states)
+
+
+def _nodes(state: Any) -> set[tuple[Any, ...]]:
+    return {(r.path, r.kind, r.num, r.text, r.flag) for r in index_rows("run", ABSENT, state).rows}
+
+
+def _assert_index_holds_every_state(
+    execution_: Execution, transitions: list[Transition], states: list[Any]
+) -> None:
+    """The index, walked or watched, is exactly the nodes of every state; its final rows
+    exactly the end state's."""
     index = field_index(replay(execution_, transitions), "run")
     touched = TouchedValues()  # the replayer's way: watch the replay, no second walk
     watched = replay(execution_, transitions, on_applied=touched)
     assert field_index(watched, "run", touched.nodes) == index
-
-    def nodes(state: Any) -> set[tuple[Any, ...]]:
-        rows = index_rows("run", ABSENT, state).rows
-        return {(r.path, r.kind, r.num, r.text, r.flag) for r in rows}
-
-    every_state = set().union(*(nodes(state) for state in states))
+    every_state = set().union(*(_nodes(state) for state in states))
     assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows} == every_state
-    final = nodes(states[-1])
+    final = _nodes(states[-1])
     assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows if r.is_final} == final
 
 
@@ -289,14 +296,4 @@ def test_field_index_property_holds_every_node_under_any_rfc6902_ops(
 
     history = replay(execution_, transitions)
     assert history.verdict == "verified", history.diagnostics
-    index = field_index(history, "run")
-    touched = TouchedValues()
-    watched = replay(execution_, transitions, on_applied=touched)
-    assert field_index(watched, "run", touched.nodes) == index
-
-    def nodes(state: Any) -> set[tuple[Any, ...]]:
-        rows = index_rows("run", ABSENT, state).rows
-        return {(r.path, r.kind, r.num, r.text, r.flag) for r in rows}
-
-    every_state = set().union(*(nodes(state) for state in states))
-    assert {(r.path, r.kind, r.num, r.text, r.flag) for r in index.rows} == every_state
+    _assert_index_holds_every_state(execution_, transitions, states)
