@@ -13,6 +13,13 @@ Failures:
   stored, the records stay in the spool, and the extractor retries after a
   growing pause. Exports waiting to become visible are told, so a receiver
   that is still holding the call answers "retry" rather than success.
+- The store keeps refusing one run while it can still commit (DuckDB runs
+  out of its memory limit on an export with a string of tens of MB in a
+  column it stores uncompressed): after POISON_ATTEMPTS the run is stored a
+  record at a time; a record the store refuses while an empty commit still
+  succeeds gets one more try with ISOLATED_MEMORY_LIMIT, then goes to
+  quarantine. Otherwise one such export would stop all storing for good,
+  behind it, every later export acknowledged and never stored.
 - Anything else is a bug meeting hostile input. A failed run of records is
   retried one record at a time; a single record that still fails is copied to
   the spool's quarantine folder with the reason, logged, and passed over, so
@@ -44,6 +51,11 @@ FIRST_RETRY_SECONDS: Final = 0.25
 MAX_RETRY_SECONDS: Final = 5.0
 # How many refused records' reasons are kept for waiting receivers.
 MAX_REFUSALS_KEPT: Final = 1024
+# Consecutive refusals of one run before its records are tried one by one.
+POISON_ATTEMPTS: Final = 3
+# DuckDB's memory limit for the last try of a record the store refused alone:
+# enough for strings near the 64 MiB receive limit, held only for that commit.
+ISOLATED_MEMORY_LIMIT: Final = "1GB"
 
 
 def batch_from_export(
@@ -141,6 +153,7 @@ class Extractor:
 
     def _run(self) -> None:
         retry_after = FIRST_RETRY_SECONDS
+        refusals = 0
         while True:
             with self._changed:
                 self._changed.wait_for(self._has_work_or_must_stop)
@@ -149,8 +162,12 @@ class Extractor:
                 position = self._position
             records, after = self._spool.read(position, BATCH_BYTES)
             try:
-                self._store_records(records, after)
+                if refusals >= POISON_ATTEMPTS:
+                    self._store_isolated(records, after)
+                else:
+                    self._store_records(records, after)
             except StoreError as exc:
+                refusals += 1
                 logger.error("could not store spooled exports, retrying: %s", exc)
                 with self._changed:
                     self._failure = (after, str(exc))
@@ -158,6 +175,7 @@ class Extractor:
                     self._changed.wait_for(self._must_stop, retry_after)
                 retry_after = min(retry_after * 2, MAX_RETRY_SECONDS)
                 continue
+            refusals = 0
             retry_after = FIRST_RETRY_SECONDS
             self._spool.release(after)
 
@@ -193,6 +211,33 @@ class Extractor:
             return
         self._advance(result, after)
 
+    def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
+        """Store a run the store keeps refusing a record at a time, setting aside what it
+        cannot take. Raises StoreError when the store itself is failing, not a record."""
+        for record in records:
+            try:
+                self._store_records([record], record.end)
+                continue
+            except StoreError as refused:
+                # An empty commit at the stored position tells a failing store
+                # (this raises, and the run is retried later) from a record
+                # too big for the store's memory limit.
+                self._store.write([], progress=self.position)
+                reason = str(refused)
+            logger.warning("the store refused one export alone (%s); trying with %s of memory",
+                           reason, ISOLATED_MEMORY_LIMIT)
+            try:
+                if not self._store.limit_memory(ISOLATED_MEMORY_LIMIT):
+                    raise StoreError("could not raise the memory limit")
+                self._store_records([record], record.end)
+            except StoreError as exc:
+                self._refuse(record, f"the database could not store this export: {exc}")
+            finally:
+                self._store.limit_memory()
+        # A run that ended in a skipped, corrupt stretch has nothing to store but its position.
+        if not records or records[-1].end < after:
+            self._advance(self._store.write([], progress=after), after)
+
     def _advance(self, result: WriteResult, after: Position) -> None:
         # The replayer hears first, so that no moment shows "nothing pending"
         # between this commit and its replays. It is also told whether more
@@ -204,9 +249,12 @@ class Extractor:
             self._failure = None
             self._changed.notify_all()
 
-    def _refuse(self, record: SpoolRecord) -> None:
-        logger.exception("could not store an export; it is kept in the spool's quarantine")
-        reason = "statetrail could not store this export (kept for inspection); see the log"
+    def _refuse(self, record: SpoolRecord, cause: str | None = None) -> None:
+        logger.error("could not store an export (%s); it is kept in the spool's quarantine",
+                     cause or "a bug met this input, traceback above", exc_info=cause is None)
+        reason = "statetrail could not store this export (kept for inspection); " + (
+            cause or "see the log"
+        )
         try:
             kept = self._spool.quarantine(record, reason)
             logger.error("quarantined export: %s", kept)

@@ -14,6 +14,7 @@ reports the hole instead of trusting a guess.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -131,8 +132,8 @@ def extract(spans: Iterable[DecodedSpan]) -> Evidence:
         if span_type is not None:
             roles[(span.trace_id, span.span_id)] = SpanRole(
                 span_type,
-                _str(attributes, RUNTIME_ID) or _str(attributes, RUNTIME_ID_V1),
-                _str(attributes, PARENT_RUNTIME_ID),
+                _id(attributes, RUNTIME_ID) or _id(attributes, RUNTIME_ID_V1),
+                _id(attributes, PARENT_RUNTIME_ID),
             )
         if span_type in _OWNER_KINDS:
             execution = _execution(span, attributes, span_type)
@@ -151,7 +152,7 @@ def _has_set_state(view: SpanView) -> bool:
 
 
 def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Execution | None:
-    run_id = _str(attrs, RUNTIME_ID) or _str(attrs, RUNTIME_ID_V1)
+    run_id = _id(attrs, RUNTIME_ID) or _id(attrs, RUNTIME_ID_V1)
     if not run_id:
         return None
     kind = _OWNER_KINDS[span_type]
@@ -166,15 +167,15 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
         parent_run_id=(
-            _str(attrs, PARENT_RUNTIME_ID) if parent_type in _OWNER_KINDS else None
+            _id(attrs, PARENT_RUNTIME_ID) if parent_type in _OWNER_KINDS else None
         ),
         status=_status(span, attrs),
         status_message=span.status_message,
-        error_type=_str(attrs, ERROR_TYPE),
+        error_type=_id(attrs, ERROR_TYPE),
         start_unix_nano=span.start_unix_nano,
         end_unix_nano=span.end_unix_nano,
-        store_id=_str(attrs, store_key),
-        parent_store_id=_str(attrs, WORKFLOW_PARENT_STORE_ID),
+        store_id=_id(attrs, store_key),
+        parent_store_id=_id(attrs, WORKFLOW_PARENT_STORE_ID),
         state_start=_str(attrs, state_start_key),
         state_start_mode=_str(attrs, state_start_key + MODE_SUFFIX),
         state_start_policy=_str(attrs, state_start_key + POLICY_SUFFIX),
@@ -189,13 +190,13 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         reconstructable=_bool(attrs, RECONSTRUCTABLE),
         graph_snapshot=_str(attrs, GRAPH_SNAPSHOT),
         contract_version=_int32(attrs, CONTRACT_VERSION),
-        definition_id=_str(attrs, DEFINITION_ID),
-        structural_id=_str(attrs, STRUCTURAL_ID),
+        definition_id=_id(attrs, DEFINITION_ID),
+        structural_id=_id(attrs, STRUCTURAL_ID),
         cancelled_reason=_str(attrs, CANCELLED_REASON) if _bool(attrs, CANCELLED) else None,
         # An empty id would list as an invisible link that filters nothing.
         correlation_type=_str(attrs, CORRELATION_TYPE) or None,
         correlation_id=_str(attrs, CORRELATION_ID) or None,
-        application_store_id=_str(attrs, APPLICATION_STORE_ID),
+        application_store_id=_id(attrs, APPLICATION_STORE_ID),
         application_transition_start=_int(attrs, APPLICATION_TRANSITION_START),
         application_transition_end=_int(attrs, APPLICATION_TRANSITION_END),
     )
@@ -216,7 +217,7 @@ def _transitions(
         if event.name != SET_STATE_EVENT:
             continue
         attrs = event.attributes
-        store_id = _str(attrs, STORE_ID)
+        store_id = _id(attrs, STORE_ID)
         if not store_id:
             # Without a store id the event cannot be grouped with anything; the span
             # itself is still stored, so nothing is lost.
@@ -224,14 +225,14 @@ def _transitions(
         yield Transition(
             store_id=store_id,
             sequence=_int(attrs, SEQUENCE),
-            store_name=_str(attrs, STORE_NAME) or "",
-            action=_str(attrs, STORE_ACTION) or "",
+            store_name=_id(attrs, STORE_NAME) or "",
+            action=_id(attrs, STORE_ACTION) or "",
             revision_before=_int(attrs, REVISION_BEFORE),
             revision_after=_int(attrs, REVISION_AFTER),
             patch_json=_str(attrs, PATCH) or "",
             patch_mode=_str(attrs, PATCH + MODE_SUFFIX) or "full",
             patch_policy=_str(attrs, PATCH + POLICY_SUFFIX) or "",
-            event_id=_str(attrs, EVENT_ID) or "",
+            event_id=_id(attrs, EVENT_ID) or "",
             trace_id=span.trace_id,
             span_id=span.span_id,
             event_index=index,
@@ -247,6 +248,28 @@ def _transitions(
 _str = string_attribute
 _int = int_attribute
 _bool = bool_attribute
+
+# Ids and names land in plain, indexed columns. Junjo's are a few dozen
+# characters; a hostile one of tens of MB made DuckDB run out of memory inside
+# the commit and then fail the rollback, which invalidated the database.
+MAX_ID_CHARS: Final = 1024
+_ID_PREFIX_CHARS: Final = 256
+
+
+def bounded_id(text: str | None) -> str | None:
+    """`text`, or for an absurdly long one its start plus a digest of the whole.
+
+    The digest keeps two different long ids apart, and the same id the same
+    wherever it appears, so joins by id still hold.
+    """
+    if text is None or len(text) <= MAX_ID_CHARS:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"{text[:_ID_PREFIX_CHARS]}…[{len(text):,} characters, blake2b {digest}]"
+
+
+def _id(attrs: AttributeValues, key: str) -> str | None:
+    return bounded_id(string_attribute(attrs, key))
 
 
 def _int32(attrs: AttributeValues, key: str) -> int | None:

@@ -29,6 +29,7 @@ from collector.junjo import (
     SET_STATE_EVENT,
     STATUS_CODE_ERROR,
     STRUCTURAL_ID,
+    bounded_id,
 )
 from collector.model import span_subtree
 from collector.store.spans import SpanRow
@@ -246,7 +247,9 @@ def _row(
     elif cancelled:
         status = "cancelled"
     structural = attributes.get(STRUCTURAL_ID)
-    run_id = attributes.get(RUNTIME_ID) or attributes.get(RUNTIME_ID_V1)
+    # Bounded as extraction stored it, so the link finds the stored run.
+    raw_run_id = attributes.get(RUNTIME_ID) or attributes.get(RUNTIME_ID_V1)
+    run_id = bounded_id(raw_run_id) if isinstance(raw_run_id, str) else None
     return WaterfallRow(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
@@ -274,9 +277,7 @@ def _row(
         in_execution=in_execution,
         is_owner=is_owner,
         run_id=(
-            run_id
-            if span.span_type in OWNER_SPAN_TYPES and isinstance(run_id, str) and run_id
-            else None
+            run_id if span.span_type in OWNER_SPAN_TYPES and run_id else None
         ),
     )
 

@@ -235,3 +235,71 @@ def test_hostile_span_with_100k_attributes_is_stored(make_server: Any) -> None:
     assert rejected == 0
     assert time.monotonic() - started < 30
     assert server.get_json("/healthz")["spans"] == 1
+
+
+def test_hostile_giant_strings_in_stored_columns_never_stop_storing(make_server: Any) -> None:
+    # Legal exports (under the 64 MiB receive limit) with one 24 MiB string where
+    # statetrail keeps plain columns: a resource attribute and a Junjo store id.
+    # DuckDB ran out of its 128 MB inside the commit; the export was retried
+    # forever and every later one was acknowledged and never stored. Since a
+    # store id of that size could also fail the rollback, it is now bounded.
+    server: Server = make_server()
+    giant = "x" * (24 * 1024 * 1024)
+    resource = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1,
+                             end_unix_nano=2)
+    _set(resource.resource_spans[0].resource.attributes, "giant", string_value=giant)
+    store = [
+        _with_store_id(body, giant)
+        for body in relocated_fixture("a_linear", end_unix_nano=time.time_ns(), tag="giant")
+    ]
+    after = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+
+    for body in (resource.SerializeToString(), *store, after.SerializeToString()):
+        try:
+            export_raw(server.grpc_target, body, KEY, timeout=120)
+        except grpc.RpcError as exc:
+            # The first try of a giant export may answer "retry": it is durable in the
+            # spool either way, and the extractor gets past it on its own.
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+
+    deadline = time.monotonic() + 60
+    while server.get_json("/healthz")["backlog_bytes"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    health = server.get_json("/healthz")
+    assert health["backlog_bytes"] == 0
+    stored_spans = health["spans"]
+    quarantined = list((server.db.parent / f"{server.db.name}.spool" / "quarantine").glob("*.pb"))
+    # Everything after the giants is stored; each giant is stored or kept in quarantine.
+    expected = 1 + sum(len(list(_spans_of(body))) for body in store) + 1
+    kept = sum(len(list(_spans_of(q.read_bytes()))) for q in quarantined)
+    assert stored_spans + kept == expected
+    transitions = server.get_json("/healthz")["transitions"]
+    assert transitions > 0 and not quarantined  # both fit at the raised limit
+    # The server still answers and stores.
+    late = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+    export_raw(server.grpc_target, late.SerializeToString(), KEY)
+    assert server.get_json("/healthz")["spans"] == stored_spans + 1
+
+
+def _with_store_id(body: bytes, store_id: str) -> bytes:
+    """The request with its first set_state event's store id replaced."""
+    request = ExportRequest.FromString(body)
+    events = (
+        event
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+        for event in span.events
+        if event.name == junjo.SET_STATE_EVENT
+    )
+    first = next(events, None)
+    if first is not None:
+        _set(first.attributes, junjo.STORE_ID, string_value=store_id)
+    return request.SerializeToString()
+
+
+def _spans_of(body: bytes) -> Any:
+    request = ExportRequest.FromString(body)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
