@@ -20,15 +20,24 @@ def digest(key: str) -> str:
 
 
 def presented_key(headers: Iterable[tuple[str, str | bytes]]) -> str | None:
-    """The key a request carries, as Junjo's header or an `authorization: Bearer`."""
+    """The key a request carries, as Junjo's header or an `authorization: Bearer`.
+
+    Junjo's header wins when both are sent, whatever their order: which key is
+    checked must not depend on how a proxy happened to order the headers.
+    """
+    bearer: str | None = None
     for name, value in headers:
         text = value.decode("latin-1") if isinstance(value, bytes) else value
         lowered = name.lower()
         if lowered == JUNJO_KEY_HEADER and text:
             return text
-        if lowered == AUTHORIZATION_HEADER and text.lower().startswith(BEARER_PREFIX):
-            return text[len(BEARER_PREFIX):].strip() or None
-    return None
+        if (
+            bearer is None
+            and lowered == AUTHORIZATION_HEADER
+            and text.lower().startswith(BEARER_PREFIX)
+        ):
+            bearer = text[len(BEARER_PREFIX):].strip()
+    return bearer or None
 
 
 class KeyChecker:

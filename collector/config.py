@@ -96,14 +96,18 @@ class Config:
         return frozenset(keys)
 
     def check_exposure(self) -> None:
-        """Refuse to listen beyond loopback with no key unless told to, and say why."""
-        if self.insecure or self.api_keys or self.keys_file is not None:
+        """Refuse to listen beyond loopback with no key unless told to, and say why.
+
+        A keys file counts only if it holds a key: an empty one (a template not
+        filled in yet) would otherwise expose an unauthenticated receiver.
+        """
+        if self.insecure or self.load_api_keys():
             return
         if not is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without API keys: anyone who can reach "
-                "it could write telemetry. Give --api-key (or --keys-file), or --insecure "
-                "if the network is trusted."
+                "it could write telemetry. Give --api-key (or a --keys-file with at least "
+                "one key), or --insecure if the network is trusted."
             )
 
     def check_studio_access(self) -> None:

@@ -55,6 +55,15 @@ def test_grpc_rejects_missing_and_wrong_keys(make_server: Any) -> None:
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
     export_raw(server.grpc_target, _linear(), [("authorization", f"Bearer {FIXTURE_API_KEY}")])
     assert server.get_json("/healthz")["spans"] == 5
+    # Both headers: Junjo's is the one checked, in either order.
+    both = [("authorization", "Bearer wrong"), ("x-junjo-api-key", FIXTURE_API_KEY)]
+    for metadata in (both, both[::-1]):
+        export_raw(server.grpc_target, _linear(), metadata)
+    wrong_junjo = [("authorization", f"Bearer {FIXTURE_API_KEY}"), ("x-junjo-api-key", "wrong")]
+    for metadata in (wrong_junjo, wrong_junjo[::-1]):
+        with pytest.raises(grpc.RpcError) as error:
+            export_raw(server.grpc_target, _linear(), metadata)
+        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_grpc_malformed_body_is_invalid_argument_and_stores_nothing(server: Server) -> None:
@@ -189,7 +198,13 @@ def test_grpc_acknowledged_export_survives_kill_9(server: Server) -> None:
     assert _count(server.db, "transitions") == health["transitions"] > 0
 
 
-def test_grpc_refuses_non_loopback_without_keys(make_server: Any) -> None:
+def test_grpc_refuses_non_loopback_without_keys(make_server: Any, tmp_path: Path) -> None:
     server: Server = make_server("--host", "0.0.0.0", start=False)
+    with pytest.raises(RuntimeError, match="without API keys"):
+        server.start()
+    # A keys file with no key in it (comments only) is no key at all.
+    empty = tmp_path / "keys.txt"
+    empty.write_text("# one key per line\n\n", encoding="utf-8")
+    server = make_server("--host", "0.0.0.0", "--keys-file", str(empty), start=False)
     with pytest.raises(RuntimeError, match="without API keys"):
         server.start()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -228,6 +230,31 @@ def test_otlp_http_gzip_request_is_stored(server: Server) -> None:
     response = _post(server, gzip.compress(_linear()), PROTOBUF, {"content-encoding": "gzip"})
     assert response.status_code == 200
     assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_concatenated_gzip_members_are_one_body_up_to_a_limit(
+    server: Server,
+) -> None:
+    # RFC 1952: members in a row are one stream. Two halves of a request, each its own
+    # member; with ~1.5 MiB of noise the second starts inside the receiver's first 1 MiB
+    # input slice and ends in the next.
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(_linear())
+    noise = base64.b64encode(os.urandom(MIB * 3 // 2)).decode()
+    request.resource_spans[0].scope_spans[0].spans[0].attributes.add(
+        key="noise"
+    ).value.string_value = noise
+    body = request.SerializeToString()
+    middle = len(body) // 2
+    two = gzip.compress(body[:middle]) + gzip.compress(body[middle:])
+    assert _post(server, two, PROTOBUF, {"content-encoding": "gzip"}).status_code == 200
+    assert server.get_json("/healthz")["spans"] == 5
+    # Thousands of empty members are refused at once, not inflated in quadratic time.
+    empty = gzip.compress(b"")
+    started = time.monotonic()
+    many = _post(server, empty * 200_000 + gzip.compress(body), PROTOBUF,
+                 {"content-encoding": "gzip"})
+    assert many.status_code == 400 and "gzip members" in _status(many).message
+    assert time.monotonic() - started < 10
 
 
 def test_otlp_http_oversize_is_413_before_and_while_reading(make_server: Any) -> None:
