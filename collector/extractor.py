@@ -68,9 +68,22 @@ def batch_from_export(
     times the size of their bytes, are let go on return: four exports' views
     held at once until their run was written cost ~16 MB at peak.
     """
-    decoded = [span for span in iter_spans(body) if isinstance(span, DecodedSpan)]
+    decoded = _first_copies(span for span in iter_spans(body) if isinstance(span, DecodedSpan))
     evidence = extract(paced(decoded))
     return IngestBatch([span.record for span in decoded], evidence)
+
+
+def _first_copies(spans: Iterable[DecodedSpan]) -> list[DecodedSpan]:
+    """Each span once, as its first copy in the request: a span sent twice in one export
+    with different content must not have its evidence mixed from both."""
+    seen: set[tuple[str, str]] = set()
+    kept: list[DecodedSpan] = []
+    for span in spans:
+        key = (span.record.trace_id, span.record.span_id)
+        if key not in seen:
+            seen.add(key)
+            kept.append(span)
+    return kept
 
 
 class Extractor:

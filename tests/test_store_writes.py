@@ -12,9 +12,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from otlp_craft import relocated_fixture
+from opentelemetry.proto.trace.v1 import trace_pb2
+from otlp_craft import ExportRequest, relocated_fixture
 from support import fixture_requests
 
+from collector import junjo
 from collector.extractor import batch_from_export
 from collector.replayer import replay_stores
 from collector.store import Store, StoreError
@@ -134,3 +136,63 @@ def test_an_export_repeated_within_one_write_keeps_one_chunk(tmp_path: Path) -> 
         assert {r.span_id: r.raw for r in store.spans_of_trace(trace_id)} == expected
     finally:
         store.close()
+
+
+def _node_with_events(request: ExportRequest) -> trace_pb2.Span:
+    """The first span carrying two or more set_state events."""
+    return next(
+        span
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+        if sum(event.name == junjo.SET_STATE_EVENT for event in span.events) >= 2
+    )
+
+
+def test_a_span_sent_twice_with_different_content_keeps_its_first_copy_whole(
+    tmp_path: Path,
+) -> None:
+    # Copy B: the same ids, another name, only its first set_state event.
+    (body, _), *_ = fixture_requests("a_linear")
+    request = ExportRequest.FromString(body)
+    original = _node_with_events(request)
+    events = sum(event.name == junjo.SET_STATE_EVENT for event in original.events)
+    copy = trace_pb2.Span()
+    copy.CopyFrom(original)
+    copy.name = "copy B"
+    del copy.events[1:]
+    key = (original.trace_id.hex(), original.span_id.hex())
+
+    def stored(db: Store) -> tuple[str, int]:
+        """The stored copy's name, and how many transitions it carries."""
+        (row,) = [s for s in db.spans_of_trace(key[0]) if s.span_id == key[1]]
+        carried = [
+            t for t in db.transitions_for_store(_store_of(original))
+            if (t.trace_id, t.span_id) == key
+        ]
+        assert {t.span_name for t in carried} == {row.name}  # never a mix of copies
+        return row.name, len(carried)
+
+    # In one request: the original first, then copy B.
+    request.resource_spans[0].scope_spans[0].spans.append(copy)
+    store = Store(tmp_path / "w.duckdb")
+    store.write([batch_from_export(request.SerializeToString())])
+    assert stored(store) == (original.name, events)
+    store.close()
+
+    # In one write across two exports: copy B's export first, then the original's.
+    other = Store(tmp_path / "x.duckdb")
+    alone = ExportRequest.FromString(body)
+    alone.resource_spans[0].scope_spans[0].ClearField("spans")
+    alone.resource_spans[0].scope_spans[0].spans.append(copy)
+    other.write([batch_from_export(alone.SerializeToString()), batch_from_export(body)])
+    assert stored(other) == ("copy B", 1)
+    other.close()
+
+
+def _store_of(span: trace_pb2.Span) -> str:
+    for event in span.events:
+        for attribute in event.attributes:
+            if attribute.key == junjo.STORE_ID:
+                return str(attribute.value.string_value)
+    raise LookupError("no store id")

@@ -113,51 +113,72 @@ def _distinct(table: pa.Table, column: str) -> set[str]:
 
 
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
-    """The rows of several batches, each span, execution and transition once."""
+    """The rows of several batches, each span, execution and transition once.
+
+    The first copy of a span wins, as it does against spans already stored
+    (`keeping_spans`), and its evidence comes with it: executions, transitions
+    and roles are taken only from the batch that holds a span's first copy, so
+    a span delivered twice with different content never mixes the two.
+    """
     now = time.time_ns()
-    spans, places, chunks = _placed_spans(batches)
+    spans, places, chunks, first_batch = _placed_spans(batches)
+
+    def firsts(index: int, trace_id: str, span_id: str) -> bool:
+        # Evidence whose span is not in this write (built by hand) stays with its batch.
+        return first_batch.get((trace_id, span_id), index) == index
+
     resources = _unique({s.resource.key: s.resource for s in spans})
-    executions = _unique({e.run_id: e for b in batches for e in b.evidence.executions})
-    transitions = _unique(
-        {(t.trace_id, t.span_id, t.event_index): t for b in batches for t in b.evidence.transitions}
-    )
-    roles = {key: value for b in batches for key, value in b.evidence.roles.items()}
+    executions: dict[str, Execution] = {}
+    transitions: dict[tuple[str, str, int], Transition] = {}
+    roles: dict[tuple[str, str], SpanRole] = {}
+    for index, batch in enumerate(batches):
+        evidence = batch.evidence
+        for e in evidence.executions:
+            if firsts(index, e.trace_id, e.span_id):
+                executions.setdefault(e.run_id, e)
+        for t in evidence.transitions:
+            if firsts(index, t.trace_id, t.span_id):
+                transitions.setdefault((t.trace_id, t.span_id, t.event_index), t)
+        for key, role in evidence.roles.items():
+            if firsts(index, *key):
+                roles.setdefault(key, role)
     return PreparedWrite(
         resources=_resources_table(resources),
         spans=_spans_table(spans, places, roles, now),
         span_chunks=_chunks_table(chunks),
-        executions=_executions_table(executions, now),
-        transitions=_transitions_table(transitions, now),
+        executions=_executions_table(list(executions.values()), now),
+        transitions=_transitions_table(list(transitions.values()), now),
     )
 
 
 def _placed_spans(
     batches: Sequence[IngestBatch],
-) -> tuple[list[SpanRecord], list[_Place], list[tuple[bytes, int]]]:
-    """Each span once, where its bytes sit, and the chunks (body, raw size) they sit in.
+) -> tuple[list[SpanRecord], list[_Place], list[tuple[bytes, int]], dict[tuple[str, str], int]]:
+    """Each span once, where its bytes sit, the chunks (body, raw size) they sit in, and
+    which batch holds each span's first copy.
 
-    A span repeated within the write keeps its last copy; its bytes sit in its
-    batch's chunk. A batch whose every span came again later (an export
-    retried while the first copy still waited in the spool) gets no chunk.
+    A span repeated within the write keeps its first copy; its bytes sit in its
+    batch's chunk. A batch whose every span came earlier (an export retried
+    while the first copy still waited in the spool) gets no chunk.
     """
-    last: dict[tuple[str, str], tuple[int, int, SpanRecord]] = {}
+    first: dict[tuple[str, str], tuple[int, int, SpanRecord]] = {}
     for index, batch in enumerate(batches):
         for position, s in enumerate(batch.spans):
-            last[(s.trace_id, s.span_id)] = (index, position, s)
+            first.setdefault((s.trace_id, s.span_id), (index, position, s))
     chunk_of: dict[int, int] = {}
     offsets: dict[int, list[int]] = {}
     chunks: list[tuple[bytes, int]] = []
-    for index in sorted({index for index, _, _ in last.values()}):
+    for index in sorted({index for index, _, _ in first.values()}):
         raws = [s.raw for s in batches[index].spans]
         chunk_of[index] = len(chunks)
         offsets[index] = list(accumulate(map(len, raws), initial=0))
         chunks.append(span_bytes.pack(raws))
-    spans = [s for _, _, s in last.values()]
+    spans = [s for _, _, s in first.values()]
     places = [
         (chunk_of[index], offsets[index][position], len(s.raw))
-        for index, position, s in last.values()
+        for index, position, s in first.values()
     ]
-    return spans, places, chunks
+    return spans, places, chunks, {key: index for key, (index, _, _) in first.items()}
 
 
 def _transposed(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Sequence[Any]]:
