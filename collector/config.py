@@ -101,7 +101,11 @@ class Config:
         A keys file counts only if it holds a key: an empty one (a template not
         filled in yet) would otherwise expose an unauthenticated receiver.
         """
-        if self.insecure or self.load_api_keys():
+        try:
+            keyed = bool(self.load_api_keys())
+        except OSError as exc:
+            raise ConfigError(f"cannot read the keys file {self.keys_file}: {exc}") from exc
+        if self.insecure or keyed:
             return
         if not is_loopback(self.host):
             raise ConfigError(

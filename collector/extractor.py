@@ -13,13 +13,14 @@ Failures:
   stored, the records stay in the spool, and the extractor retries after a
   growing pause. Exports waiting to become visible are told, so a receiver
   that is still holding the call answers "retry" rather than success.
-- The store keeps refusing one run while it can still commit (DuckDB runs
-  out of its memory limit on an export with a string of tens of MB in a
-  column it stores uncompressed): after POISON_ATTEMPTS the run is stored a
-  record at a time; a record the store refuses while an empty commit still
-  succeeds gets one more try with ISOLATED_MEMORY_LIMIT, then goes to
+- DuckDB keeps running out of its memory limit on one run (an export with a
+  string of tens of MB in a column it holds in memory): after POISON_ATTEMPTS
+  such refusals the run is stored a record at a time; a record that runs out
+  of memory alone gets one more try with ISOLATED_MEMORY_LIMIT, then goes to
   quarantine. Otherwise one such export would stop all storing for good,
-  behind it, every later export acknowledged and never stored.
+  behind it, every later export acknowledged and never stored. Only
+  out-of-memory counts: a full disk or a lock is the store's failure, and
+  every record waits for it.
 - Anything else is a bug meeting hostile input. A failed run of records is
   retried one record at a time; a single record that still fails is copied to
   the spool's quarantine folder with the reason, logged, and passed over, so
@@ -38,7 +39,14 @@ from collector.decode import DecodedSpan, DecodeError, iter_spans
 from collector.foreground import Foreground
 from collector.junjo import extract
 from collector.spool import Position, Spool, SpoolRecord
-from collector.store import IngestBatch, Store, StoreError, WriteResult, prepare_write
+from collector.store import (
+    IngestBatch,
+    Store,
+    StoreError,
+    StoreOutOfMemory,
+    WriteResult,
+    prepare_write,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +188,9 @@ class Extractor:
                 else:
                     self._store_records(records, after)
             except StoreError as exc:
-                refusals += 1
+                # Only running out of memory may be the export's own fault; a full
+                # disk or a lock is the store's, and every record waits for it.
+                refusals = refusals + 1 if isinstance(exc, StoreOutOfMemory) else 0
                 logger.error("could not store spooled exports, retrying: %s", exc)
                 with self._changed:
                     self._failure = (after, str(exc))
@@ -225,28 +235,25 @@ class Extractor:
         self._advance(result, after)
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
-        """Store a run the store keeps refusing a record at a time, setting aside what it
-        cannot take. Raises StoreError when the store itself is failing, not a record."""
+        """Store a run whose commits keep running out of memory a record at a time,
+        setting aside a record too big for the store even with ISOLATED_MEMORY_LIMIT.
+
+        Any other StoreError propagates, and the run is retried as usual: a
+        record is never set aside for the store's own failure.
+        """
         for record in records:
             try:
                 self._store_records([record], record.end)
                 continue
-            except StoreError as refused:
-                # An empty commit at the stored position tells a failing store
-                # (this raises, and the run is retried later) from a record
-                # too big for the store's memory limit.
-                self._store.write([], progress=self.position)
+            except StoreOutOfMemory as refused:
                 reason = str(refused)
-            logger.warning("the store refused one export alone (%s); trying with %s of memory",
-                           reason, ISOLATED_MEMORY_LIMIT)
-            try:
-                if not self._store.limit_memory(ISOLATED_MEMORY_LIMIT):
-                    raise StoreError("could not raise the memory limit")
-                self._store_records([record], record.end)
-            except StoreError as exc:
-                self._refuse(record, f"the database could not store this export: {exc}")
-            finally:
-                self._store.limit_memory()
+            logger.warning("the store ran out of memory on one export alone (%s); trying "
+                           "with %s", reason, ISOLATED_MEMORY_LIMIT)
+            with self._store.memory_raised(ISOLATED_MEMORY_LIMIT):
+                try:
+                    self._store_records([record], record.end)
+                except StoreOutOfMemory as exc:
+                    self._refuse(record, f"the database could not store this export: {exc}")
         # A run that ended in a skipped, corrupt stretch has nothing to store but its position.
         if not records or records[-1].end < after:
             self._advance(self._store.write([], progress=after), after)

@@ -72,6 +72,11 @@ class StoreError(RuntimeError):
     """The database could not do what was asked; data already committed is intact."""
 
 
+class StoreOutOfMemory(StoreError):
+    """DuckDB ran out of its memory limit. Unlike a full disk or a lock, it may be
+    one write's own size: the extractor sets such an export aside (extractor.py)."""
+
+
 class StoreLocked(StoreError):
     """Another process (usually a running `statetrail serve`) holds the file."""
 
@@ -162,6 +167,23 @@ class Store:
             return False
         return True
 
+    @contextmanager
+    def memory_raised(self, limit: str) -> Iterator[None]:
+        """DuckDB's memory limit at `limit` for the block, then back to what it was.
+
+        "What it was" is read, not the configured limit: a burst may have
+        lowered it (collector/burst_memory.py). Raises StoreError if the limit
+        cannot be set.
+        """
+        before = self.memory_limit()
+        if not self.limit_memory(limit):
+            raise StoreError(f"could not raise DuckDB's memory limit to {limit}")
+        try:
+            yield
+        finally:
+            if not self.limit_memory(before.replace(" ", "")):
+                logger.warning("could not restore DuckDB's memory limit to %s", before)
+
     def memory_limit(self) -> str:
         """DuckDB's memory limit now, as DuckDB prints it ("122.0 MiB")."""
         with self._cursor() as cursor:
@@ -235,7 +257,9 @@ class Store:
                 cursor.execute("COMMIT")
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
-                raise StoreError(f"could not store the export: {exc}") from exc
+                out_of_memory = isinstance(exc, duckdb.OutOfMemoryException)
+                kind = StoreOutOfMemory if out_of_memory else StoreError
+                raise kind(f"could not store the export: {exc}") from exc
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
         return write.result()
