@@ -81,6 +81,10 @@ def batch_from_export(
     return IngestBatch([span.record for span in decoded], evidence)
 
 
+class ExportQuarantined(StoreError):
+    """The export was set aside in the spool's quarantine: it will never be stored."""
+
+
 def _first_copies(spans: Iterable[DecodedSpan]) -> list[DecodedSpan]:
     """Each span once, as its first copy in the request: a span sent twice in one export
     with different content must not have its evidence mixed from both."""
@@ -110,8 +114,8 @@ class Extractor:
         self._on_commit = on_commit
         self._foreground = foreground or Foreground()
         self._position = resume_at
-        # (end of the failed run, reason) while the store refuses writes.
-        self._failure: tuple[Position, str] | None = None
+        # (end of the failed run, the refusal) while the store refuses writes.
+        self._failure: tuple[Position, StoreError] | None = None
         self._refused: dict[Position, str] = {}
         self._stopping = False
         self._drain_deadline = 0.0
@@ -141,7 +145,10 @@ class Extractor:
         """Wait until the record ending at `end` is in the store; False on timeout.
 
         Raises StoreError if the store refused it (the record stays spooled and
-        is retried, but the caller should not report success yet).
+        is retried, but the caller should not report success yet), and
+        ExportQuarantined if it was set aside (retrying it cannot help). An
+        out-of-memory refusal is waited through: it may be this very export,
+        which the extractor then stores alone or sets aside within seconds.
         """
         deadline = time.monotonic() + timeout
         with self._changed:
@@ -149,11 +156,16 @@ class Extractor:
                 # A quarantined record also moves the position past it.
                 refused = self._refused.get(end)
                 if refused is not None:
-                    raise StoreError(refused)
+                    raise ExportQuarantined(refused)
                 if self._position >= end:
                     return True
-                if self._failure is not None and end <= self._failure[0]:
-                    raise StoreError(self._failure[1])
+                failure = self._failure
+                if (
+                    failure is not None
+                    and end <= failure[0]
+                    and not isinstance(failure[1], StoreOutOfMemory)
+                ):
+                    raise StoreError(str(failure[1]))
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     return False
@@ -193,7 +205,7 @@ class Extractor:
                 refusals = refusals + 1 if isinstance(exc, StoreOutOfMemory) else 0
                 logger.error("could not store spooled exports, retrying: %s", exc)
                 with self._changed:
-                    self._failure = (after, str(exc))
+                    self._failure = (after, exc)
                     self._changed.notify_all()
                     self._changed.wait_for(self._must_stop, retry_after)
                 retry_after = min(retry_after * 2, MAX_RETRY_SECONDS)

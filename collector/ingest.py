@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from collector.decode import ExportRequestPB2, RejectedSpan, screen
-from collector.extractor import Extractor
+from collector.extractor import ExportQuarantined, Extractor
 from collector.foreground import Foreground
 from collector.spool import Position, Spool, SpoolError
 from collector.store import Store, StoreError, WriteResult
@@ -112,6 +112,10 @@ class Ingestor:
             if not queued_ahead:
                 try:
                     self._extractor.wait_stored(end, VISIBLE_WAIT_SECONDS)
+                except ExportQuarantined as exc:
+                    # Kept for a person to look at, never to be stored: say so per span
+                    # rather than "retry", which would only queue the same export again.
+                    return IngestOutcome(0, accepted + len(rejected), str(exc))
                 except StoreError as exc:
                     raise RetryLater(f"not stored, retry: {exc}") from exc
         return IngestOutcome(

@@ -254,6 +254,22 @@ def test_an_export_that_cannot_be_stored_is_quarantined_and_the_rest_flow(
     assert [path.read_bytes() for path in kept] == [b"\xff\xff\xff not protobuf"]
 
 
+def test_an_export_set_aside_is_answered_per_span_not_retry(tmp_path: Path) -> None:
+    # The receiver parsed a good request, but the bytes spooled for it do not decode
+    # (a bug, or a damaged disk): the extractor quarantines them while the receiver
+    # still holds the call. Retrying could only queue the same bytes again.
+    store = Store(tmp_path / "r.duckdb")
+    ingestor = Ingestor(store, tmp_path / "r.duckdb.spool")
+    (body, _), *_ = fixture_requests("a_linear")
+    outcome = ingestor.ingest(parse_request(body), b"\xff\xff\xff not protobuf")
+    assert (outcome.accepted_spans, outcome.rejected_spans) == (0, _spans_in(body))
+    assert "kept for inspection" in outcome.error_message
+    assert ingestor.ingest(parse_request(body), body).accepted_spans == _spans_in(body)
+    ingestor.close()
+    assert store.counts()["spans"] == _spans_in(body)
+    store.close()
+
+
 def test_an_export_the_spool_cannot_keep_is_answered_retry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
