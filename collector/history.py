@@ -76,8 +76,10 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 from collector.jsondoc import (
@@ -253,6 +255,32 @@ class History:
         """Whether `state_at` can answer at all (there is a usable start state)."""
         return self._states is not None
 
+    @cached_property
+    def missing_sequences(self) -> Mapping[int | None, tuple[int, int]]:
+        """The holes in the run's sequences: (first, last) missing, keyed by the step after each.
+
+        The key None holds the trailing hole, between the last step received and
+        the end the owner span declared. Contract 1 carries no sequences (its
+        steps are numbered by time), and a run in flight declares no bounds, so
+        only the holes between received producer sequences are known there.
+        Worked out once: the timeline, the verdict, provenance and the JSON twin
+        all read it.
+        """
+        holes: dict[int | None, tuple[int, int]] = {}
+        known_start = self.execution is not None
+        expected = self.start_sequence + 1
+        for step in self.steps:
+            if step.transition.sequence is None:
+                return MappingProxyType({})
+            if step.sequence > expected and known_start:
+                holes[step.sequence] = (expected, step.sequence - 1)
+            expected = step.sequence + 1
+            known_start = True
+        end = self.end_sequence
+        if end is not None and expected <= end:
+            holes[None] = (expected, end)
+        return MappingProxyType(holes)
+
     @property
     def last_sequence(self) -> int:
         """The highest sequence `state_at` accepts: the interval's end or the last step."""
@@ -373,30 +401,6 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
 def timeline(history: History) -> tuple[TimelineEntry, ...]:
     """One flattened record per step, with the patch parsed (None if unreadable)."""
     return tuple(_timeline_entry(step) for step in history.steps)
-
-
-def missing_sequences(history: History) -> dict[int | None, tuple[int, int]]:
-    """The holes in a run's sequences: (first, last) missing, keyed by the step after each.
-
-    The key None holds the trailing hole, between the last step received and the
-    end the owner span declared. Contract 1 carries no sequences (its steps are
-    numbered by time), and a run in flight declares no bounds, so only the holes
-    between received producer sequences are known there.
-    """
-    holes: dict[int | None, tuple[int, int]] = {}
-    known_start = history.execution is not None
-    expected = history.start_sequence + 1
-    for step in history.steps:
-        if step.transition.sequence is None:
-            return {}
-        if step.sequence > expected and known_start:
-            holes[step.sequence] = (expected, step.sequence - 1)
-        expected = step.sequence + 1
-        known_start = True
-    end = history.end_sequence
-    if end is not None and expected <= end:
-        holes[None] = (expected, end)
-    return holes
 
 
 # --- saving and restoring (collector/snapshot.py) -------------------------------------

@@ -20,7 +20,6 @@ from collector.history import (
     History,
     StateUnavailableError,
     TimelineEntry,
-    missing_sequences,
     timeline,
 )
 from collector.jsondoc import MISSING, JsonValue, Missing
@@ -229,7 +228,7 @@ def execution_timeline(request: Request) -> Response:
             "transitions": [timeline_json(entry) for entry in timeline(history)],
             "missing": [
                 {"first": first, "last": last}
-                for first, last in sorted(missing_sequences(history).values())
+                for first, last in sorted(history.missing_sequences.values())
             ],
         }
     )

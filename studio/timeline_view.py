@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 from urllib.parse import urlencode
 
-from collector.history import History, StateUnavailableError, Step, missing_sequences
+from collector.history import History, StateUnavailableError, Step
 from collector.jsondoc import JsonValue, Missing, pointer_text, resolve
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
@@ -248,7 +248,7 @@ def build_timeline(
     first = min(max(index - TIMELINE_WINDOW // 2, 0), max(len(steps) - TIMELINE_WINDOW, 0))
     window = steps[first : first + TIMELINE_WINDOW]
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
-    holes = missing_sequences(history)
+    holes = history.missing_sequences
     trace_id = history.execution.trace_id if history.execution else None
     writers = span_runs or {}
 
@@ -294,7 +294,7 @@ def build_timeline(
     )
 
 
-def _in_hole(sequence: int, holes: dict[int | None, tuple[int, int]]) -> bool:
+def _in_hole(sequence: int, holes: Mapping[int | None, tuple[int, int]]) -> bool:
     return any(first <= sequence <= last for first, last in holes.values())
 
 
@@ -631,7 +631,7 @@ def provenance_view(
         next_writer=write(next_writer) if next_writer else None,
         missing_before=sum(
             min(last, sequence) - first + 1
-            for first, last in missing_sequences(history).values()
+            for first, last in history.missing_sequences.values()
             if first <= sequence
         ),
     )

@@ -10,7 +10,7 @@ states can be trusted, and never call a state verified that `History` does not.
 
 from __future__ import annotations
 
-from collector.history import History, missing_sequences
+from collector.history import History
 from collector.jsondoc import MISSING
 from studio.waterfall import Waterfall
 
@@ -60,7 +60,7 @@ def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
 
 def _missing_sentences(history: History, waterfall: Waterfall) -> list[str]:
     sentences: list[str] = []
-    gaps = sorted(missing_sequences(history).values())
+    gaps = sorted(history.missing_sequences.values())
     missing = sum(last - first + 1 for first, last in gaps)
     if gaps:
         shown = ", ".join(_range(first, last) for first, last in gaps[:3])

@@ -26,7 +26,6 @@ from collector.history import (
     Diagnostic,
     History,
     StateUnavailableError,
-    missing_sequences,
     replay,
     timeline,
     walk,
@@ -322,13 +321,13 @@ def test_missing_sequences_are_the_holes_between_the_start_steps_and_the_end() -
     execution, transitions, _ = scenario({}, patches)
     kept = [t for t in transitions if t.sequence not in (1, 3, 5, 6, 8)]
 
-    holes = missing_sequences(replay(execution, kept))
+    holes = replay(execution, kept).missing_sequences
 
     # Keyed by the step received after each hole; None is the trailing one.
     assert holes == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
-    assert missing_sequences(replay(execution, transitions)) == {}
+    assert replay(execution, transitions).missing_sequences == {}
     # Without the owner span nothing bounds the start or the end: only inner holes.
-    assert missing_sequences(replay(None, kept)) == {4: (3, 3), 7: (5, 6)}
+    assert replay(None, kept).missing_sequences == {4: (3, 3), 7: (5, 6)}
 
 
 def test_missing_sequences_are_unknown_without_producer_sequences() -> None:
@@ -339,7 +338,7 @@ def test_missing_sequences_are_unknown_without_producer_sequences() -> None:
     )
     timed = [t._replace(sequence=None) for i, t in enumerate(transitions) if i != 2]
 
-    assert missing_sequences(replay(execution, timed)) == {}
+    assert replay(execution, timed).missing_sequences == {}
 
 
 def test_duplicate_sequence_with_different_patches_is_reported_and_unverified() -> None:
