@@ -78,6 +78,18 @@ def listed(server: Server, **params: str) -> list[Json]:
     return executions
 
 
+def pages(server: Server, **params: str) -> list[list[Json]]:
+    """Every page of the list, following `next` cursors to the end."""
+    found: list[list[Json]] = []
+    while True:
+        page = ok(server, "/api/executions", **params)
+        found.append(page["executions"])
+        if page["next"] is None:
+            return found
+        assert len(found) < 10_000, "the cursor never ends"
+        params = {**params, "cursor": page["next"]}
+
+
 def where(server: Server, expression: str) -> set[str]:
     return {e["id"] for e in listed(server, where=expression)}
 
@@ -141,15 +153,9 @@ def test_list_executions_newest_first_with_documented_fields(all_executions: lis
 def test_list_executions_cursor_walks_every_execution_once(
     fixtures: Server, all_executions: list[Json]
 ) -> None:
-    seen: list[str] = []
-    params = {"limit": "3"}
-    for _ in range(len(all_executions)):
-        page = ok(fixtures, "/api/executions", **params)
-        assert len(page["executions"]) <= 3
-        seen += [e["id"] for e in page["executions"]]
-        if page["next"] is None:
-            break
-        params = {"limit": "3", "cursor": page["next"]}
+    walked = pages(fixtures, limit="3")
+    assert all(len(page) <= 3 for page in walked)
+    seen = [e["id"] for page in walked for e in page]
     assert seen == [e["id"] for e in all_executions]
     assert len(set(seen)) == len(seen)
 
@@ -268,14 +274,8 @@ def _subflows(server: Server, run_ids: set[str]) -> set[str]:
 def test_where_filter_pages_and_combines_with_facets(
     fixtures: Server, all_executions: list[Json]
 ) -> None:
-    seen: list[str] = []
-    params = {"limit": "3", "where": "nonexistent missing"}
-    for _ in range(len(all_executions)):
-        page = ok(fixtures, "/api/executions", **params)
-        seen += [e["id"] for e in page["executions"]]
-        if page["next"] is None:
-            break
-        params["cursor"] = page["next"]
+    seen = [e["id"] for page in pages(fixtures, limit="3", where="nonexistent missing")
+            for e in page]
     assert seen == [e["id"] for e in all_executions]
     linear = {run_id_of(s) for s in LINEAR}
     laser = 'items contains "laser"'
@@ -340,14 +340,7 @@ def test_list_sorts_and_pages_through_every_run_once(
     fixtures: Server, all_executions: list[Json], sort: str, key: Any
 ) -> None:
     expected = [e["id"] for e in sorted(all_executions, key=key)]
-    seen: list[str] = []
-    params = {"limit": "3", "sort": sort}
-    for _ in range(len(all_executions)):
-        page = ok(fixtures, "/api/executions", **params)
-        seen += [e["id"] for e in page["executions"]]
-        if page["next"] is None:
-            break
-        params["cursor"] = page["next"]
+    seen = [e["id"] for page in pages(fixtures, limit="3", sort=sort) for e in page]
     assert seen == expected
     # With a field filter too: the same order over the runs that match.
     matching = {e["id"] for e in listed(fixtures, where="count exists")}

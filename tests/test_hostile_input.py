@@ -18,7 +18,14 @@ import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, new_span_id, new_trace_id, plain_request, relocated_fixture
+from otlp_craft import (
+    ExportRequest,
+    new_span_id,
+    new_trace_id,
+    plain_request,
+    relocated_fixture,
+    spans_of,
+)
 from support import FIXTURE_API_KEY, Server, export_raw
 
 from collector import junjo
@@ -286,9 +293,7 @@ def _with_store_id(body: bytes, store_id: str) -> bytes:
     request = ExportRequest.FromString(body)
     events = (
         event
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
+        for span in spans_of([request])
         for event in span.events
         if event.name == junjo.SET_STATE_EVENT
     )
@@ -299,7 +304,4 @@ def _with_store_id(body: bytes, store_id: str) -> bytes:
 
 
 def _spans_of(body: bytes) -> Any:
-    request = ExportRequest.FromString(body)
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            yield from scope_spans.spans
+    return spans_of([ExportRequest.FromString(body)])

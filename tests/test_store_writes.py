@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, relocated_fixture
+from otlp_craft import ExportRequest, relocated_fixture, spans_of
 from support import fixture_requests
 
 from collector import junjo
@@ -142,9 +142,7 @@ def _node_with_events(request: ExportRequest) -> trace_pb2.Span:
     """The first span carrying two or more set_state events."""
     return next(
         span
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
+        for span in spans_of([request])
         if sum(event.name == junjo.SET_STATE_EVENT for event in span.events) >= 2
     )
 
