@@ -237,10 +237,7 @@ class Extractor:
             if len(records) > 1:
                 for record in records:
                     self._store_records([record], record.end)
-                # A run that ended in a skipped, corrupt stretch has nothing to
-                # store but its position.
-                if records[-1].end < after:
-                    self._advance(self._store.write([], progress=after), after)
+                self._advance_past_skipped(records, after)
                 return
             self._refuse(records[0])
             return
@@ -266,7 +263,11 @@ class Extractor:
                     self._store_records([record], record.end)
                 except StoreOutOfMemory as exc:
                     self._refuse(record, f"the database could not store this export: {exc}")
-        # A run that ended in a skipped, corrupt stretch has nothing to store but its position.
+        self._advance_past_skipped(records, after)
+
+    def _advance_past_skipped(self, records: list[SpoolRecord], after: Position) -> None:
+        """Store the position `after` a run stored record by record, if the records end
+        before it: a run that ended in a skipped, corrupt stretch has nothing else to store."""
         if not records or records[-1].end < after:
             self._advance(self._store.write([], progress=after), after)
 
