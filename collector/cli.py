@@ -85,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=config.http_port,
         log_level=args.log_level,
         timeout_graceful_shutdown=30,
+        root_path=config.root_path,
     )
     return 0
 

@@ -75,6 +75,10 @@ class Config:
     retain_nanos: int | None = None
     prune_interval_seconds: float = 600.0
     prune_first_delay_seconds: float = 30.0
+    # The path prefix a reverse proxy serves the studio under and strips before
+    # forwarding ("/statetrail"), so every link the studio writes carries it;
+    # "" when the studio is served at the root.
+    root_path: str = ""
 
     @property
     def spool_path(self) -> Path:
@@ -211,6 +215,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "(env STATETRAIL_STUDIO_PASSWORD_FILE)",
     )
     parser.add_argument(
+        "--root-path", type=root_path_argument, default=env("ROOT_PATH", ""),
+        help="path prefix a reverse proxy serves the studio under and strips before "
+        "forwarding, e.g. /statetrail; links and cookies then carry it "
+        "(env STATETRAIL_ROOT_PATH; default: served at /)",
+    )
+    parser.add_argument(
         "--retain", type=_retention_argument, default=env("RETAIN", "") or None,
         help="delete traces whose newest span ended longer ago than this, e.g. 30d "
         "(units h, d, w; env STATETRAIL_RETAIN; default: keep everything)",
@@ -220,6 +230,32 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         help="how often the retention pruner runs, e.g. 10m "
         "(units s, m, h, d, w; env STATETRAIL_PRUNE_EVERY; default 10m)",
     )
+
+
+def root_path_argument(text: str) -> str:
+    """A --root-path as stored: "" or "/a/b", with no trailing slash.
+
+    The prefix is written into every link and cookie path, so anything a URL
+    path would escape or end early at (a query, a fragment, a space, "..") is
+    refused rather than guessed at.
+    """
+    stripped = text.strip().rstrip("/")
+    if not stripped:
+        return ""
+    segments = stripped.split("/")
+    if (
+        not stripped.startswith("/")
+        or any(segment in ("", ".", "..") for segment in segments[1:])
+        or not _ROOT_PATH.fullmatch(stripped)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a path prefix: write it like /statetrail or /tools/statetrail "
+            "(letters, digits and - . _ ~ between slashes)"
+        )
+    return stripped
+
+
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 def add_db_argument(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -249,6 +285,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         auth=args.auth,
         studio_password=password,
         retain_nanos=args.retain,
+        root_path=args.root_path,
         prune_interval_seconds=interval,
         # The first pass comes soon after start (a server restarted after a long
         # pause catches up at once), but not during start-up itself.

@@ -44,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from studio.links import Links, route_path
 from studio.templating import templates
 
 LOGIN_PATH: Final = "/login"
@@ -107,7 +108,7 @@ class StudioAccess:
         if scope["type"] == "lifespan":
             await self._app(scope, receive, send)
             return
-        path: str = scope["path"]
+        path = route_path(scope)
         if scope["type"] == "websocket":
             if is_exempt(path) or self._authenticated(Request(scope)) is not None:
                 await self._app(scope, receive, send)
@@ -176,7 +177,8 @@ class StudioAccess:
     # -- /login and /logout ----------------------------------------------------------
 
     async def _login(self, request: Request) -> Response:
-        next_path = _local_path(request.query_params.get("next", "/"))
+        links = Links.of(request)
+        next_path = _local_path(request.query_params.get("next", ""), links)
         if request.method in SAFE_METHODS:
             if self._session(request) is not None:
                 return RedirectResponse(next_path, status_code=303)
@@ -185,7 +187,7 @@ class StudioAccess:
             return Response(status_code=405, headers={"allow": "GET, POST"})
         _check_origin(request)
         form = await _form(request.scope, await _read_body(request))
-        next_path = _local_path(str(form.get("next", next_path)))
+        next_path = _local_path(str(form.get("next", next_path)), links)
         if not self._login_form_genuine(request, str(form.get(CSRF_FIELD, ""))):
             return self._login_page(
                 request, next_path, "The sign-in form expired; try again.", status_code=403
@@ -208,21 +210,23 @@ class StudioAccess:
             SESSION_COOKIE,
             self._session_signer.dumps(self._new_session()),
             max_age=SESSION_SECONDS,
+            path=links.path("/"),
             httponly=True,
             samesite="lax",
             secure=request.url.scheme == "https",
         )
-        response.delete_cookie(LOGIN_CSRF_COOKIE, path=LOGIN_PATH)
+        response.delete_cookie(LOGIN_CSRF_COOKIE, path=links.path(LOGIN_PATH))
         return response
 
     async def _logout(self, request: Request) -> Response:
+        links = Links.of(request)
         session = self._session(request)
         if session is None:
-            return RedirectResponse(LOGIN_PATH, status_code=303)
+            return RedirectResponse(links.path(LOGIN_PATH), status_code=303)
         if request.method in SAFE_METHODS:
             # Signing out changes state, so it takes a POST with the CSRF token.
-            return _render("login.html", mode="logout", csrf_token=session.csrf_token,
-                           next="/", error=None)
+            return _render("login.html", links, mode="logout", csrf_token=session.csrf_token,
+                           next=links.executions(), error=None)
         if request.method != "POST":
             return Response(status_code=405, headers={"allow": "GET, POST"})
         _check_origin(request)
@@ -232,21 +236,22 @@ class StudioAccess:
             raise _Refused(_forbidden("missing or wrong CSRF token; reload the page"))
         cookie = request.cookies[SESSION_COOKIE]
         self._sessions.pop(str(self._session_signer.loads(cookie)), None)
-        response = RedirectResponse(LOGIN_PATH, status_code=303)
-        response.delete_cookie(SESSION_COOKIE)
+        response = RedirectResponse(links.path(LOGIN_PATH), status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=links.path("/"))
         return response
 
     def _login_page(
         self, request: Request, next_path: str, error: str | None = None, *, status_code: int = 200
     ) -> Response:
         token = secrets.token_urlsafe(32)
-        response = _render("login.html", mode="login", csrf_token=token, next=next_path,
+        links = Links.of(request)
+        response = _render("login.html", links, mode="login", csrf_token=token, next=next_path,
                            error=error, status_code=status_code)
         response.set_cookie(
             LOGIN_CSRF_COOKIE,
             self._login_signer.dumps(token),
             max_age=LOGIN_FORM_SECONDS,
-            path=LOGIN_PATH,
+            path=links.path(LOGIN_PATH),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -310,35 +315,44 @@ def _check_origin(request: Request) -> None:
         raise _Refused(_forbidden("this form must be sent from the studio's own pages"))
 
 
-def _local_path(candidate: str) -> str:
+def _local_path(candidate: str, links: Links) -> str:
     """Where to go after signing in: a path on this site, never another host."""
     if candidate.startswith("/") and not candidate.startswith(("//", "/\\")):
         return candidate
-    return "/"
+    return links.executions()
 
 
 def _unauthenticated(request: Request) -> Response:
-    path = request.url.path
+    links = Links.of(request)
+    path = route_path(request.scope)
     wants_json = path == "/api" or path.startswith("/api/") or path.endswith(".json") or (
         "application/json" in request.headers.get("accept", "")
     )
     if wants_json:
         return JSONResponse(
-            {"error": "sign in at /login, or send 'Authorization: Bearer <studio password>'"},
+            {
+                "error": f"sign in at {links.path(LOGIN_PATH)}, or send "
+                "'Authorization: Bearer <studio password>'"
+            },
             status_code=401,
             headers={"www-authenticate": 'Bearer realm="statetrail"'},
         )
-    target = path + (f"?{request.url.query}" if request.url.query else "")
+    # The whole path the browser asked for, the root included, so it comes back to it.
+    asked = request.url.path
+    target = asked + (f"?{request.url.query}" if request.url.query else "")
     query = urllib.parse.urlencode({"next": target})
-    return RedirectResponse(f"{LOGIN_PATH}?{query}", status_code=303)
+    return RedirectResponse(f"{links.path(LOGIN_PATH)}?{query}", status_code=303)
 
 
 def _forbidden(message: str) -> Response:
     return JSONResponse({"error": message}, status_code=403)
 
 
-def _render(name: str, *, status_code: int = 200, **context: object) -> HTMLResponse:
-    html = templates.env.get_template(name).render(**context)
+def _render(
+    name: str, links: Links, *, status_code: int = 200, **context: object
+) -> HTMLResponse:
+    # Rendered before routing, so without the templates' per-request context.
+    html = templates.env.get_template(name).render(links=links, **context)
     return HTMLResponse(html, status_code=status_code, headers={"cache-control": "no-store"})
 
 

@@ -38,7 +38,7 @@ from collector.store.listing import ExecutionRow
 from studio.api import pointer_param, store_of
 from studio.graph import GraphError, GraphView, layout, node_runs
 from studio.inspect import Inspection, Inspector
-from studio.links import execution_href, executions_href
+from studio.links import Links
 from studio.params import BadParameter
 from studio.templating import templates
 from studio.timeline_view import (
@@ -182,12 +182,15 @@ async def provenance_partial(request: Request) -> Response:
     inspection = await run_in_threadpool(_inspector(request).inspect, run_id)
     if inspection is None:
         return _missing(request, run_id)
-    base = request.url_for("execution", run_id=run_id).path
+    links = Links.of(request)
     step = selected_sequence(inspection.history, selection.step)
     found = (
         None  # no field asked: the empty panel (Back to a page without one)
         if selection.pointer is None
-        else await run_in_threadpool(provenance_view, inspection, base, step, selection.pointer)
+        else await run_in_threadpool(
+            provenance_view, inspection, links, links.execution(run_id), step,
+            selection.pointer,
+        )
     )
     return templates.TemplateResponse(
         request, "_execution_provenance.html", {"provenance": found}
@@ -234,29 +237,30 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     if inspection is None:
         return None
     store = store_of(request)
-    base = request.url_for("execution", run_id=run_id).path
+    links = Links.of(request)
+    base = links.execution(run_id)
     history = inspection.history
     owner_span = inspection.execution.span_id if inspection.execution else None
     waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
     selected = selected_sequence(history, selection.step)
-    graph, graph_note = _graph(store, inspection, waterfall, request)
+    graph, graph_note = _graph(store, inspection, waterfall, links)
     return ExecutionView(
-        header=_header(store, inspection, waterfall),
+        header=_header(store, inspection, waterfall, links),
         in_flight=inspection.execution is None,
         timeline=build_timeline(
-            history, base, selected, selection.step, owning_runs(waterfall)
+            history, links, base, selected, selection.step, owning_runs(waterfall)
         ),
         step=step_detail(history, selected),
         state=state_view(
-            inspection, base, selected, selection.pointer,
+            inspection, links, base, selected, selection.pointer,
             recorded=selection.shows_recorded(history),
         ),
         provenance=(
-            provenance_view(inspection, base, selected, selection.pointer)
+            provenance_view(inspection, links, base, selected, selection.pointer)
             if selection.pointer is not None
             else None
         ),
-        findings=tuple(_finding(d, base, waterfall) for d in history.diagnostics),
+        findings=tuple(_finding(d, links, base, waterfall) for d in history.diagnostics),
         waterfall=waterfall,
         graph=graph,
         graph_note=graph_note,
@@ -289,7 +293,9 @@ def _selection(params: Mapping[str, str]) -> Selection:
 # --- header and findings --------------------------------------------------------------
 
 
-def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Header:
+def _header(
+    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links
+) -> Header:
     history = inspection.history
     execution, row = inspection.execution, inspection.row
     expected = None
@@ -321,7 +327,7 @@ def _header(store: Store, inspection: Inspection, waterfall: Waterfall) -> Heade
         verdict=history.verdict, verdict_text=verdict_text, parent=parent,
         children=tuple(store.child_executions(inspection.run_id)),
         received=len(history.steps), expected=expected,
-        application_writes=_application_writes(execution, parent),
+        application_writes=_application_writes(execution, parent, links),
         ancestors=_ancestors(store, inspection.run_id, parent),
         index_truncated=row.index_truncated,
     )
@@ -349,7 +355,7 @@ def _ancestors(
 
 
 def _application_writes(
-    execution: Execution, parent: ExecutionRow | None
+    execution: Execution, parent: ExecutionRow | None, links: Links
 ) -> ApplicationWrites | None:
     store_id = execution.application_store_id
     start, end = execution.application_transition_start, execution.application_transition_end
@@ -357,13 +363,13 @@ def _application_writes(
         return None
     owner = parent if parent is not None and parent.store_id == store_id else None
     if owner is None:
-        where = executions_href(store=store_id)
+        where = links.executions(store=store_id)
     else:
-        where = href(execution_href(owner.run_id), step=start + 1)
+        where = href(links.execution(owner.run_id), step=start + 1)
     return ApplicationWrites(store_id, start + 1, end, owner, where)
 
 
-def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding:
+def _finding(diagnostic: Diagnostic, links: Links, base: str, waterfall: Waterfall) -> Finding:
     target: str | None = None
     if diagnostic.sequence is not None:
         target = href(base, step=diagnostic.sequence)
@@ -371,7 +377,7 @@ def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding
         target = f"#span-{diagnostic.span_id}"
     trace_href = None
     if diagnostic.trace_id is not None:
-        trace_href = executions_href(trace=diagnostic.trace_id)
+        trace_href = links.executions(trace=diagnostic.trace_id)
     return Finding(
         diagnostic.code, diagnostic.severity, diagnostic.message,
         diagnostic.sequence, diagnostic.span_id, target, trace_href,
@@ -379,22 +385,20 @@ def _finding(diagnostic: Diagnostic, base: str, waterfall: Waterfall) -> Finding
 
 
 def _graph(
-    store: Store, inspection: Inspection, waterfall: Waterfall, request: Request
+    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links
 ) -> tuple[GraphView | None, str | None]:
     execution = inspection.execution
     if execution is None:
         return None, "The graph arrives with the workflow span."
     if not execution.graph_snapshot:
         return None, "This run recorded no execution graph."
-    links: dict[str, str] = {}
+    subflow_runs: dict[str, str] = {}
     for child in store.child_executions(inspection.run_id):
         found = store.get_execution(child.run_id)
         if found is not None and found.structural_id:
-            links.setdefault(
-                found.structural_id, request.url_for("execution", run_id=child.run_id).path
-            )
+            subflow_runs.setdefault(found.structural_id, links.execution(child.run_id))
     try:
-        return layout(execution.graph_snapshot, node_runs(waterfall.rows), links), None
+        return layout(execution.graph_snapshot, node_runs(waterfall.rows), subflow_runs), None
     except GraphError as exc:
         return None, f"The execution graph cannot be drawn: {exc}."
 

@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collector.foreground import Foreground
 from collector.otlp_http import TRACES_PATH
+from studio.links import route_path
 
 BACKGROUND_PATHS = frozenset({TRACES_PATH, "/healthz"})
 
@@ -21,8 +22,11 @@ class ForegroundRequests:
         self.foreground = foreground
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or path in BACKGROUND_PATHS or path.startswith("/static/"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = route_path(scope)
+        if path in BACKGROUND_PATHS or path.startswith("/static/"):
             await self.app(scope, receive, send)
             return
         with self.foreground.serving():

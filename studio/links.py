@@ -1,19 +1,68 @@
-"""Addresses of the studio's two main pages, built in one place.
+"""Addresses in the studio, built in one place.
 
 Telemetry names runs, traces and stores, so every id is quoted whole: a run id
-may hold "/", "?" or "#". The templates use the same functions (Jinja globals).
+may hold "?", "#" or "%". Every address starts with the prefix the studio is
+served under (`--root-path`, which uvicorn hands each request as the ASGI
+`root_path`): behind a reverse proxy that serves it at /statetrail, a link to
+"/executions/x" would leave the proxy's path. Templates get a `Links` as
+`links` (studio/templating.py); pages rendered before routing build one from
+the request themselves.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import quote, urlencode
 
+from starlette.requests import HTTPConnection
+from starlette.types import Scope
 
-def execution_href(run_id: str) -> str:
-    """The page of one execution."""
-    return f"/executions/{quote(run_id, safe='')}"
+ExecutionApi = Literal["", "timeline", "state", "provenance"]
 
 
-def executions_href(**filters: str) -> str:
-    """The executions list with these exact-match filters (`trace=`, `store=`, ...)."""
-    return f"/?{urlencode(filters)}" if filters else "/"
+@dataclass(frozen=True, slots=True)
+class Links:
+    """The studio's addresses under `root` ("" or "/prefix", no trailing slash)."""
+
+    root: str = ""
+
+    @classmethod
+    def of(cls, connection: HTTPConnection) -> Links:
+        root: str = connection.scope.get("root_path", "")
+        return cls(root.rstrip("/"))
+
+    def path(self, path: str) -> str:
+        """A fixed studio path ("/login", "/static/app.css") under the root."""
+        return self.root + path
+
+    def execution(self, run_id: str) -> str:
+        """The page of one execution."""
+        return f"{self.root}/executions/{quote(run_id, safe='')}"
+
+    def execution_span(self, run_id: str, span_id: str) -> str:
+        """Every attribute and event of one span of a run's trace."""
+        return f"{self.execution(run_id)}/spans/{quote(span_id, safe='')}"
+
+    def execution_api(self, run_id: str, view: ExecutionApi = "") -> str:
+        """One execution's JSON: its detail, or its timeline, state or provenance."""
+        base = f"{self.root}/api/executions/{quote(run_id, safe='')}"
+        return f"{base}/{view}" if view else base
+
+    def executions(self, **filters: str) -> str:
+        """The executions list with these exact-match filters (`trace=`, `store=`, ...)."""
+        return f"{self.root}/?{urlencode(filters)}" if filters else f"{self.root}/"
+
+
+def route_path(scope: Scope) -> str:
+    """A request's path as the studio's routes name it: without the root it is served under.
+
+    uvicorn puts the root in front of the path it received (ASGI `root_path`),
+    so middleware that matches paths (the login, the foreground gate) reads
+    them through here to see "/login" behind a proxy's "/statetrail/login" too.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "").rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :] or "/"
+    return path

@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from collector.fieldindex import MAX_ROWS
 from studio.assets import TEMPLATES_DIR
-from studio.links import execution_href, executions_href
+from studio.links import Links
 
 
 def rfc3339(unix_nano: int | None) -> str:
@@ -43,14 +44,17 @@ def _environment() -> Environment:
     )
     environment.filters["rfc3339"] = rfc3339
     environment.filters["duration"] = duration
-    environment.globals["execution_href"] = execution_href
-    environment.globals["executions_href"] = executions_href
     # The field index's per-run row cap, which the list names when it cuts a run off.
     environment.globals["max_index_rows"] = MAX_ROWS
     return environment
 
 
-templates = Jinja2Templates(env=_environment())
+def _links(request: Request) -> dict[str, Links]:
+    # Per request: the prefix the studio is served under comes with the request.
+    return {"links": Links.of(request)}
+
+
+templates = Jinja2Templates(env=_environment(), context_processors=[_links])
 
 
 def compile_templates() -> None:

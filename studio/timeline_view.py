@@ -26,7 +26,7 @@ from collector.history import History, StateUnavailableError, Step
 from collector.jsondoc import JsonValue, Missing, pointer_text, resolve
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
-from studio.links import execution_href, executions_href
+from studio.links import Links
 
 TIMELINE_WINDOW: Final = 200
 PROVENANCE_WINDOW: Final = 50
@@ -228,6 +228,7 @@ def href(base: str, **params: object) -> str:
 
 def build_timeline(
     history: History,
+    links: Links,
     base: str,
     selected: int,
     asked: int | None = None,
@@ -268,7 +269,7 @@ def build_timeline(
         rows=tuple(
             _timeline_row(
                 step, base, origin, step.sequence == selected, holes.get(step.sequence),
-                writer(step),
+                writer(step), links,
             )
             for step in window
         ),
@@ -309,6 +310,7 @@ def _timeline_row(
     selected: bool,
     missing_before: tuple[int, int] | None,
     writer_run_id: str | None,
+    links: Links,
 ) -> TimelineRow:
     transition = step.transition
     paths = step.changed_paths
@@ -326,8 +328,8 @@ def _timeline_row(
         foreign=step.foreign,
         selected=selected,
         writer_runs_href=(
-            (execution_href(writer_run_id) if writer_run_id else
-             executions_href(trace=transition.trace_id))
+            (links.execution(writer_run_id) if writer_run_id else
+             links.executions(trace=transition.trace_id))
             if step.foreign
             else None
         ),
@@ -389,7 +391,13 @@ def _cut(text: str) -> str:
 
 
 def state_view(
-    inspection: Inspection, base: str, sequence: int, pointer: str | None, *, recorded: bool
+    inspection: Inspection,
+    links: Links,
+    base: str,
+    sequence: int,
+    pointer: str | None,
+    *,
+    recorded: bool,
 ) -> StateView:
     """The state tree after `sequence`, or the producer's recorded end state when `recorded`.
 
@@ -397,8 +405,7 @@ def state_view(
     `pointer` is the field whose path should start open.
     """
     history = inspection.history
-    api = f"/api/executions/{inspection.run_id}/state"
-    json_href = href(api, sequence=sequence)
+    json_href = href(links.execution_api(inspection.run_id, "state"), sequence=sequence)
     recorded_end = history.recorded_end
     has_recorded = not isinstance(recorded_end, Missing)
     if recorded and not isinstance(recorded_end, Missing):
@@ -407,7 +414,7 @@ def state_view(
         # The recorded end state is served as `end` of the timeline JSON.
         return StateView(
             True, "", sequence, False, True, tokens,
-            f"/api/executions/{inspection.run_id}/timeline",
+            links.execution_api(inspection.run_id, "timeline"),
             None, href(base, step=sequence, state="replayed"),
         )
     recorded_href = href(base, step=sequence, state="recorded") if has_recorded else None
@@ -548,14 +555,14 @@ def _unescape(token: str) -> str:
 
 
 def provenance_view(
-    inspection: Inspection, base: str, sequence: int, pointer: str
+    inspection: Inspection, links: Links, base: str, sequence: int, pointer: str
 ) -> ProvenanceView:
     """Every write that reached `pointer`, from step `sequence`'s point of view.
 
     A malformed pointer becomes the panel's error.
     """
     history = inspection.history
-    api = href(f"/api/executions/{inspection.run_id}/provenance", path=pointer)
+    api = href(links.execution_api(inspection.run_id, "provenance"), path=pointer)
     close = href(base, step=sequence)
     try:
         found = inspection.provenance(pointer)

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from collector.store import StoreError
+from studio.links import route_path
 from studio.templating import templates
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ async def store_unavailable(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StoreError)
     logger.warning("%s %s: store unavailable: %s", request.method, request.url.path, exc)
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
-    if request.url.path.startswith(JSON_PATHS):
+    if route_path(request.scope).startswith(JSON_PATHS):
         return JSONResponse(
             {"status": "unavailable", "error": str(exc)}, status_code=503, headers=headers
         )

@@ -34,7 +34,7 @@ from collector.store.listing import (
 from studio.api import error, inspector_of, store_of
 from studio.compare import Comparison, compare, comparison_json
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
-from studio.links import execution_href, executions_href
+from studio.links import Links
 from studio.params import DEFAULT_SORT, BadParameter, encode_cursor, execution_query
 from studio.templating import templates
 
@@ -142,14 +142,15 @@ class ExecutionsView:
 def executions_page(request: Request) -> Response:
     params = request.query_params
     filters = current_filters(params)
-    base = request.app.url_path_for("executions")
+    links = Links.of(request)
+    base = links.executions()
     store = store_of(request)
     try:
         query = execution_query(params)
     except BadParameter as exc:
         # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up).
         text = filters["where"].strip()
-        destination = _id_lookup(store, text) if exc.name == "where" else None
+        destination = _id_lookup(store, links, text) if exc.name == "where" else None
         if destination is not None:
             return _go_to(request, destination)
         view = _view(request, filters, error=filter_error(exc, filters))
@@ -327,8 +328,8 @@ def _view(
     error: FilterError | None = None,
     onboarding: bool = False,
 ) -> ExecutionsView:
-    base = request.app.url_path_for("executions")
-    api = request.app.url_path_for("api_executions")
+    base = Links.of(request).executions()
+    api = request.url_for("api_executions").path
     return ExecutionsView(
         filters=filters,
         rows=rows,
@@ -398,7 +399,7 @@ def _is_partial(request: Request) -> bool:
     )
 
 
-def _id_lookup(store: Store, text: str) -> str | None:
+def _id_lookup(store: Store, links: Links, text: str) -> str | None:
     """Where a run id or a trace id typed in the filter box leads, if it names stored runs.
 
     A run in flight (its owner span not arrived) has a page too. The first
@@ -407,16 +408,16 @@ def _id_lookup(store: Store, text: str) -> str | None:
     if not text or len(text) > MAX_ID_LENGTH:
         return None
     if store.execution_row(text) is not None or store.in_flight(limit=1, run_id=text):
-        return execution_href(text)
+        return links.execution(text)
     if TRACE_ID.fullmatch(text):
         trace_id = text.lower()
         if store.search(ExecutionQuery(trace_id=trace_id, limit=1)):
-            return executions_href(trace=trace_id)
+            return links.executions(trace=trace_id)
     if len(text) >= MIN_ID_PREFIX:
         # The start of a run id (as the list shows it cut short): only if it names one run.
         found = store.run_ids_starting(text, limit=2)
         if len(found) == 1:
-            return execution_href(found[0])
+            return links.execution(found[0])
     return None
 
 

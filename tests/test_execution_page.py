@@ -32,6 +32,7 @@ from collector.model import EvidenceSpan
 from collector.store.spans import SpanRow
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
+from studio.links import Links
 from studio.templating import templates
 from studio.timeline_view import PROVENANCE_WINDOW, build_timeline, provenance_view
 from studio.verdict_text import verdict_sentences
@@ -344,10 +345,10 @@ def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
     history = replay(execution, transitions, owner_span_ids={OWNER_SPAN, "aaaaaaaaaaaaaaaa"})
     assert all(step.foreign for step in history.steps)
 
-    (row,) = build_timeline(history, "/executions/RunA", 1, span_runs=runs).rows
+    (row,) = build_timeline(history, Links(), "/executions/RunA", 1, span_runs=runs).rows
     assert (row.writer_run_id, row.writer_runs_href) == ("RunB", "/executions/RunB")
     # Without the trace's spans the link falls back to the writer's trace.
-    (row,) = build_timeline(history, "/executions/RunA", 1).rows
+    (row,) = build_timeline(history, Links(), "/executions/RunA", 1).rows
     assert row.writer_run_id is None and row.writer_runs_href == f"/?trace={TRACE}"
 
 
@@ -387,7 +388,7 @@ def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
     )
     inspection = Inspection("run", None, execution, None, replay(execution, transitions))
 
-    middle = provenance_view(inspection, "/executions/run", writes // 2, "/n")
+    middle = provenance_view(inspection, Links(), "/executions/run", writes // 2, "/n")
     assert middle.total == writes and len(middle.writes) == PROVENANCE_WINDOW
     shown = [write.sequence for write in middle.writes]
     assert shown[0] < writes // 2 < shown[-1]
@@ -398,13 +399,13 @@ def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
     # The neighbouring windows join this one exactly.
     assert middle.earlier_href is not None and middle.later_href is not None
     earlier_step = int(re.findall(r"step=(\d+)", middle.earlier_href)[0])
-    earlier = provenance_view(inspection, "/executions/run", earlier_step, "/n")
+    earlier = provenance_view(inspection, Links(), "/executions/run", earlier_step, "/n")
     assert earlier.writes[-1].sequence == shown[0] - 1
     later_step = int(re.findall(r"step=(\d+)", middle.later_href)[0])
-    later = provenance_view(inspection, "/executions/run", later_step, "/n")
+    later = provenance_view(inspection, Links(), "/executions/run", later_step, "/n")
     assert later.writes[0].sequence == shown[-1] + 1
 
-    first = provenance_view(inspection, "/executions/run", 1, "/n")
+    first = provenance_view(inspection, Links(), "/executions/run", 1, "/n")
     assert first.earlier_href is None and first.writes[0].sequence == 1
     # Asked twice, the inspection answers from what it remembered.
     assert inspection.provenance("/n") is inspection.provenance("/n")
@@ -412,7 +413,7 @@ def test_provenance_panel_windows_a_field_written_at_every_step() -> None:
 
 def test_provenance_panel_never_claims_what_the_evidence_cannot_show() -> None:
     def panel(inspection: Inspection, step: int) -> str:
-        view = provenance_view(inspection, "/executions/run", step, "/a")
+        view = provenance_view(inspection, Links(), "/executions/run", step, "/a")
         html = templates.get_template("_execution_provenance.html").render(provenance=view)
         return _text(html)
 

@@ -1,0 +1,235 @@
+"""The studio behind a reverse proxy that serves it under /statetrail and strips the prefix.
+
+`serve --root-path /statetrail` against tests/proxy.py (what nginx's
+`proxy_pass http://upstream/;` does): every address a page holds must stay
+under the prefix and answer through the proxy, the scripts' requests included,
+and the login's redirects and cookies must work there too. Exporters and the
+CLI still reach the server directly, without the prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html.parser
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+from proxy import stripping_proxy
+from support import Server, manifest, send_scenario
+
+from collector.config import root_path_argument
+
+PREFIX = "/statetrail"
+PASSWORD = "proxy-pass-word"
+SCENARIOS = ("a_linear", "d_subflow", "c_concurrent", "e_exception")
+# Bounds the crawl: every page of the list and of each run, not every span of every trace.
+MAX_FETCHES = 120
+
+pytest_plugins = ("browser",)
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("", ""),
+        ("/", ""),
+        ("/statetrail", "/statetrail"),
+        ("/tools/statetrail/", "/tools/statetrail"),
+        (" /a.b_c~d-e ", "/a.b_c~d-e"),
+    ],
+)
+def test_root_path_is_stored_without_a_trailing_slash(given: str, stored: str) -> None:
+    assert root_path_argument(given) == stored
+
+
+@pytest.mark.parametrize(
+    "given", ["statetrail", "//evil.example", "/a b", "/a?b", "/a#b", "/../x", "/a/./b", "/%2e"]
+)
+def test_root_path_refuses_what_a_path_would_escape_or_end_at(given: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a path prefix"):
+        root_path_argument(given)
+
+
+def test_serve_refuses_a_bad_root_path_with_the_reason(tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "x.duckdb"),
+         "--root-path", "statetrail"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "not a path prefix" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    server = Server.on_free_ports(
+        tmp_path_factory.mktemp("root-path") / "statetrail.duckdb", "--root-path", PREFIX
+    ).start()
+    try:
+        for scenario in SCENARIOS:
+            send_scenario(server.grpc_target, scenario)
+        server.wait_replayed()
+        with stripping_proxy(server.url, PREFIX) as proxy:
+            yield server, proxy
+    finally:
+        server.stop()
+
+
+class _Addresses(html.parser.HTMLParser):
+    """Every address a page points at: links, assets, GET forms, htmx and script bases."""
+
+    ATTRIBUTES = frozenset({"href", "src", "action", "hx-get"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "form" and (values.get("method") or "get").lower() != "get":
+            return
+        for name, value in attrs:
+            if name in self.ATTRIBUTES and value and not value.startswith(("#", "data:")):
+                self.found.append(value)
+            elif name == "data-base" and value:
+                # static/execution.js fetches the provenance panel from here.
+                self.found.append(value + "/provenance?path=/")
+
+
+def _addresses(page_url: str, body: str) -> list[str]:
+    parser = _Addresses()
+    parser.feed(body)
+    return [urljoin(page_url, address).split("#", 1)[0] for address in parser.found]
+
+
+def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
+    proxied: tuple[Server, str],
+) -> None:
+    _, proxy = proxied
+    start = f"{proxy}{PREFIX}/"
+    queue, seen, escaped, failed = [start], {start}, [], []
+    kinds: set[str] = set()
+    with httpx.Client(timeout=30) as client:
+        while queue and len(seen) <= MAX_FETCHES:
+            # A kind of page not fetched yet goes first: the list alone links to
+            # more filter, sort and facet variants than the crawl's budget.
+            fresh = [i for i, u in enumerate(queue) if _kind(urlsplit(u).path) not in kinds]
+            url = queue.pop(fresh[0] if fresh else 0)
+            response = client.get(url)
+            if response.status_code != 200:
+                failed.append(f"{response.status_code} {url}")
+                continue
+            kinds.add(_kind(urlsplit(url).path))
+            if "text/html" not in response.headers.get("content-type", ""):
+                continue
+            for address in _addresses(url, response.text):
+                parts = urlsplit(address)
+                if parts.netloc != urlsplit(proxy).netloc:
+                    continue
+                if not parts.path.startswith(PREFIX + "/"):
+                    escaped.append(f"{address} (on {url})")
+                    continue
+                if address not in seen:
+                    seen.add(address)
+                    queue.append(address)
+    assert not escaped, "addresses outside the prefix:\n" + "\n".join(escaped[:20])
+    assert not failed, "addresses that did not answer through the proxy:\n" + "\n".join(failed)
+    # The crawl reached every kind of page, so the check above covered them.
+    assert {"list", "execution", "span", "provenance", "api", "static", "compare"} <= kinds
+
+
+def _kind(path: str) -> str:
+    route = path[len(PREFIX):]
+    if route.startswith("/static/"):
+        return "static"
+    if route.startswith("/api/"):
+        return "api"
+    if route.startswith("/executions/"):
+        if "/spans/" in route:
+            return "span"
+        return "provenance" if route.endswith("/provenance") else "execution"
+    return {"/": "list", "/compare": "compare"}.get(route, route)
+
+
+@pytest.mark.browser
+def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
+    proxied: tuple[Server, str], page: Page
+) -> None:
+    _, proxy = proxied
+    linear = manifest("a_linear")["outcome"]["run_id"]
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(f"{proxy}{PREFIX}/")
+
+    page.fill("#where", 'title = "finished"')
+    page.press("#where", "Enter")
+    expect(page).to_have_url(re.compile(rf"^{re.escape(proxy + PREFIX)}/\?.*where=title"))
+    page.locator("table.executions td.workflow a").first.click()
+    # The value column's link opens the run on that field's provenance, fetched by script.
+    expect(page).to_have_url(re.compile(rf"{PREFIX}/executions/{linear}\?path=/title"))
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
+
+    page.keyboard.press("ArrowLeft")  # the previous step, by the page's own script
+    expect(page).to_have_url(re.compile(rf"{PREFIX}/executions/{linear}\?step="))
+    outside = [url for url in requested if not urlsplit(url).path.startswith(PREFIX + "/")]
+    assert not outside, outside
+
+
+@pytest.mark.browser
+def test_browser_signs_in_and_out_through_the_proxy(
+    tmp_path: Any, page: Page
+) -> None:
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",
+        "--studio-password", PASSWORD,
+    ).start()
+    try:
+        send_scenario(server.grpc_target, "a_linear")
+        run_id = manifest("a_linear")["outcome"]["run_id"]
+        server.wait_replayed()
+        with stripping_proxy(server.url, PREFIX) as proxy:
+            asked = f"{proxy}{PREFIX}/executions/{run_id}?step=1"
+            page.goto(asked)
+            # Sent to the login under the prefix, which then sends you back where you asked.
+            expect(page).to_have_url(re.compile(rf"^{re.escape(proxy + PREFIX)}/login\?next="))
+            page.fill("#password", PASSWORD)
+            page.click("button[type=submit]")
+            expect(page).to_have_url(asked)
+            expect(page.locator("h1")).to_be_visible()
+            cookies = {c["name"]: c for c in page.context.cookies()}
+            assert cookies["statetrail_session"]["path"] == PREFIX + "/"
+
+            page.goto(f"{proxy}{PREFIX}/logout")
+            page.click("button[type=submit]")
+            expect(page).to_have_url(f"{proxy}{PREFIX}/login")
+            page.goto(asked)
+            expect(page).to_have_url(re.compile(rf"{PREFIX}/login\?next="))
+    finally:
+        server.stop()
+
+
+def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
+    proxied: tuple[Server, str],
+) -> None:
+    server, _ = proxied
+    assert httpx.get(server.url + "/healthz", timeout=30).status_code == 200
+    listed = subprocess.run(
+        [sys.executable, "-m", "collector", "executions", "--db", str(server.db), "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    run_ids = {json.loads(line)["id"] for line in listed.stdout.splitlines()}
+    assert {manifest(s)["outcome"]["run_id"] for s in SCENARIOS} <= run_ids
+    # OTLP/HTTP at its usual path: an empty export is a valid one.
+    response = httpx.post(
+        server.url + "/v1/traces", content=b"",
+        headers={"content-type": "application/x-protobuf"}, timeout=30,
+    )
+    assert response.status_code == 200
