@@ -26,6 +26,7 @@ from support import Server
 
 from collector.store import documents
 
+pytestmark = pytest.mark.junjo
 APP = Path(__file__).with_name("junjo_app.py")
 KEY = "live-test-key"
 
