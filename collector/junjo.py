@@ -49,6 +49,8 @@ WORKFLOW_STATE_END: Final = "junjo.workflow.state.end"
 WORKFLOW_STORE_ID: Final = "junjo.workflow.store.id"
 WORKFLOW_PARENT_STORE_ID: Final = "junjo.workflow.parent_store.id"
 GRAPH_SNAPSHOT: Final = "junjo.workflow.execution_graph_snapshot"
+# Nodes, subflows and RunConcurrent children the workflow ran (not a node that raised).
+WORKFLOW_NODE_COUNT: Final = "junjo.workflow.node.count"
 AGENT_STATE_START: Final = "junjo.agent.state.start"
 AGENT_STATE_END: Final = "junjo.agent.state.end"
 AGENT_STORE_ID: Final = "junjo.agent.store.id"

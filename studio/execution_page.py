@@ -21,6 +21,8 @@ page never stalls the event loop (and the OTLP/HTTP receiver on it).
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,7 +38,7 @@ from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
 from studio.api import pointer_param, store_of
-from studio.graph import GraphError, GraphView, layout, node_runs
+from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, Inspector
 from studio.links import Links
 from studio.params import BadParameter
@@ -57,6 +59,10 @@ from studio.verdict_text import verdict_sentences
 from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
 
 POLL_SECONDS: Final = 2
+# An in-flight run that received nothing for this long has probably lost its
+# owner span (an exporter queue that overflowed, a process that exited before
+# flushing): its page says so and stops refreshing itself.
+QUIET_SECONDS: Final = 600
 
 
 # --- view models ---------------------------------------------------------------------
@@ -134,6 +140,8 @@ class ExecutionView:
     graph_note: str | None
     base_href: str
     poll_seconds: int
+    # In flight and still expecting its owner span: the page refreshes itself.
+    polling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +252,9 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
     selected = selected_sequence(history, selection.step)
     graph, graph_note = _graph(store, inspection, waterfall, links)
+    quiet = _quiet(inspection)
     return ExecutionView(
-        header=_header(store, inspection, waterfall, links),
+        header=_header(store, inspection, waterfall, links, quiet),
         in_flight=inspection.execution is None,
         timeline=build_timeline(
             history, links, base, selected, selection.step, owning_runs(waterfall)
@@ -266,7 +275,16 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         graph_note=graph_note,
         base_href=base,
         poll_seconds=POLL_SECONDS,
+        polling=inspection.execution is None and not quiet,
     )
+
+
+def _quiet(inspection: Inspection) -> bool:
+    """Whether an in-flight run received nothing for QUIET_SECONDS (by this server's clock)."""
+    flight = inspection.in_flight
+    if inspection.execution is not None or flight is None:
+        return False
+    return time.time_ns() - flight.last_received_unix_nano > QUIET_SECONDS * 1_000_000_000
 
 
 def _selection(params: Mapping[str, str]) -> Selection:
@@ -294,14 +312,14 @@ def _selection(params: Mapping[str, str]) -> Selection:
 
 
 def _header(
-    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links
+    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links, quiet: bool
 ) -> Header:
     history = inspection.history
     execution, row = inspection.execution, inspection.row
     expected = None
     if history.end_sequence is not None:
         expected = history.end_sequence - history.start_sequence
-    verdict_text = tuple(verdict_sentences(history, waterfall))
+    verdict_text = tuple(verdict_sentences(history, waterfall, quiet=quiet))
     if execution is None or row is None:
         flight = inspection.in_flight
         assert flight is not None
@@ -397,10 +415,14 @@ def _graph(
         found = store.get_execution(child.run_id)
         if found is not None and found.structural_id:
             subflow_runs.setdefault(found.structural_id, links.execution(child.run_id))
+    runs = node_runs(waterfall.rows)
     try:
-        return layout(execution.graph_snapshot, node_runs(waterfall.rows), subflow_runs), None
+        graph = layout(execution.graph_snapshot, runs, subflow_runs)
     except GraphError as exc:
         return None, f"The execution graph cannot be drawn: {exc}."
+    # A node whose span never arrived did not necessarily not run.
+    incomplete = bool(inspection.history.missing_sequences) or spans_lost(waterfall.rows, runs)
+    return dataclasses.replace(graph, incomplete=incomplete), None
 
 
 # --- small helpers -------------------------------------------------------------------------

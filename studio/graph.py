@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from collector.junjo import WORKFLOW_NODE_COUNT
 from studio.waterfall import WaterfallRow
 
 NODE_HEIGHT: Final = 40
@@ -119,6 +120,8 @@ class GraphView:
     edges: tuple[EdgePath, ...]
     executed: int
     total: int
+    # Some of the run's spans never arrived: a node without one may have run.
+    incomplete: bool = False
 
 
 @dataclass
@@ -151,6 +154,24 @@ def node_runs(rows: Sequence[WaterfallRow]) -> dict[str, NodeRun]:
             seen.cancelled or row.status == "cancelled",
         )
     return runs
+
+
+def spans_lost(rows: Sequence[WaterfallRow], runs: Mapping[str, NodeRun]) -> bool:
+    """Whether the workflow span counted more node runs than there are spans to show them.
+
+    Junjo counts every node, subflow and RunConcurrent child it ran on the
+    workflow span. `runs` also counts RunConcurrent wrappers and nodes that
+    raised, which Junjo leaves out, so this can miss a loss, never invent one.
+    """
+    owner = next((row for row in rows if row.is_owner), None)
+    if owner is None:
+        return False
+    declared = next(
+        (a.preview for a in owner.attributes if a.key == WORKFLOW_NODE_COUNT), None
+    )
+    if declared is None or not declared.isdigit():
+        return False
+    return int(declared) > sum(run.count for run in runs.values())
 
 
 def layout(

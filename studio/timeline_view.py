@@ -204,6 +204,8 @@ class ProvenanceView:
     next_writer: Write | None = None
     # Transitions up to the selected step that never arrived: any could have written it.
     missing_before: int = 0
+    # Transitions of the whole run that never arrived.
+    missing: int = 0
     # Why there is no provenance at all (no states to read it from), if so.
     unavailable: str | None = None
 
@@ -632,7 +634,12 @@ def provenance_view(
         ),
         sequence=sequence,
         at_start=sequence == history.start_sequence and not _is_step(history, sequence),
-        exists=bool(entries) or _in_start_state(history, pointer) is not False,
+        exists=(
+            bool(entries)
+            or _in_start_state(history, pointer) is not False
+            or _in_recorded_end(history, pointer)
+        ),
+        missing=sum(last - first + 1 for first, last in history.missing_sequences.values()),
         value_at=value_at,
         writer_at=write(writer_at) if writer_at else None,
         next_writer=write(next_writer) if next_writer else None,
@@ -669,6 +676,12 @@ def _in_start_state(history: History, pointer: str) -> bool | None:
     if not history.has_states:
         return None
     return not isinstance(resolve(history.state_at(history.start_sequence), pointer), Missing)
+
+
+def _in_recorded_end(history: History, pointer: str) -> bool:
+    """Whether the producer's recorded end state holds `pointer` (written by a lost step, say)."""
+    recorded = history.recorded_end
+    return not isinstance(recorded, Missing) and not isinstance(resolve(recorded, pointer), Missing)
 
 
 def _is_step(history: History, sequence: int) -> bool:

@@ -15,15 +15,30 @@ from collector.jsondoc import MISSING
 from studio.waterfall import Waterfall
 
 
-def verdict_sentences(history: History, waterfall: Waterfall) -> list[str]:
-    """The verdict in plain words: what is missing or inconsistent, what can be trusted."""
+def verdict_sentences(
+    history: History, waterfall: Waterfall, *, quiet: bool = False
+) -> list[str]:
+    """The verdict in plain words: what is missing or inconsistent, what can be trusted.
+
+    `quiet`: an in-flight run whose evidence stopped arriving long ago.
+    """
     steps = history.steps
     if history.verdict == "in_flight":
-        return [
+        arrived = (
             f"In flight: {len(steps):,} {_plural(len(steps), 'transition')} "
             f"{'has' if len(steps) == 1 else 'have'} arrived, but the workflow span that "
-            "owns them has not (Junjo exports it last, when the run ends). States will be "
-            "rebuilt and checked when it arrives; this page refreshes itself until then."
+            "owns them has not (Junjo exports it last, when the run ends). "
+        )
+        if quiet:
+            return [
+                arrived + "Nothing newer has arrived for a long while: if the run ended, its "
+                "workflow span was probably lost (an exporter queue that overflowed, or a "
+                "process that exited before flushing), and its states cannot be rebuilt. "
+                "Reload the page to look again."
+            ]
+        return [
+            arrived + "States will be rebuilt and checked when it arrives; this page "
+            "refreshes itself until then."
         ]
     if history.verdict == "verified":
         if not steps:

@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from history_records import NODE_SPAN, OWNER_SPAN, TRACE, scenario
+from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
+from otlp_craft import spans_of, variant
 from support import (
     Server,
     export_raw,
@@ -25,11 +26,14 @@ from support import (
     manifest,
     send_scenario,
 )
+from test_studio_pages import run_id_of
 
 from collector import junjo
 from collector.history import replay
 from collector.model import EvidenceSpan
+from collector.store.listing import InFlightRow
 from collector.store.spans import SpanRow
+from studio import execution_page
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
 from studio.links import Links
@@ -153,7 +157,7 @@ def test_execution_page_provenance_is_told_from_the_selected_step(loaded: Server
     at_end = panel(last["sequence"], "/title")
     assert f"Last written at step {last['sequence']}" in at_end and "Next written" not in at_end
     nowhere = panel(last["sequence"], "/no/such/field")
-    assert "is not in this run's state at any step" in nowhere
+    assert "is in no state of this run that the evidence shows" in nowhere
     assert "comes from the start state" not in nowhere
 
 
@@ -293,7 +297,10 @@ def test_execution_page_in_flight_refreshes_until_the_owner_arrives(make_server:
     run_id = flying[0]["id"]
     html = _get(server, f"/executions/{run_id}").text
     text = _text(html)
-    assert "In flight:" in text and "Running for" in text
+    assert "In flight:" in text and "refreshes itself" in text
+    # What arrived so far spans some time; the start state has not come yet.
+    assert "Transitions so far span" in text and "<dt>Duration</dt>" not in html
+    assert "start state (comes with the workflow span, not arrived yet)" in text
     assert 'hx-trigger="every 2s"' in html
     assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in html
     assert flying[0]["received_transitions"] > 0
@@ -461,3 +468,58 @@ def test_verdict_names_only_the_drops_counted_against_this_run() -> None:
     assert f"3 events were dropped by the OpenTelemetry SDK's 128-events-per-span limit " \
         f"(on '{NODE_SPAN}')" in text
     assert sibling not in text
+
+
+def test_an_in_flight_run_that_went_quiet_says_its_owner_was_probably_lost() -> None:
+    execution, transitions, _ = scenario({"n": 0}, [[{"op": "replace", "path": "/n", "value": 1}]])
+    history = replay(None, transitions)
+    now = time.time_ns()
+
+    def flight(received_ago_seconds: int) -> Inspection:
+        row = InFlightRow("run", TRACE, "svc", 0, 1, 1, (STORE,), 1,
+                          now - received_ago_seconds * 1_000_000_000)
+        return Inspection("run", None, None, row, history)
+
+    assert not execution_page._quiet(flight(60))
+    assert execution_page._quiet(flight(execution_page.QUIET_SECONDS + 60))
+    text = " ".join(verdict_sentences(history, build_waterfall([], None), quiet=True))
+    assert "probably lost" in text and "refreshes itself" not in text
+    assert execution is not None  # (the scenario's owner, left out above on purpose)
+
+
+def test_a_node_without_a_span_is_not_said_to_have_not_run_when_spans_were_lost(
+    make_server: Any,
+) -> None:
+    server: Server = make_server()
+    requests = variant("lost-nodes")
+    node_spans = [s for s in spans_of(requests) if _span_type(s) == "node"]
+    assert len(node_spans) > 2
+    lost = {span.span_id for span in node_spans[:-1]}  # every node span but the last
+    for request in requests:
+        for scope_spans in (ss for rs in request.resource_spans for ss in rs.scope_spans):
+            kept = [span for span in scope_spans.spans if span.span_id not in lost]
+            del scope_spans.spans[:]
+            scope_spans.spans.extend(kept)
+        export_raw(server.grpc_target, request.SerializeToString())
+    server.wait_replayed()
+    run_id = run_id_of(requests)
+    page = _text(_get(server, f"/executions/{run_id}").text)
+    assert "nodes ran (as far as the spans received show)" in page
+    assert "no span received" in page and "did not run" not in page
+    # A field the lost steps wrote is in the recorded end state: not "in no state".
+    end = server.get_json(f"/api/executions/{run_id}/timeline")["end"]
+    field = "/" + next(iter(end))
+    panel = _text(_get(server, f"/executions/{run_id}", path=field, step=0).text)
+    assert "is in no state of this run" not in panel
+
+    clean = make_server()
+    send_scenario(clean.grpc_target, "a_linear")
+    clean.wait_replayed()
+    clean_page = _text(_get(clean, f"/executions/{manifest('a_linear')['outcome']['run_id']}").text)
+    assert "as far as the spans received show" not in clean_page
+
+
+def _span_type(span: Any) -> str | None:
+    return next(
+        (kv.value.string_value for kv in span.attributes if kv.key == "junjo.span_type"), None
+    )

@@ -100,6 +100,8 @@ class InFlightRow:
     span_count: int
     store_ids: tuple[str, ...]
     transition_count: int
+    # When the newest of those spans reached this server (its clock, not the producer's).
+    last_received_unix_nano: int = 0
 
 
 _ROW_SELECT: Final = """
@@ -430,7 +432,7 @@ IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
 _IN_FLIGHT_SQL: Final = """
     WITH parents AS (
         SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
-               s.start_unix_nano, s.end_unix_nano
+               s.start_unix_nano, s.end_unix_nano, s.received_unix_nano
         FROM spans s
         WHERE s.received_unix_nano >= $since
           AND s.junjo_parent_runtime_id IS NOT NULL
@@ -445,7 +447,7 @@ _IN_FLIGHT_SQL: Final = """
     SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
            min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
            list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
-           count(t.store_id)
+           count(t.store_id), max(p.received_unix_nano)
     FROM parents p
     LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
     GROUP BY p.run_id
@@ -475,6 +477,6 @@ def in_flight(
         params["run_id"] = run_id
     rows = cursor.execute(_IN_FLIGHT_SQL.format(run_filter=run_filter), params).fetchall()
     return [
-        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7])
+        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8])
         for r in rows
     ]
