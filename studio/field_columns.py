@@ -70,7 +70,7 @@ def value_cells(
     if found is None:
         return {}
     return {
-        row.run_id: tuple(_cell(found.get((row.run_id, c.pointer))) for c in columns)
+        row.run_id: tuple(value_cell(found.get((row.run_id, c.pointer))) for c in columns)
         for row in rows
     }
 
@@ -171,7 +171,8 @@ def _kind_of(value: Scalar) -> str:
     return "number" if isinstance(value, int | float) else "string"
 
 
-def _cell(value: FieldValue | None) -> Cell:
+def value_cell(value: FieldValue | None) -> Cell:
+    """One run's end value of a column, as the list shows it (cut short, typed)."""
     if value is None:
         return Cell("—", "absent")
     kind, scalar = value
@@ -188,4 +189,15 @@ def _cell(value: FieldValue | None) -> Cell:
 
 
 def _exact_integer(number: float) -> bool:
-    return math.isfinite(number) and number.is_integer() and abs(number) < 2**53
+    """Whether a number the index holds (as a double) reads back as the integer it equals.
+
+    The index keeps no int/float distinction (JSON has none: 1 and 1.0 are one
+    number), so integral values read as integers, the common case. -0.0 keeps
+    its sign: as an integer it would read 0.
+    """
+    return (
+        math.isfinite(number)
+        and number.is_integer()
+        and abs(number) < 2**53
+        and math.copysign(1.0, number) > 0
+    )
