@@ -25,6 +25,7 @@ from collector.lineage import enclosing_runs
 from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
+from collector.store.field_layout import DEFAULT_COMPACTION, CompactionPolicy
 from collector.store.replays import ReplayRecord, SpanLink
 
 logger = logging.getLogger(__name__)
@@ -86,8 +87,10 @@ class Replayer:
         foreground: Foreground | None = None,
         sink: HistorySink | None = None,
         burst: BurstMemory | None = None,
+        compaction: CompactionPolicy = DEFAULT_COMPACTION,
     ) -> None:
         self._store = store
+        self._compaction = compaction
         self._foreground = foreground or Foreground()
         self._sink = sink
         self._burst = burst or BurstMemory(store, None)
@@ -119,9 +122,13 @@ class Replayer:
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
+        self._store.interrupt_maintenance()
         self._thread.join()
 
     def _run(self) -> None:
+        if not self._pending:
+            # An index appended to before a restart (or by an older version).
+            self._compact_field_index()
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._pending or self._stopping)
@@ -152,10 +159,17 @@ class Replayer:
                 # has little WAL left to fold at its closing checkpoint.
                 self._burst.leave()
             with self._changed:
-                if not self._pending:
+                idle = not self._pending
+                if idle:
                     self._busy = False
                     self._changed.notify_all()
-                    continue
+            if idle:
+                if settled:
+                    # Every verdict is current and nothing waits to be stored:
+                    # now keep the field index sorted.
+                    self._compact_field_index()
+                continue
+            with self._changed:
                 # While ingest commits, rest as long as the batch took: replay
                 # shares one interpreter lock with the receivers and the
                 # extractor, and storing exports comes first. Verdicts lag;
@@ -163,6 +177,18 @@ class Replayer:
                 if time.monotonic() - self._last_commit < INGEST_QUIET_SECONDS:
                     rest = min(time.monotonic() - started, MAX_REST_SECONDS)
                     self._changed.wait_for(lambda: self._stopping, rest)
+
+    def _compact_field_index(self) -> None:
+        started = time.monotonic()
+        try:
+            if self._store.compact_field_index_if_due(self._compaction):
+                logger.info(
+                    "sorted the field index in %.1f s", time.monotonic() - started
+                )
+        except StoreError as exc:
+            # Filters stay right, only slower; the next idle moment tries again.
+            if not self._stopping:
+                logger.error("could not sort the field index: %s", exc)
 
     def _catching_up(self) -> bool:
         # More than a batch waiting, or exports still to store: a burst, not

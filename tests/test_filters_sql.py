@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from collector.fieldindex import ABSENT, Absent, JsonValue, index_rows
 from collector.query import parse_query
-from collector.store import Store, listing
+from collector.store import Store, field_layout, listing
 from collector.store.filters import (
-    FIELD_INDEX_DDL,
-    compact_field_index,
+    SORT_KEY,
     compile_filter,
     delete_field_rows,
     insert_field_rows,
 )
+from collector.store.migrations import apply_migrations
 from collector.store.replays import ReplayRecord
 from collector.store.retention import delete_traces
 from studio.params import encode_cursor, execution_query
@@ -77,16 +77,11 @@ def conn() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def _index_connection(histories: dict[str, _History]) -> duckdb.DuckDBPyConnection:
+    """An in-memory database with the store's own schema, indexing these histories."""
     connection = duckdb.connect(":memory:")
-    for ddl in FIELD_INDEX_DDL:
-        connection.execute(ddl)
-    # The columns of the store's executions table that the field index joins on.
-    connection.execute("CREATE SEQUENCE run_keys START 1")
-    connection.execute(
-        "CREATE TABLE executions (run_id VARCHAR PRIMARY KEY,"
-        " run_key BIGINT DEFAULT nextval('run_keys'))"
-    )
-    connection.executemany("INSERT INTO executions (run_id) VALUES (?)", [[r] for r in histories])
+    apply_migrations(connection)
+    for run_id in histories:
+        _add_execution(connection, run_id)
     insert_field_rows(
         connection,
         [
@@ -95,6 +90,17 @@ def _index_connection(histories: dict[str, _History]) -> duckdb.DuckDBPyConnecti
         ],
     )
     return connection
+
+
+def _add_execution(conn: duckdb.DuckDBPyConnection, run_id: str, start: int = 0) -> None:
+    """An executions row with what the schema requires; the index joins on its run key."""
+    conn.execute(
+        "INSERT INTO executions (run_id, kind, name, service, trace_id, span_id,"
+        " parent_span_id, status, status_message, start_unix_nano, end_unix_nano,"
+        " received_unix_nano) VALUES (?, 'workflow', 'W', 's', 't', 's', '', 'ok', '',"
+        " ?, ?, 0)",
+        [run_id, start, start + 1],
+    )
 
 
 def _matches(conn: duckdb.DuckDBPyConnection, query: str) -> set[str]:
@@ -185,15 +191,30 @@ def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConn
     assert _matches(conn, "tags exists") == {"denied", "pending"}
 
 
-def test_compact_field_index_keeps_rows_and_answers(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute("INSERT INTO executions (run_id) VALUES ('late')")
+@pytest.mark.parametrize("chunk_rows", [field_layout.CHUNK_ROWS, 1, 3])
+def test_compact_field_index_keeps_rows_schema_and_answers(
+    conn: duckdb.DuckDBPyConnection, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A range of paths at a time: one path, a few, or (at the default) all at once.
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", chunk_rows)
+    _add_execution(conn, "late")
     insert_field_rows(conn, [index_rows("late", ABSENT, {"attempts": 9})])
     count = "SELECT (SELECT count(*) FROM field_values), (SELECT count(*) FROM field_ranges)"
     before = conn.execute(count).fetchall()
-    compact_field_index(conn)
+    schema = "SELECT table_name, sql FROM duckdb_tables() WHERE table_name LIKE 'field_%'"
+    tables = conn.execute(schema).fetchall()
+    assert field_layout.compact(conn) == before[0][0]
     assert conn.execute(count).fetchall() == before
+    assert conn.execute(schema).fetchall() == tables
+    assert field_layout.layout(conn) == field_layout.IndexLayout(before[0][0], 0)
     assert _matches(conn, "attempts > 2") == {"approved", "late"}
     assert _matches(conn, "ever attempts >= 2") == {"approved", "late"}
+    # Sorted: each path's rows are together, in the index's sort key order.
+    order = conn.execute(
+        f"SELECT {SORT_KEY} FROM field_values ORDER BY rowid"
+    ).fetchall()
+    # (DuckDB sorts NULLs last.)
+    assert order == sorted(order, key=lambda row: tuple((v is None, v or 0) for v in row))
 
 
 def test_filtered_pages_follow_start_then_run_id_across_equal_start_times(

@@ -36,6 +36,7 @@ from collector.model import Execution, Transition
 from collector.query import Path as FieldPath
 from collector.snapshot import Snapshot
 from collector.store import (
+    field_layout,
     filters,
     keys,
     lineage,
@@ -122,6 +123,8 @@ class Store:
             # the WAL is folded in now rather than on some later write.
             self._connection.execute("CHECKPOINT")
         self._write_lock = threading.Lock()
+        # The cursor of a field-index rewrite in progress, for interrupt_maintenance.
+        self._maintenance: duckdb.DuckDBPyConnection | None = None
         if not read_only:
             # This process is the file's only writer, so it hands out chunk ids.
             # (On a cursor of its own: a result left open on the connection
@@ -406,6 +409,38 @@ class Store:
             except duckdb.Error as exc:
                 _rollback_quietly(cursor)
                 raise StoreError(f"could not save replay results: {exc}") from exc
+
+    def compact_field_index_if_due(
+        self, policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION
+    ) -> bool:
+        """Rewrite the field index in sort order if enough rows were appended since.
+
+        Returns whether it did. Holds the write lock throughout (seconds to a
+        minute for millions of rows): exports are still acknowledged from the
+        intake spool meanwhile, and stored once it is done. The replayer calls
+        this when idle; `interrupt_maintenance` cuts it short, rolling it back.
+        Raises StoreError.
+        """
+        with self._write_lock, self._cursor() as cursor:
+            if not policy.due(field_layout.layout(cursor)):
+                return False
+            self._maintenance = cursor
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                field_layout.compact(cursor)
+                cursor.execute("COMMIT")
+            except duckdb.Error as exc:
+                _rollback_quietly(cursor)
+                raise StoreError(f"could not sort the field index: {exc}") from exc
+            finally:
+                self._maintenance = None
+        return True
+
+    def interrupt_maintenance(self) -> None:
+        """Cut a field-index rewrite short (it rolls back), so shutdown need not wait."""
+        cursor = self._maintenance
+        if cursor is not None:
+            cursor.interrupt()
 
     # -- spans of a trace, for the execution page: SQL in collector/store/spans.py --
 

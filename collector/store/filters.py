@@ -1,4 +1,4 @@
-"""SQL for the field index: its DDL, bulk writes, and the filter compiler.
+"""SQL for the field index: bulk writes and the filter compiler.
 
 Stage: storage. This is the only module that writes SQL for field filters.
 
@@ -23,7 +23,7 @@ DuckDB keeps only an 8-byte prefix of string min/max, which cannot tell
 touches one row group or two; a numeric range on one path reads only that
 path's slice. The exact `path`/`parent`/`str` columns are still compared, so
 a hash collision can cost time but never a wrong answer. Rows appended in
-small batches lose the global order; `compact_field_index` restores it.
+small batches lose the global order; collector/store/field_layout.py restores it.
 
 `field_ranges` holds, per execution and numeric path, the least and greatest
 number the path held in any indexed state, written and deleted with the
@@ -51,7 +51,7 @@ of any state the history passed through):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, assert_never
 
@@ -71,41 +71,6 @@ RANGES: Final = "field_ranges"
 RANGES_SORT_KEY: Final = "parent_key, path_key, hi"
 
 
-def _create_table(name: str) -> str:
-    return f"""
-CREATE TABLE IF NOT EXISTS {name} (
-    run_id     VARCHAR NOT NULL,
-    run_key    BIGINT,            -- executions.run_key: filters join on this integer
-    parent_key BIGINT  NOT NULL,  -- key64(parent); leading sort column
-    path_key   BIGINT  NOT NULL,  -- key64(path)
-    kind       VARCHAR NOT NULL CHECK (kind IN ('null', 'bool', 'number', 'string',
-                                               'object', 'array')),
-    num        DOUBLE,            -- kind = 'number'
-    str_key    BIGINT,            -- key64(str) when kind = 'string'
-    str        VARCHAR,           -- kind = 'string'
-    bool_val   BOOLEAN,           -- kind = 'bool'
-    is_final   BOOLEAN NOT NULL,  -- this (path, kind, value) is in the end state
-    path       VARCHAR NOT NULL,  -- RFC 6901 pointer
-    parent     VARCHAR NOT NULL   -- pointer of the containing node; '' for top level
-)"""
-
-
-def _create_ranges_table(name: str) -> str:
-    return f"""
-CREATE TABLE IF NOT EXISTS {name} (
-    run_id     VARCHAR NOT NULL,
-    run_key    BIGINT,            -- executions.run_key, as on field_values
-    parent_key BIGINT  NOT NULL,
-    path_key   BIGINT  NOT NULL,
-    path       VARCHAR NOT NULL,
-    lo         DOUBLE  NOT NULL,  -- least number at `path` in any indexed state
-    hi         DOUBLE  NOT NULL   -- greatest
-)"""
-
-
-FIELD_INDEX_DDL: Final[tuple[str, ...]] = (_create_table(TABLE), _create_ranges_table(RANGES))
-"""CREATE statements for the field index (values, then numeric ranges)."""
-
 _BATCH_SCHEMA: Final = pa.schema(
     [
         ("run_id", pa.string()),
@@ -121,9 +86,6 @@ _BATCH_SCHEMA: Final = pa.schema(
         ("parent", pa.string()),
     ]
 )
-# Every column, for copying the tables: the batch's plus the run key.
-_COLUMNS: Final = ", ".join(["run_key", *_BATCH_SCHEMA.names])
-_RANGE_COLUMNS: Final = "run_key, run_id, parent_key, path_key, path, lo, hi"
 Ordering: TypeAlias = Literal["<", "<=", ">", ">="]
 _ORDERING_SQL: Final[dict[Ordering, str]] = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -193,40 +155,6 @@ def delete_field_rows(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -
         conn.execute(
             f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [listed]
         )
-
-
-def compact_field_index(conn: duckdb.DuckDBPyConnection) -> None:
-    """Rewrite both tables in sort order so zone maps prune again.
-
-    Small appends leave each row group holding many paths, and then every
-    filter scans the whole table. Run this when idle or after bulk ingestion;
-    it rewrites every row in a transaction of its own, so call it outside one.
-    """
-    conn.execute("BEGIN TRANSACTION")
-    try:
-        _rewrite_sorted(conn, TABLE, _create_table, _COLUMNS, SORT_KEY)
-        _rewrite_sorted(conn, RANGES, _create_ranges_table, _RANGE_COLUMNS, RANGES_SORT_KEY)
-    except duckdb.Error:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _rewrite_sorted(
-    conn: duckdb.DuckDBPyConnection,
-    table: str,
-    create: Callable[[str], str],
-    columns: str,
-    sort_key: str,
-) -> None:
-    staging = f"{table}_compacting"
-    conn.execute(f"DROP TABLE IF EXISTS {staging}")
-    conn.execute(create(staging))
-    conn.execute(
-        f"INSERT INTO {staging} ({columns}) SELECT {columns} FROM {table} ORDER BY {sort_key}"
-    )
-    conn.execute(f"DROP TABLE {table}")
-    conn.execute(f"ALTER TABLE {staging} RENAME TO {table}")
 
 
 # --- filter compiler -----------------------------------------------------------

@@ -400,3 +400,16 @@ def m013_application_store(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("ALTER TABLE executions ADD COLUMN application_store_id VARCHAR")
     connection.execute("ALTER TABLE executions ADD COLUMN application_transition_start BIGINT")
     connection.execute("ALTER TABLE executions ADD COLUMN application_transition_end BIGINT")
+
+
+@migration
+def m014_field_index_layout(connection: duckdb.DuckDBPyConnection) -> None:
+    # How much of the field index is in sort order (collector/store/field_layout.py):
+    # one row. Rows indexed before were appended in arrival order.
+    connection.execute(
+        "CREATE TABLE field_index_layout"
+        " (sorted_rows BIGINT NOT NULL, appended_rows BIGINT NOT NULL)"
+    )
+    connection.execute(
+        "INSERT INTO field_index_layout SELECT 0, count(*) FROM field_values"
+    )

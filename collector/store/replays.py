@@ -20,6 +20,7 @@ import pyarrow as pa
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.snapshot import Snapshot
+from collector.store import field_layout
 from collector.store.documents import execution_from_row
 from collector.store.filters import delete_field_rows, insert_field_rows
 from collector.store.run_keys import insert_with_run_keys
@@ -214,7 +215,7 @@ def save(
             [replayed_before],
         )
     insert_with_run_keys(cursor, "execution_replays", _records_table(records))
-    insert_field_rows(cursor, indexes)
+    field_layout.note_appended(cursor, insert_field_rows(cursor, indexes))
     if snapshots:
         insert_with_run_keys(cursor, "replay_snapshots", _snapshots_table(snapshots))
 
