@@ -33,7 +33,7 @@ def add_prune_command(
 
 def _prune(args: argparse.Namespace) -> int:
     # Imported here so building the parser stays cheap for every other command.
-    from collector.keys_cli import _Admin
+    from collector.admin_client import AdminClient
     from collector.pruner import prune_older_than
     from collector.store import Store, StoreError, StoreLocked
 
@@ -47,7 +47,7 @@ def _prune(args: argparse.Namespace) -> int:
     try:
         store = Store(args.db)
     except StoreLocked:
-        counts = _Admin.for_db(args.db).call(
+        counts = AdminClient.for_db(args.db).call(
             "POST", "/api/admin/prune", {"older_than": args.older_than}
         )["pruned"]
     else:
