@@ -32,7 +32,7 @@ from collector.config import Config
 from collector.foreground import Foreground
 from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
-from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
 from collector.pruner import Pruner
 from collector.replayer import Replayer
@@ -193,12 +193,8 @@ def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcRec
     handler = TraceExportHandler(
         ingestor,
         keys,
-        Limits(
-            max_receive_bytes=config.max_receive_bytes,
-            max_inflight_requests=config.max_inflight_requests,
-            max_inflight_bytes=config.max_inflight_bytes,
-            retry_after_seconds=config.retry_after_seconds,
-        ),
+        _admission(config),
+        retry_after_seconds=config.retry_after_seconds,
     )
     receiver = GrpcReceiver(
         handler,
@@ -215,10 +211,15 @@ def _otlp_http(config: Config, ingestor: Ingestor, keys: KeyChecker) -> HttpTrac
     return HttpTraceReceiver(
         ingestor,
         keys,
-        Admission(config.max_inflight_requests, config.max_inflight_bytes),
+        _admission(config),
         max_receive_bytes=config.max_receive_bytes,
         retry_after_seconds=config.retry_after_seconds,
     )
+
+
+def _admission(config: Config) -> Admission:
+    """One transport's own budget: --max-inflight bounds each transport separately."""
+    return Admission(config.max_inflight_requests, config.max_inflight_bytes)
 
 
 async def _export_traces(request: Request) -> Response:
