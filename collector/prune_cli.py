@@ -12,7 +12,8 @@ import json
 import sys
 from collections.abc import Mapping
 
-from collector.config import RETENTION_UNITS, ConfigError, add_db_argument, parse_duration
+from collector.config import add_db_argument
+from collector.durations import RETENTION_UNITS, DurationError, parse_duration
 
 
 def add_prune_command(
@@ -39,7 +40,7 @@ def _prune(args: argparse.Namespace) -> int:
 
     try:
         age = parse_duration(args.older_than, RETENTION_UNITS)
-    except ConfigError as exc:
+    except DurationError as exc:
         print(f"statetrail: {exc}", file=sys.stderr)
         return 2
     if not args.db.exists():
