@@ -66,6 +66,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collector.allocators import tune_for_server
+
+    # The collector's one import of the studio: serving is where the two sides meet.
     from studio.app import create_app
 
     try:
@@ -111,10 +113,10 @@ class _Locked(Exception):
 
 
 def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
+    from collector.row_json import execution_json
     from collector.spool import Position, unstored_bytes
     from collector.store import Store, StoreLocked
     from collector.store.listing import ExecutionQuery
-    from studio.api import execution_json
 
     if not db.exists():
         raise SystemExit(f"statetrail: no database at {db}")
@@ -148,11 +150,11 @@ def _size(count: int) -> str:
 
 def _executions_from_server(db: Path, limit: int) -> list[dict[str, Any]]:
     """The file is locked by a running server: ask it over HTTP instead."""
-    from studio.app import sidecar_path
+    from collector.sidecar import SidecarUnreadable, read_sidecar
 
     try:
-        url = json.loads(sidecar_path(db).read_text(encoding="utf-8"))["url"]
-    except (OSError, ValueError, KeyError) as exc:
+        url = read_sidecar(db).url
+    except SidecarUnreadable as exc:
         raise SystemExit(
             f"statetrail: {db} is locked by another process that is not a statetrail server"
         ) from exc

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collector.durations import RETENTION_UNITS, DurationError, parse_duration
+
 DEFAULT_DB = "statetrail.duckdb"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_GRPC_PORT = 4317
@@ -307,35 +309,17 @@ def _read_password(path: Path) -> str:
     return password
 
 
-_DURATION = re.compile(r"\s*(\d+)\s*([a-z])\s*")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-# Retention takes no minutes: "6m" could be read as six months, and guessing
-# wrong would delete nearly everything.
-RETENTION_UNITS = "hdw"
-
-
-def parse_duration(text: str, units: str = "smhdw") -> int:
-    """'30d' -> nanoseconds, integer math only. `units` lists the accepted unit letters."""
-    match = _DURATION.fullmatch(text.lower())
-    if match is None or match.group(2) not in units or int(match.group(1)) == 0:
-        raise ConfigError(
-            f"{text!r} is not a duration: write a positive whole number and one of the "
-            f"units {', '.join(units)}, e.g. 30d"
-        )
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)] * 1_000_000_000
-
-
 def _duration_argument(text: str) -> int:
     try:
         return parse_duration(text)
-    except ConfigError as exc:
+    except DurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _retention_argument(text: str) -> int:
     try:
         return parse_duration(text, RETENTION_UNITS)
-    except ConfigError as exc:
+    except DurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 

@@ -13,24 +13,22 @@ import argparse
 import json
 import secrets
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from collector.admin_client import AdminClient
 from collector.auth import digest
 from collector.config import add_db_argument
+from collector.row_json import key_json
 
 if TYPE_CHECKING:
     # Imported for real only when a command runs: building the parser stays cheap.
     from collector.keyring import ManagedKeys
-    from collector.store import ApiKey
 
 _T = TypeVar("_T")
 KEY_BYTES = 32
-ADMIN_TIMEOUT_SECONDS = 30
 _LIST_COLUMNS = ("name", "active", "created_at", "last_used_at", "revoked_at")
 
 
@@ -60,7 +58,7 @@ def _create(args: argparse.Namespace) -> int:
     key = secrets.token_urlsafe(KEY_BYTES)
     _run(
         args.db,
-        lambda keys: _key_json(keys.create(args.name, digest(key))),
+        lambda keys: key_json(keys.create(args.name, digest(key))),
         lambda admin: admin.call("POST", "/api/admin/keys",
                                  {"name": args.name, "digest": digest(key)})["key"],
     )
@@ -76,7 +74,7 @@ def _create(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = _run(
         args.db,
-        lambda keys: [_key_json(key) for key in keys.list()],
+        lambda keys: [key_json(key) for key in keys.list()],
         lambda admin: admin.call("GET", "/api/admin/keys")["keys"],
         create=False,
     )
@@ -97,7 +95,7 @@ def _revoke(args: argparse.Namespace) -> int:
         key = keys.revoke(args.name)
         if key is None:
             raise SystemExit(f"statetrail: no active key is named {args.name!r}")
-        return _key_json(key)
+        return key_json(key)
 
     _run(args.db, local, lambda admin: admin.call("POST", f"/api/admin/keys/{quoted}/revoke"))
     print(f"statetrail: revoked key {args.name!r}", file=sys.stderr)
@@ -107,7 +105,7 @@ def _revoke(args: argparse.Namespace) -> int:
 def _run(
     db: Path,
     local: Callable[[ManagedKeys], _T],
-    remote: Callable[[_Admin], _T],
+    remote: Callable[[AdminClient], _T],
     *,
     create: bool = True,
 ) -> _T:
@@ -120,7 +118,7 @@ def _run(
     try:
         store = Store(db)
     except StoreLocked:
-        return remote(_Admin.for_db(db))
+        return remote(AdminClient.for_db(db))
     try:
         return local(ManagedKeys(store))
     except (KeyRequestInvalid, KeyNameTaken) as exc:
@@ -128,57 +126,3 @@ def _run(
     finally:
         store.close()
 
-
-def _key_json(key: ApiKey) -> dict[str, Any]:
-    from studio.admin import key_json
-
-    return key_json(key)
-
-
-class _Admin:
-    """The admin routes of the server named in a database's sidecar file."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self._url = url
-        self._token = token
-
-    @classmethod
-    def for_db(cls, db: Path) -> _Admin:
-        from studio.app import sidecar_path
-
-        try:
-            sidecar = json.loads(sidecar_path(db).read_text(encoding="utf-8"))
-            return cls(sidecar["url"], sidecar["admin_token"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(
-                f"statetrail: {db} is locked, and its server's sidecar file cannot be read "
-                f"({exc}); run this as the user that started `statetrail serve`"
-            ) from exc
-
-    def call(self, method: str, path: str, body: dict[str, str] | None = None) -> Any:
-        from studio.admin import ADMIN_TOKEN_HEADER
-
-        request = urllib.request.Request(
-            self._url + path,
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={ADMIN_TOKEN_HEADER: self._token, "content-type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=ADMIN_TIMEOUT_SECONDS) as reply:
-                return json.load(reply)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raise SystemExit(f"statetrail: {_error_message(exc)}") from exc
-        except (urllib.error.URLError, ValueError) as exc:
-            raise SystemExit(
-                f"statetrail: the server at {self._url} did not answer: {exc}"
-            ) from exc
-
-
-def _error_message(error: urllib.error.HTTPError) -> str:
-    try:
-        message: str = json.load(error)["error"]
-    except (ValueError, KeyError, TypeError):
-        return f"the server answered {error.code} {error.reason}"
-    return message

@@ -3,7 +3,8 @@
 The Export method is registered with a pass-through deserializer so that this
 module, not grpcio, decides what an undecodable body means (INVALID_ARGUMENT
 with a message) and so that an overloaded server can refuse a request before
-paying to parse it. Status codes follow the OTLP specification:
+paying to parse it. What each answer says is shared with the HTTP transport
+(collector/otlp_answers.py). Status codes follow the OTLP specification:
 
 - UNAUTHENTICATED: no accepted key;
 - INVALID_ARGUMENT: the body is not an ExportTraceServiceRequest (not retryable);
@@ -17,18 +18,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from google.rpc import code_pb2
 
 from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
 from collector.decode import DecodeError, parse_request
 from collector.ingest import Ingestor, RetryLater
+from collector.otlp_answers import (
+    AT_CAPACITY_MESSAGE,
+    UNAUTHENTICATED_MESSAGE,
+    error_status,
+    export_response,
+    retry_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +43,6 @@ EXPORT_METHOD: Final = "Export"
 # SDK reads this trailer. Send both so every exporter backs off as told.
 RETRY_INFO_TRAILER: Final = "google.rpc.retryinfo-bin"
 STATUS_DETAILS_TRAILER: Final = "grpc-status-details-bin"
-
-ExportResponsePB2 = trace_service_pb2.ExportTraceServiceResponse
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_receive_bytes: int
-    max_inflight_requests: int
-    max_inflight_bytes: int
-    retry_after_seconds: int
 
 
 class _Status(grpc.Status):  # type: ignore[misc]
@@ -60,21 +55,24 @@ class _Status(grpc.Status):  # type: ignore[misc]
 class TraceExportHandler:
     """The Export RPC, written against grpcio's raw-bytes handler interface."""
 
-    def __init__(self, ingestor: Ingestor, keys: KeyChecker, limits: Limits) -> None:
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        keys: KeyChecker,
+        admission: Admission,
+        *,
+        retry_after_seconds: int,
+    ) -> None:
         self._ingestor = ingestor
         self._keys = keys
-        self._limits = limits
-        self._admission = Admission(limits.max_inflight_requests, limits.max_inflight_bytes)
+        self._admission = admission
+        self._retry_after_seconds = retry_after_seconds
 
     def export(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         if not self._keys.accepts(presented_key(context.invocation_metadata())):
-            context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing or unknown API key: send it as x-junjo-api-key or "
-                "'authorization: Bearer <key>'",
-            )
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
         if not self._admission.try_enter(len(body)):
-            self._abort_retryable(context, "statetrail is at capacity; retry after the delay")
+            self._abort_retryable(context, AT_CAPACITY_MESSAGE)
         try:
             return self._export_admitted(body, context)
         finally:
@@ -94,29 +92,19 @@ class TraceExportHandler:
             outcome = self._ingestor.ingest(request, body)
         except RetryLater as exc:
             self._abort_retryable(context, str(exc))
-        response = ExportResponsePB2()
-        if outcome.rejected_spans:
-            response.partial_success.rejected_spans = outcome.rejected_spans
-            response.partial_success.error_message = outcome.error_message
-        serialized: bytes = response.SerializeToString()
+        serialized: bytes = export_response(outcome).SerializeToString()
         return serialized
 
     def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:
-        retry_info = error_details_pb2.RetryInfo(
-            retry_delay=duration_pb2.Duration(seconds=self._limits.retry_after_seconds)
-        )
-        detail = any_pb2.Any()
-        detail.Pack(retry_info)
-        status = status_pb2.Status(
-            code=code_pb2.UNAVAILABLE, message=message, details=[detail]
-        )
+        retry = retry_info(self._retry_after_seconds)
+        status = error_status(code_pb2.UNAVAILABLE, message, retry)
         context.abort_with_status(
             _Status(
                 grpc.StatusCode.UNAVAILABLE,
                 message,
                 (
                     (STATUS_DETAILS_TRAILER, status.SerializeToString()),
-                    (RETRY_INFO_TRAILER, retry_info.SerializeToString()),
+                    (RETRY_INFO_TRAILER, retry.SerializeToString()),
                 ),
             )
         )

@@ -1,7 +1,8 @@
 """OTLP/HTTP transport (`POST /v1/traces`): auth, limits, status codes and partial success.
 
-The HTTP twin of `collector/otlp_grpc.py`, following the same rules; nothing
-here decodes spans or touches storage except through the injected `Ingestor`.
+The HTTP twin of `collector/otlp_grpc.py`, following the same rules and giving
+the same answers (collector/otlp_answers.py); nothing here decodes spans or
+touches storage except through the injected `Ingestor`.
 
 Invariants:
 - a 200 is sent only after `Ingestor.ingest` returned, that is once the export
@@ -32,10 +33,9 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, Final
 
-from google.protobuf import any_pb2, duration_pb2, json_format
+from google.protobuf import json_format
 from google.protobuf.message import Message
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from google.rpc import code_pb2
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -44,6 +44,13 @@ from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
 from collector.decode import DecodeError, ExportRequestPB2, parse_request
 from collector.ingest import Ingestor, IngestOutcome, RetryLater
+from collector.otlp_answers import (
+    AT_CAPACITY_MESSAGE,
+    UNAUTHENTICATED_MESSAGE,
+    error_status,
+    export_response,
+    retry_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +63,6 @@ INFLATE_CHUNK_BYTES: Final = 256 * 1024
 MAX_GZIP_MEMBERS: Final = 64
 # Compressed input handed to zlib at a time (see HttpTraceReceiver._gunzip).
 GZIP_INPUT_BYTES: Final = 1024 * 1024
-
-ExportResponsePB2 = trace_service_pb2.ExportTraceServiceResponse
-StatusPB2 = status_pb2.Status
 
 
 class BodyFormat(enum.Enum):
@@ -128,21 +132,13 @@ class HttpTraceReceiver:
             outcome = await self._export(request, body_format)
         except Refused as refusal:
             return self._refusal(refusal, body_format)
-        response = ExportResponsePB2()
-        if outcome.rejected_spans:
-            response.partial_success.rejected_spans = outcome.rejected_spans
-            response.partial_success.error_message = outcome.error_message
+        response = export_response(outcome)
         return Response(body_format.serialize(response), media_type=body_format.value)
 
     async def _export(self, request: Request, body_format: BodyFormat) -> IngestOutcome:
         # The key check may re-read the key table: keep it off the event loop.
         if not await run_in_threadpool(self._keys.accepts, presented_key(request.headers.items())):
-            raise Refused(
-                401,
-                code_pb2.UNAUTHENTICATED,
-                "missing or unknown API key: send it as x-junjo-api-key or "
-                "'authorization: Bearer <key>'",
-            )
+            raise Refused(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
         gzipped = _is_gzipped(request.headers.get("content-encoding"))
         declared = _declared_length(request.headers.get("content-length"))
         if declared is not None and declared > self._max_receive_bytes:
@@ -245,21 +241,17 @@ class HttpTraceReceiver:
         )
 
     def _at_capacity(self) -> Refused:
-        return self._unavailable("statetrail is at capacity; retry after the delay")
+        return self._unavailable(AT_CAPACITY_MESSAGE)
 
     def _unavailable(self, message: str) -> Refused:
         return Refused(503, code_pb2.UNAVAILABLE, message)
 
     def _refusal(self, refusal: Refused, body_format: BodyFormat) -> Response:
-        status = StatusPB2(code=refusal.code, message=refusal.message)
+        retryable = refusal.http_status == 503
+        retry = retry_info(self._retry_after_seconds) if retryable else None
+        status = error_status(refusal.code, refusal.message, retry)
         headers: dict[str, str] = {}
-        if refusal.http_status == 503:
-            retry_info = error_details_pb2.RetryInfo(
-                retry_delay=duration_pb2.Duration(seconds=self._retry_after_seconds)
-            )
-            detail = any_pb2.Any()
-            detail.Pack(retry_info)
-            status.details.append(detail)
+        if retryable:
             headers["Retry-After"] = str(self._retry_after_seconds)
             logger.debug("export refused, client told to retry: %s", refusal.message)
         return Response(

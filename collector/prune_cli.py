@@ -12,7 +12,8 @@ import json
 import sys
 from collections.abc import Mapping
 
-from collector.config import RETENTION_UNITS, ConfigError, add_db_argument, parse_duration
+from collector.config import add_db_argument
+from collector.durations import RETENTION_UNITS, DurationError, parse_duration
 
 
 def add_prune_command(
@@ -33,13 +34,13 @@ def add_prune_command(
 
 def _prune(args: argparse.Namespace) -> int:
     # Imported here so building the parser stays cheap for every other command.
-    from collector.keys_cli import _Admin
+    from collector.admin_client import AdminClient
     from collector.pruner import prune_older_than
     from collector.store import Store, StoreError, StoreLocked
 
     try:
         age = parse_duration(args.older_than, RETENTION_UNITS)
-    except ConfigError as exc:
+    except DurationError as exc:
         print(f"statetrail: {exc}", file=sys.stderr)
         return 2
     if not args.db.exists():
@@ -47,7 +48,7 @@ def _prune(args: argparse.Namespace) -> int:
     try:
         store = Store(args.db)
     except StoreLocked:
-        counts = _Admin.for_db(args.db).call(
+        counts = AdminClient.for_db(args.db).call(
             "POST", "/api/admin/prune", {"older_than": args.older_than}
         )["pruned"]
     else:

@@ -4,7 +4,10 @@ Invariant: a request is served only when it comes from a loopback peer and
 carries the admin token this server wrote into its sidecar file (mode 0600), so
 only a local user who can read that file, the operator, can change which keys
 are accepted. The plain key never reaches the server: `statetrail keys create`
-sends its SHA-256 digest.
+sends its SHA-256 digest. What the command line sends and reads is defined on
+its side: the token header in collector/admin_client.py, a key's JSON in
+collector/row_json.py (the same whether `statetrail keys list` reads the file
+or asks this server).
 
 - GET  /api/admin/keys                -> {"keys": [...]}
 - POST /api/admin/keys {name, digest} -> 201 {"key": {...}}; 409 if the name is active
@@ -14,31 +17,16 @@ sends its SHA-256 digest.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Final
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from collector.admin_client import ADMIN_TOKEN_HEADER
 from collector.config import is_loopback
 from collector.keyring import KeyRequestInvalid, ManagedKeys
-from collector.store import ApiKey, KeyNameTaken
-from studio.templating import rfc3339
-
-ADMIN_TOKEN_HEADER: Final = "x-statetrail-admin-token"
-
-
-def key_json(key: ApiKey) -> dict[str, Any]:
-    return {
-        "name": key.name,
-        "active": key.active,
-        "created_at": rfc3339(key.created_unix_nano),
-        "last_used_at": rfc3339(key.last_used_unix_nano),
-        "revoked_at": rfc3339(key.revoked_unix_nano),
-        "created_unix_nano": key.created_unix_nano,
-        "last_used_unix_nano": key.last_used_unix_nano,
-        "revoked_unix_nano": key.revoked_unix_nano,
-    }
+from collector.row_json import key_json
+from collector.store import KeyNameTaken
 
 
 async def list_keys(request: Request) -> Response:

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.config import RETENTION_UNITS, ConfigError, parse_duration
+from collector.durations import RETENTION_UNITS, DurationError, parse_duration
 from collector.pruner import prune_older_than
 from collector.store import Store, StoreError
 from studio import admin
@@ -26,7 +26,7 @@ async def prune(request: Request) -> Response:
     try:
         document = await request.json()
         age = parse_duration(str(document["older_than"]), RETENTION_UNITS)
-    except ConfigError as exc:
+    except DurationError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     except (ValueError, KeyError, TypeError):
         return JSONResponse(

@@ -24,12 +24,13 @@ from collector.history import (
 )
 from collector.jsondoc import MISSING, JsonValue, Missing
 from collector.provenance import Provenance, ProvenanceEntry
+from collector.row_json import execution_json
 from collector.store import Store
-from collector.store.listing import ExecutionRow, InFlightRow, sort_value
+from collector.store.listing import InFlightRow, sort_value
+from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, Inspector
 from studio.params import BadParameter, encode_cursor, execution_query
-from studio.templating import rfc3339
 
 
 def store_of(request: Request) -> Store:
@@ -51,38 +52,6 @@ def bad_parameter(exc: BadParameter) -> JSONResponse:
     if exc.position is not None:
         extra["position"] = exc.position
     return error(400, str(exc), **extra)
-
-
-def execution_json(row: ExecutionRow) -> dict[str, Any]:
-    return {
-        "id": row.run_id,
-        "kind": row.kind,
-        "workflow": row.name,
-        "service": row.service,
-        "status": row.status,
-        "error": row.status_message or None,
-        "error_type": row.error_type,
-        "verdict": row.verdict or "pending",
-        "started_at": rfc3339(row.start_unix_nano),
-        "ended_at": rfc3339(row.end_unix_nano),
-        "start_unix_nano": row.start_unix_nano,
-        "end_unix_nano": row.end_unix_nano,
-        "duration_nano": row.end_unix_nano - row.start_unix_nano,
-        "transition_count": row.transition_count,
-        "received_transitions": row.received_transitions,
-        "trace_id": row.trace_id,
-        "span_id": row.span_id,
-        "store_id": row.store_id,
-        "parent_id": row.parent_run_id,
-        "diagnostic_errors": row.error_count,
-        "diagnostic_warnings": row.warning_count,
-        "correlation": (
-            {"type": row.correlation_type, "id": row.correlation_id}
-            if row.correlation_id is not None
-            else None
-        ),
-        "index_truncated": row.index_truncated,
-    }
 
 
 def in_flight_json(row: InFlightRow) -> dict[str, Any]:

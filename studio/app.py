@@ -12,13 +12,10 @@ and closes.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -35,10 +32,11 @@ from collector.config import Config
 from collector.foreground import Foreground
 from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
-from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
 from collector.pruner import Pruner
 from collector.replayer import Replayer
+from collector.sidecar import Sidecar, published
 from collector.store import Store, StoreError
 from studio import admin, admin_prune, api, execution_page, views
 from studio.access import StudioAccess
@@ -68,11 +66,6 @@ class Services:
     admin_token: str
     replayer: Replayer
     inspector: Inspector
-
-
-def sidecar_path(db_path: Path) -> Path:
-    """Where a running server says how to reach it (the DB file is locked to it)."""
-    return db_path.with_name(db_path.name + ".server.json")
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
@@ -137,7 +130,12 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
                 _otlp_http(config, ingestor, keys), admin_token,
                 replayer, inspector,
             )
-            stack.enter_context(_sidecar(config, admin_token))
+            stack.enter_context(
+                published(
+                    config.db_path,
+                    Sidecar.for_listener(config.host, config.http_port, admin_token),
+                )
+            )
             logger.info("statetrail ready: db=%s", config.db_path)
             yield
 
@@ -195,12 +193,8 @@ def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcRec
     handler = TraceExportHandler(
         ingestor,
         keys,
-        Limits(
-            max_receive_bytes=config.max_receive_bytes,
-            max_inflight_requests=config.max_inflight_requests,
-            max_inflight_bytes=config.max_inflight_bytes,
-            retry_after_seconds=config.retry_after_seconds,
-        ),
+        _admission(config),
+        retry_after_seconds=config.retry_after_seconds,
     )
     receiver = GrpcReceiver(
         handler,
@@ -217,33 +211,17 @@ def _otlp_http(config: Config, ingestor: Ingestor, keys: KeyChecker) -> HttpTrac
     return HttpTraceReceiver(
         ingestor,
         keys,
-        Admission(config.max_inflight_requests, config.max_inflight_bytes),
+        _admission(config),
         max_receive_bytes=config.max_receive_bytes,
         retry_after_seconds=config.retry_after_seconds,
     )
 
 
+def _admission(config: Config) -> Admission:
+    """One transport's own budget: --max-inflight bounds each transport separately."""
+    return Admission(config.max_inflight_requests, config.max_inflight_bytes)
+
+
 async def _export_traces(request: Request) -> Response:
     services: Services = request.app.state.services
     return await services.otlp_http.export(request)
-
-
-@contextlib.contextmanager
-def _sidecar(config: Config, admin_token: str) -> Iterator[None]:
-    path = sidecar_path(config.db_path)
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-    sidecar = {
-        "url": f"http://{host}:{config.http_port}",
-        "pid": os.getpid(),
-        "admin_token": admin_token,
-    }
-    # Created afresh and exclusively with mode 0600: the token in it is what
-    # lets `statetrail keys` change keys, so only the operator may read it.
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump(sidecar, file)
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)

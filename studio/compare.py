@@ -21,8 +21,8 @@ from typing import Any, Final
 from collector.history import History, Step, walk
 from collector.jsondoc import MISSING, JsonValue, Missing, json_equal
 from collector.query import Path
+from collector.timestamps import rfc3339
 from studio.inspect import Inspection
-from studio.templating import rfc3339
 
 MAX_DIFF_ENTRIES: Final = 500
 """Most entries a comparison reports per diff; a whole-state rewrite stays readable."""

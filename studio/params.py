@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Final
 
+from collector.durations import DurationError, parse_duration
 from collector.query import QueryError, parse_query
 from collector.store.listing import SORT_COLUMNS, ExecutionQuery, SortKey
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
-_RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 NANOS: Final = 1_000_000_000
 
 
@@ -99,10 +97,9 @@ def parse_time(name: str, text: str, now_unix_nano: int) -> int | None:
     text = text.strip()
     if not text:
         return None
-    relative = _RELATIVE.match(text)
-    if relative:
-        amount, unit = relative.groups()
-        return now_unix_nano - int(amount) * _UNIT_SECONDS[unit] * NANOS
+    age = _age(text)
+    if age is not None:
+        return now_unix_nano - age
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
@@ -113,6 +110,18 @@ def parse_time(name: str, text: str, now_unix_nano: int) -> int | None:
         raise BadParameter(name, "give a time zone, e.g. a trailing Z for UTC")
     whole = int(moment.timestamp())
     return whole * NANOS + moment.microsecond * 1000
+
+
+def _age(text: str) -> int | None:
+    """An age such as `15m` in nanoseconds, or None when `text` is not one.
+
+    Unlike the server's flags, an age may be zero (`0m` is now), and its unit
+    is lower case only, as this parameter has always been written.
+    """
+    try:
+        return parse_duration(text, allow_zero=True, ignore_case=False)
+    except DurationError:
+        return None
 
 
 def encode_cursor(start_unix_nano: int, run_id: str) -> str:

@@ -6,24 +6,14 @@ filters here return plain strings that autoescape then escapes.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from collector.fieldindex import MAX_ROWS
+from collector.timestamps import rfc3339
 from studio.assets import TEMPLATES_DIR
 from studio.links import Links
-
-
-def rfc3339(unix_nano: int | None) -> str:
-    """Nanoseconds as RFC 3339 UTC with microseconds (integer math, no float drift)."""
-    if not unix_nano:
-        return ""
-    seconds, nanos = divmod(unix_nano, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos // 1000:06d}Z"
 
 
 def duration(nanos: int | None) -> str:

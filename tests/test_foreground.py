@@ -19,7 +19,7 @@ from collector.admission import Admission
 from collector.auth import KeyChecker
 from collector.foreground import Foreground
 from collector.ingest import Ingestor
-from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.otlp_http import HttpTraceReceiver
 from collector.store import Store
 from studio.foreground_middleware import ForegroundRequests
@@ -86,18 +86,15 @@ def receivers(tmp_path: Path) -> Iterator[tuple[Foreground, Ingestor, str, str]]
     store = Store(tmp_path / "f.duckdb")
     ingestor = Ingestor(store, tmp_path / "spool", foreground=foreground)
     keys = KeyChecker(())
-    limits = Limits(
-        max_receive_bytes=64 * 2**20, max_inflight_requests=8,
-        max_inflight_bytes=256 * 2**20, retry_after_seconds=1,
-    )
+    max_receive_bytes = 64 * 2**20
     grpc_receiver = GrpcReceiver(
-        TraceExportHandler(ingestor, keys, limits), "127.0.0.1:0",
-        workers=4, max_receive_bytes=limits.max_receive_bytes,
+        TraceExportHandler(ingestor, keys, Admission(8, 256 * 2**20), retry_after_seconds=1),
+        "127.0.0.1:0", workers=4, max_receive_bytes=max_receive_bytes,
     )
     grpc_receiver.start()
     http_receiver = HttpTraceReceiver(
         ingestor, keys, Admission(8, 256 * 2**20),
-        max_receive_bytes=limits.max_receive_bytes, retry_after_seconds=1,
+        max_receive_bytes=max_receive_bytes, retry_after_seconds=1,
     )
     app = Starlette(routes=[Route("/v1/traces", http_receiver.export, methods=["POST"])])
     try:

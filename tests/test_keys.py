@@ -24,8 +24,8 @@ import pytest
 from starlette.requests import Request
 from support import Server, export_raw, fixture_requests
 
+from collector.sidecar import sidecar_path
 from studio import admin
-from studio.app import sidecar_path
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

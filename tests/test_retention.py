@@ -26,7 +26,7 @@ from otlp_craft import (
 )
 from support import FIXTURE_API_KEY, Server, export_raw
 
-from collector.config import ConfigError, parse_duration
+from collector.durations import DurationError, parse_duration
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
 SCENARIOS = ("a_linear", "d_subflow")
@@ -203,5 +203,5 @@ def test_prune_durations_accept_hours_days_weeks_only() -> None:
     assert parse_duration("12h", "hdw") == 12 * 3600 * 10**9
     assert parse_duration("2w", "hdw") == 14 * DAY_NANOS
     for text in ("6m", "0d", "-1d", "1.5d", "d", "30"):
-        with pytest.raises(ConfigError):
+        with pytest.raises(DurationError):
             parse_duration(text, "hdw")

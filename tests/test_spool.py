@@ -25,7 +25,7 @@ from collector.admission import Admission
 from collector.auth import KeyChecker
 from collector.decode import parse_request
 from collector.ingest import Ingestor, IngestorBusy, RetryLater
-from collector.otlp_grpc import GrpcReceiver, Limits, TraceExportHandler
+from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.otlp_http import HttpTraceReceiver
 from collector.spool import START, Position, Spool, SpoolError
 from collector.store import Store
@@ -352,10 +352,8 @@ def test_a_full_backlog_refuses_exports_before_decoding_them(tmp_path: Path) -> 
     wal.mkdir()  # every commit fails, so the spooled backlog stays (a real fault)
     ingestor = Ingestor(store, directory, max_backlog_bytes=1)
     keys = KeyChecker(())
-    limits = Limits(max_receive_bytes=2**20, max_inflight_requests=4,
-                    max_inflight_bytes=2**24, retry_after_seconds=1)
-    grpc_receiver = GrpcReceiver(TraceExportHandler(ingestor, keys, limits), "127.0.0.1:0",
-                                 workers=2, max_receive_bytes=limits.max_receive_bytes)
+    handler = TraceExportHandler(ingestor, keys, Admission(4, 2**24), retry_after_seconds=1)
+    grpc_receiver = GrpcReceiver(handler, "127.0.0.1:0", workers=2, max_receive_bytes=2**20)
     grpc_receiver.start()
     http_receiver = HttpTraceReceiver(ingestor, keys, Admission(4, 2**24),
                                       max_receive_bytes=2**20, retry_after_seconds=1)

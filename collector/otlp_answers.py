@@ -1,0 +1,54 @@
+"""What both OTLP transports answer: export responses, error statuses and their messages.
+
+Pure: protobuf messages in, nothing sent. collector/otlp_grpc.py and
+collector/otlp_http.py each put these on their own wire (gRPC status and
+trailers; an HTTP status with a protobuf or OTLP JSON body), so an exporter
+reads the same partial success, the same retry delay and the same words over
+either transport.
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypeAlias
+
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from collector.ingest import IngestOutcome
+
+ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
+StatusPB2: TypeAlias = status_pb2.Status
+RetryInfoPB2: TypeAlias = error_details_pb2.RetryInfo
+
+UNAUTHENTICATED_MESSAGE: Final = (
+    "missing or unknown API key: send it as x-junjo-api-key or 'authorization: Bearer <key>'"
+)
+AT_CAPACITY_MESSAGE: Final = "statetrail is at capacity; retry after the delay"
+
+
+def export_response(outcome: IngestOutcome) -> ExportResponsePB2:
+    """The answer to a stored export; rejected spans, if any, are its partial success.
+
+    A fully accepted export leaves partial_success unset, as OTLP asks.
+    """
+    response = ExportResponsePB2()
+    if outcome.rejected_spans:
+        response.partial_success.rejected_spans = outcome.rejected_spans
+        response.partial_success.error_message = outcome.error_message
+    return response
+
+
+def retry_info(retry_after_seconds: int) -> RetryInfoPB2:
+    """How long a refused exporter should wait before sending the export again."""
+    return RetryInfoPB2(retry_delay=duration_pb2.Duration(seconds=retry_after_seconds))
+
+
+def error_status(code: int, message: str, retry: RetryInfoPB2 | None = None) -> StatusPB2:
+    """A google.rpc.Status; with `retry`, that RetryInfo is packed into its details."""
+    status = StatusPB2(code=code, message=message)
+    if retry is not None:
+        detail = any_pb2.Any()
+        detail.Pack(retry)
+        status.details.append(detail)
+    return status
