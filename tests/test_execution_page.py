@@ -27,8 +27,8 @@ from support import (
 )
 
 from collector import junjo
-from collector.history import replay
 from collector.model import EvidenceSpan
+from collector.replay import replay
 from collector.store.spans import SpanRow
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
