@@ -42,12 +42,12 @@ import pyarrow as pa
 from bench.bench_replay import TRANSITIONS
 from bench.bench_replay import build as build_long_history
 from collector.config import Config
-from collector.history import timeline
 from collector.junjo import Evidence
 from collector.query import parse_query
 from collector.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.store import IngestBatch, Store
 from collector.store.filters import RANGES_SORT_KEY, SORT_KEY, key64
+from studio.api import timeline
 from studio.field_columns import empty_hints, value_cells, value_columns
 from studio.inspect import Inspector
 from studio.params import execution_query

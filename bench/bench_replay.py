@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from collector.history import replay
 from collector.model import Execution, Transition
 from collector.provenance import provenance
+from collector.replay import replay
 
 TRANSITIONS = 10_000
 MESSAGES = 1_800

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
-from collector.history import AppliedObserver, History, replay
+from collector.history import History
 from collector.model import Execution, Transition, span_subtree
+from collector.replay import AppliedObserver, replay
 from collector.snapshot import MIN_SNAPSHOT_STEPS, restore
 from collector.store import Store
 from collector.store.replays import SpanLink

@@ -1,8 +1,9 @@
 """JSON document stage: parse, address, copy, patch and compare JSON values.
 
 Everything here works on plain JSON documents and RFC 6902 patches and knows
-nothing of executions, transitions or evidence; replay (collector/history.py)
-and provenance (collector/provenance.py) build on it.
+nothing of executions, transitions or evidence; replay (collector/replay.py,
+its checkpoints in collector/checkpoints.py, the History it builds in
+collector/history.py) and provenance (collector/provenance.py) build on it.
 
 Invariant: a payload is either a document every later stage can walk and
 re-serialise, or it is rejected here (MISSING / None): no NaN or Infinity, no

@@ -27,7 +27,7 @@ from collector.decode import (
     int_attribute,
     string_attribute,
 )
-from collector.model import Execution, ExecutionKind, ExecutionStatus, Transition
+from collector.model import FULL_MODE, Execution, ExecutionKind, ExecutionStatus, Transition
 from collector.wire import SpanView
 
 SPAN_TYPE: Final = "junjo.span_type"
@@ -232,7 +232,7 @@ def _transitions(
             revision_before=_int(attrs, REVISION_BEFORE),
             revision_after=_int(attrs, REVISION_AFTER),
             patch_json=_str(attrs, PATCH) or "",
-            patch_mode=_str(attrs, PATCH + MODE_SUFFIX) or "full",
+            patch_mode=_str(attrs, PATCH + MODE_SUFFIX) or FULL_MODE,
             patch_policy=_str(attrs, PATCH + POLICY_SUFFIX) or "",
             event_id=_id(attrs, EVENT_ID) or "",
             trace_id=span.trace_id,

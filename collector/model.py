@@ -12,10 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 ExecutionKind = Literal["workflow", "subflow", "agent"]
 ExecutionStatus = Literal["ok", "error", "cancelled"]
+
+FULL_MODE: Final = "full"
+"""The payload mode of a state or patch sent whole; any other mode withheld it."""
+
+
+def withheld(mode: str | None) -> bool:
+    """Whether a payload's mode says the producer withheld it (redacted, excluded, a reference).
+
+    None means no mode was sent, and the payload is taken as sent whole.
+    """
+    return mode is not None and mode != FULL_MODE
 
 
 class Transition(NamedTuple):
@@ -49,8 +60,8 @@ class Execution:
     """One owner span (Junjo workflow, subflow or agent) keyed by its run id.
 
     State payloads are kept as received text; `state_*_mode` says whether the
-    producer withheld them (anything but "full" is redacted, excluded or a
-    reference). Bounds are Junjo's: transitions with
+    producer withheld them (anything but `FULL_MODE` is redacted, excluded or
+    a reference). Bounds are Junjo's: transitions with
     `transition_start < sequence <= transition_end` belong to this run.
     """
 

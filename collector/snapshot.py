@@ -27,14 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Final, cast, get_args
 
-from collector.history import (
-    Diagnostic,
-    History,
-    Step,
-    Verdict,
-    restored,
-    spaced_checkpoints,
-)
+from collector.history import Diagnostic, History, Step, Verdict
 from collector.model import Execution, Transition
 
 MIN_SNAPSHOT_STEPS: Final = 1_000
@@ -103,7 +96,7 @@ def take(
         "paths": [step.changed_paths for step in history.steps],
     }
     state_bytes = max(len(execution.state_start or ""), MIN_STATE_BYTES)
-    checkpoints = spaced_checkpoints(history, SAVED_WORK_PER_STATE * state_bytes)
+    checkpoints = history.spaced_checkpoints(SAVED_WORK_PER_STATE * state_bytes)
     return Snapshot(
         run_id=execution.run_id,
         transitions_seen=version[0],
@@ -142,7 +135,7 @@ def restore(
             return None
         applied, verified, foreign = _FLAG_BITS[flag]
         steps.append(Step(sequence, transition, tuple(changed), applied, verified, foreign))
-    return restored(
+    return History.restored(
         execution=execution,
         steps=tuple(steps),
         diagnostics=tuple(Diagnostic(**d) for d in json.loads(snapshot.diagnostics_json)),

@@ -4,25 +4,22 @@ Handlers are thin: parse the request, ask the store or the inspector, shape
 JSON. They are plain functions on purpose: Starlette runs those in its
 thread pool, so a slow DuckDB query never blocks the event loop. Errors are
 JSON too: 400 with the offending parameter (and, for a filter, the character
-position), 404 for an unknown run id.
+position), 404 for an unknown run id. A timeline row (`TimelineEntry`) is
+flattened here from a History's steps (collector/history.py): the timeline JSON
+twin is its only reader.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import json
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.history import (
-    Diagnostic,
-    History,
-    StateUnavailableError,
-    TimelineEntry,
-    timeline,
-)
-from collector.jsondoc import MISSING, JsonValue, Missing
+from collector.history import Diagnostic, History, StateUnavailableError, Step
+from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_patch
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
 from collector.store import Store
@@ -160,6 +157,47 @@ def execution_detail(request: Request) -> Response:
             "children": [execution_json(child) for child in children],
             "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
         }
+    )
+
+
+class TimelineEntry(NamedTuple):
+    """One row of the timeline JSON twin: a step flattened, with its patch parsed."""
+
+    sequence: int
+    time_unix_nano: int
+    action: str
+    store_id: str
+    span_id: str
+    span_name: str
+    patch: tuple[JsonPatchOp, ...] | None
+    changed_paths: tuple[str, ...]
+    applied: bool
+    verified: bool
+    foreign: bool
+
+
+def timeline(history: History) -> tuple[TimelineEntry, ...]:
+    """One flattened record per step, with the patch parsed (None if unreadable)."""
+    return tuple(_timeline_entry(step) for step in history.steps)
+
+
+def _timeline_entry(step: Step) -> TimelineEntry:
+    transition = step.transition
+    # An applied patch was parsed and checked by replay already; parsing it again
+    # plainly saves the per-op checks on long timelines.
+    ops = json.loads(transition.patch_json) if step.applied else parse_patch(transition.patch_json)
+    return TimelineEntry(
+        sequence=step.sequence,
+        time_unix_nano=transition.time_unix_nano,
+        action=transition.action,
+        store_id=transition.store_id,
+        span_id=transition.span_id,
+        span_name=transition.span_name,
+        patch=tuple(ops) if ops is not None else None,
+        changed_paths=step.changed_paths,
+        applied=step.applied,
+        verified=step.verified,
+        foreign=step.foreign,
     )
 
 

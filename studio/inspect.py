@@ -21,9 +21,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from collector.evidence import EvidenceVersion, carriers_of, load_history
-from collector.history import History, replay
+from collector.history import History
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
+from collector.replay import replay
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 

@@ -29,8 +29,8 @@ from support import (
 from test_studio_pages import run_id_of
 
 from collector import junjo
-from collector.history import replay
 from collector.model import EvidenceSpan
+from collector.replay import replay
 from collector.store.listing import InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page

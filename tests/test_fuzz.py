@@ -30,10 +30,11 @@ from support import FIXTURE_API_KEY, Server, export_raw
 from collector.decode import DecodeError, parse_request
 from collector.evidence import load_history
 from collector.extractor import batch_from_export
-from collector.history import StateUnavailableError, timeline
+from collector.history import StateUnavailableError
 from collector.indexing import field_index
 from collector.jsondoc import MISSING
 from collector.store import Store
+from studio.api import timeline
 
 FUZZ_MESSAGES = 200
 FUZZ_BYTES = 400

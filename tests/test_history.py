@@ -1,4 +1,7 @@
-"""Replay, integrity findings, partial replay and provenance (collector/history.py)."""
+"""Replay, integrity findings, partial replay and provenance.
+
+Covers collector/replay.py and the History it builds (collector/history.py).
+"""
 
 from __future__ import annotations
 
@@ -22,17 +25,12 @@ from history_records import (
     scenario,
 )
 
-from collector.history import (
-    Diagnostic,
-    History,
-    StateUnavailableError,
-    replay,
-    timeline,
-    walk,
-)
+from collector.history import Diagnostic, History, StateUnavailableError, holes, walk
 from collector.jsondoc import MISSING, json_equal
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.provenance import provenance
+from collector.replay import replay
+from studio.api import timeline
 
 
 def codes(history: History) -> list[str]:
@@ -321,13 +319,21 @@ def test_missing_sequences_are_the_holes_between_the_start_steps_and_the_end() -
     execution, transitions, _ = scenario({}, patches)
     kept = [t for t in transitions if t.sequence not in (1, 3, 5, 6, 8)]
 
-    holes = replay(execution, kept).missing_sequences
+    missing = replay(execution, kept).missing_sequences
 
     # Keyed by the step received after each hole; None is the trailing one.
-    assert holes == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert missing == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
     assert replay(execution, transitions).missing_sequences == {}
     # Without the owner span nothing bounds the start or the end: only inner holes.
     assert replay(None, kept).missing_sequences == {4: (3, 3), 7: (5, 6)}
+
+
+def test_holes_are_keyed_by_the_sequence_after_each_and_bounded_only_where_known() -> None:
+    assert holes([2, 5], 0, 7) == {2: (1, 1), 5: (3, 4), None: (6, 7)}
+    assert holes([1, 2, 3], 0, 3) == {}
+    assert holes([], 4, 6) == {None: (5, 6)}
+    # An unknown bound hides what could lie beyond it.
+    assert holes([2, 5], None, None) == {5: (3, 4)}
 
 
 def test_missing_sequences_are_unknown_without_producer_sequences() -> None:

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.fieldindex import ABSENT, Nodes, index_rows
-from collector.history import replay
 from collector.indexing import TouchedValues, field_index
 from collector.jsondoc import MISSING, json_equal, resolve
 from collector.model import Execution, Transition
 from collector.provenance import provenance
+from collector.replay import replay
 
 KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)

@@ -18,11 +18,12 @@ from test_history_properties import ROOTS, chain
 
 from collector.evidence import load_history, replay_with, version_of
 from collector.extractor import batch_from_export
-from collector.history import History, StateUnavailableError, replay
+from collector.history import History, StateUnavailableError
 from collector.jsondoc import json_equal
 from collector.junjo import Evidence
 from collector.model import Execution, Transition
 from collector.provenance import provenance
+from collector.replay import replay
 from collector.replayer import replay_stores
 from collector.snapshot import MIN_SNAPSHOT_STEPS, restore, take
 from collector.store import IngestBatch, Store
