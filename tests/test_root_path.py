@@ -177,8 +177,9 @@ def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
     expect(page).to_have_url(re.compile(rf"{PREFIX}/executions/{linear}\?path=/title"))
     expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
 
-    page.keyboard.press("ArrowLeft")  # the previous step, by the page's own script
+    page.locator("[data-step-prev]").click()  # htmx swaps the step in and records its URL
     expect(page).to_have_url(re.compile(rf"{PREFIX}/executions/{linear}\?step="))
+    expect(page.locator("tr.is-selected")).to_have_count(1)
     outside = [url for url in requested if not urlsplit(url).path.startswith(PREFIX + "/")]
     assert not outside, outside
 
