@@ -334,8 +334,8 @@ class _Replay:
                 self.report(
                     "missing_trailing_transitions",
                     "error",
-                    f"The run ended at sequence {last}, but transitions "
-                    f"{_range_text(first, last)} never arrived, so the states after "
+                    f"The run ended at sequence {last}, but {_range_text(first, last)} "
+                    "never arrived, so the states after "
                     f"sequence {first - 1} cannot be verified. If the run just finished, "
                     "they may still be in flight; otherwise they were lost.",
                     sequence=first,
@@ -344,7 +344,7 @@ class _Replay:
                 self.report(
                     "sequence_gap",
                     "error",
-                    f"Transitions {_range_text(first, last)} of store "
+                    f"{_range_text(first, last, capital=True)} of store "
                     f"{self.execution.store_id} never arrived, so the states from "
                     f"sequence {first} on are best effort and unverified. Usual causes: "
                     "the span event limit (see any dropped-data finding), store writes made "
@@ -774,7 +774,9 @@ def _count(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
-def _range_text(first: int, last: int) -> str:
+def _range_text(first: int, last: int, *, capital: bool = False) -> str:
+    """`transition 4`, or `transitions 4-9 (6 transitions)`; `Transition...` at a sentence start."""
+    noun = "Transition" if capital else "transition"
     if first == last:
-        return f"{first}"
-    return f"{first}-{last} ({last - first + 1:,} transitions)"
+        return f"{noun} {first}"
+    return f"{noun}s {first}-{last} ({last - first + 1:,} transitions)"

@@ -295,7 +295,7 @@ def test_sequence_gap_names_missing_ranges_and_keeps_best_effort_states() -> Non
 
     gaps = [d for d in history.diagnostics if d.code == "sequence_gap"]
     assert [(d.sequence, d.severity) for d in gaps] == [(3, "error"), (5, "error")]
-    assert "Transitions 3 of store" in gaps[0].message
+    assert "Transition 3 of store" in gaps[0].message
     assert "5-6 (2 transitions)" in gaps[1].message
     assert history.verdict == "partial"
     assert [step.verified for step in history.steps] == [True, True, False, False]
