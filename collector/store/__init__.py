@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -434,6 +434,10 @@ class Store:
                 raise StoreError(f"could not sort the field index: {exc}") from exc
             finally:
                 self._maintenance = None
+            # The old tables' blocks are free for reuse only once checkpointed; if
+            # this fails, the next automatic checkpoint does it.
+            with suppress(duckdb.Error):
+                cursor.execute("CHECKPOINT")
         return True
 
     def interrupt_maintenance(self) -> None:
