@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal, TypeAlias, cast
 
+from collector.jsondoc import escape_token
+
 JsonValue: TypeAlias = dict[str, "JsonValue"] | list["JsonValue"] | str | int | float | bool | None
 Kind: TypeAlias = Literal["null", "bool", "number", "string", "object", "array"]
 
@@ -197,13 +199,6 @@ class Nodes:
                     self.overflowed = True
                     return
                 keys[key] = None
-
-
-def escape_token(token: str) -> str:
-    """RFC 6901 escaping of one reference token ("~" first, then "/")."""
-    if "~" not in token and "/" not in token:
-        return token
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _scalar_key(path: str, parent: str, node: JsonValue) -> NodeKey:

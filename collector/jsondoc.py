@@ -219,7 +219,14 @@ def pointer_parts(pointer: str) -> tuple[str, ...]:
 
 def pointer_text(parts: Sequence[str]) -> str:
     """The RFC 6901 pointer for these reference tokens (the inverse of `pointer_parts`)."""
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+    return "".join("/" + escape_token(part) for part in parts)
+
+
+def escape_token(token: str) -> str:
+    """RFC 6901 escaping of one reference token ("~" first, then "/")."""
+    if "~" not in token and "/" not in token:
+        return token  # the usual case, and the field index's hot path
+    return token.replace("~", "~0").replace("/", "~1")
 
 
 def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
+from collector.jsondoc import pointer_parts, pointer_text
+
 MAX_QUERY_LENGTH: Final = 4096
 """Longest accepted query text, in characters."""
 
@@ -109,7 +111,7 @@ class Path:
     @property
     def pointer(self) -> str:
         """The RFC 6901 pointer, e.g. `("a/b", "0")` -> `/a~1b/0`."""
-        return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in self.tokens)
+        return pointer_text(self.tokens)
 
     @property
     def parent(self) -> Path:
@@ -432,7 +434,8 @@ class _Parser:
     def path(self, *, allow_keyword: bool = False) -> Path:
         token = self._advance()
         if token.kind == "pointer":
-            return Path(_pointer_tokens(token.text))
+            # The lexer has checked its escapes, so this cannot fail.
+            return Path(pointer_parts(token.text))
         if token.kind == "word" and token.text in KEYWORDS and not allow_keyword:
             raise QueryError(
                 f"expected a field path, found the keyword '{token.text}'; to use it as a "
@@ -528,11 +531,6 @@ def _word_value(token: Token) -> Scalar:
         f'expected a JSON value; write strings in double quotes: "{token.text}"',
         token.position,
     )
-
-
-def _pointer_tokens(pointer: str) -> tuple[str, ...]:
-    # Order matters (RFC 6901 section 4): "~1" first, so "~01" decodes to "~1".
-    return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
 
 
 def _describe(token: Token) -> str:
