@@ -43,6 +43,18 @@ def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceV
     return replay_with(execution, transitions, links), version
 
 
+def load_in_flight_history(store: Store, trace_id: str, store_ids: Sequence[str]) -> History:
+    """Replay what arrived of a run whose owner span has not: its stores' transitions.
+
+    Without the owner there is no interval, no start state and no subtree, so
+    every received transition is shown, none verified (collector/replay.py).
+    """
+    by_store = store.transitions_for_stores(store_ids)
+    transitions = [t for store_id in store_ids for t in by_store.get(store_id, ())]
+    links = store.evidence_spans_for([trace_id], carriers_of(transitions))
+    return replay(None, transitions, evidence_spans=[link.span for link in links])
+
+
 def version_of(
     execution: Execution, transitions: Sequence[Transition], links: Iterable[SpanLink]
 ) -> EvidenceVersion:

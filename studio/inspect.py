@@ -20,11 +20,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from collector.evidence import EvidenceVersion, carriers_of, load_history
+from collector.evidence import EvidenceVersion, load_history, load_in_flight_history
 from collector.history import History
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
-from collector.replay import replay
 from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow
 
@@ -131,18 +130,7 @@ class Inspector:
         if not found:
             return None
         in_flight = found[0]
-        transitions = [
-            transition
-            for store_id in in_flight.store_ids
-            for transition in self._store.transitions_for_store(store_id)
-        ]
-        spans = [
-            link.span
-            for link in self._store.evidence_spans_for(
-                [in_flight.trace_id], carriers_of(transitions)
-            )
-        ]
-        history = replay(None, transitions, evidence_spans=spans)
+        history = load_in_flight_history(self._store, in_flight.trace_id, in_flight.store_ids)
         return Inspection(run_id, None, None, in_flight, history)
 
     def _holds(self, run_id: str) -> bool:
