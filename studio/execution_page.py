@@ -2,7 +2,8 @@
 
 Thin handlers: parse the request into a `Selection`, build the page's view
 model, render. The view models are built elsewhere: studio/timeline_view.py
-(timeline window, step diff, state tree, provenance panel), studio/verdict_text.py
+(timeline window, step diff), studio/state_tree.py (the state tree),
+studio/provenance_view.py (the provenance panel), studio/verdict_text.py
 (the verdict in plain words), studio/waterfall.py and studio/graph.py, all
 pure. This module assembles them with the header, findings and graph links,
 which stay here because they read the store (parent and child runs, spans).
@@ -15,7 +16,7 @@ static/execution.js only adds keyboard stepping and in-place swaps of the same
 server-rendered HTML.
 
 Cost: replaying is cached by the Inspector and every builder bounds its work
-(see timeline_view). The blocking work runs in a worker thread so one slow
+(see those modules). The blocking work runs in a worker thread so one slow
 page never stalls the event loop (and the OTLP/HTTP receiver on it).
 """
 
@@ -42,20 +43,18 @@ from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, Inspector
 from studio.links import Links
 from studio.params import BadParameter
+from studio.provenance_view import ProvenanceView, provenance_view
+from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
-    ProvenanceView,
-    StateView,
     StepDetail,
     Timeline,
     build_timeline,
-    href,
-    provenance_view,
     selected_sequence,
-    state_view,
     step_detail,
 )
 from studio.verdict_text import verdict_sentences
+from studio.view_text import href
 from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
 
 POLL_SECONDS: Final = 2
