@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,7 +38,7 @@ from collector.jsondoc import resolve
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
-from studio.api import pointer_param, store_of
+from studio.api import parent_and_children, pointer_param, store_of
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, Inspector
 from studio.links import Links
@@ -250,10 +250,17 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     owner_span = inspection.execution.span_id if inspection.execution else None
     waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
     selected = selected_sequence(history, selection.step)
-    graph, graph_note = _graph(store, inspection, waterfall, links)
+    execution = inspection.execution
+    # Read once: the header lists the children and the graph links its subflows to them.
+    parent, children = (
+        parent_and_children(store, run_id, execution.parent_run_id)
+        if execution is not None
+        else (None, [])
+    )
+    graph, graph_note = _graph(inspection, children, waterfall, links)
     quiet = _quiet(inspection)
     return ExecutionView(
-        header=_header(store, inspection, waterfall, links, quiet),
+        header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
         timeline=build_timeline(
             history, links, base, selected, selection.step, owning_runs(waterfall)
@@ -311,7 +318,13 @@ def _selection(params: Mapping[str, str]) -> Selection:
 
 
 def _header(
-    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links, quiet: bool
+    store: Store,
+    inspection: Inspection,
+    waterfall: Waterfall,
+    links: Links,
+    quiet: bool,
+    parent: ExecutionRow | None,
+    children: Sequence[ExecutionRow],
 ) -> Header:
     history = inspection.history
     execution, row = inspection.execution, inspection.row
@@ -332,7 +345,6 @@ def _header(
             verdict_text=verdict_text, parent=None, children=(),
             received=len(history.steps), expected=None, application_writes=None,
         )
-    parent = store.execution_row(execution.parent_run_id) if execution.parent_run_id else None
     return Header(
         run_id=inspection.run_id, title=execution.name, kind=execution.kind,
         service=execution.service, status=execution.status,
@@ -342,7 +354,7 @@ def _header(
         trace_id=execution.trace_id, span_id=execution.span_id, store_id=execution.store_id,
         correlation_type=execution.correlation_type, correlation_id=execution.correlation_id,
         verdict=history.verdict, verdict_text=verdict_text, parent=parent,
-        children=tuple(store.child_executions(inspection.run_id)),
+        children=tuple(children),
         received=len(history.steps), expected=expected,
         application_writes=_application_writes(execution, parent, links),
         ancestors=_ancestors(store, inspection.run_id, parent),
@@ -402,7 +414,7 @@ def _finding(diagnostic: Diagnostic, links: Links, base: str, waterfall: Waterfa
 
 
 def _graph(
-    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links
+    inspection: Inspection, children: Sequence[ExecutionRow], waterfall: Waterfall, links: Links
 ) -> tuple[GraphView | None, str | None]:
     execution = inspection.execution
     if execution is None:
@@ -410,10 +422,9 @@ def _graph(
     if not execution.graph_snapshot:
         return None, "This run recorded no execution graph."
     subflow_runs: dict[str, str] = {}
-    for child in store.child_executions(inspection.run_id):
-        found = store.get_execution(child.run_id)
-        if found is not None and found.structural_id:
-            subflow_runs.setdefault(found.structural_id, links.execution(child.run_id))
+    for child in children:
+        if child.structural_id:
+            subflow_runs.setdefault(child.structural_id, links.execution(child.run_id))
     runs = node_runs(waterfall.rows)
     try:
         graph = layout(execution.graph_snapshot, runs, subflow_runs)
