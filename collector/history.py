@@ -227,6 +227,13 @@ class History:
         """The step recorded at `sequence`; KeyError if none was received."""
         return self.steps[self._index_of(sequence)]
 
+    def find_step(self, sequence: int) -> Step | None:
+        """The step recorded at `sequence`; None if none was received (the start state, a hole)."""
+        index = bisect_right(self._sequences, sequence) - 1
+        if index < 0 or self._sequences[index] != sequence:
+            return None
+        return self.steps[index]
+
     def state_at(self, sequence: int) -> JsonValue:
         """The state after every received step up to `sequence` (start state at the start bound).
 

@@ -23,7 +23,7 @@ from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_pa
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
 from collector.store import Store
-from collector.store.listing import InFlightRow, sort_value
+from collector.store.listing import ExecutionRow, InFlightRow, sort_value
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, Inspector
@@ -49,6 +49,17 @@ def bad_parameter(exc: BadParameter) -> JSONResponse:
     if exc.position is not None:
         extra["position"] = exc.position
     return error(400, str(exc), **extra)
+
+
+def parent_and_children(
+    store: Store, run_id: str, parent_run_id: str | None
+) -> tuple[ExecutionRow | None, list[ExecutionRow]]:
+    """A stored run's parent row (None at the top, or not stored) and its child runs, oldest first.
+
+    Shared by the execution page and its JSON twin, so both name the same relatives.
+    """
+    parent = store.execution_row(parent_run_id) if parent_run_id else None
+    return parent, store.child_executions(run_id)
 
 
 def in_flight_json(row: InFlightRow) -> dict[str, Any]:
@@ -117,12 +128,9 @@ def execution_detail(request: Request) -> Response:
     if inspection.row is not None:
         summary = execution_json(inspection.row)
         summary["verdict"] = history.verdict
-        parent = (
-            store.execution_row(inspection.row.parent_run_id)
-            if inspection.row.parent_run_id
-            else None
+        parent, children = parent_and_children(
+            store, inspection.run_id, inspection.row.parent_run_id
         )
-        children = store.child_executions(inspection.run_id)
     else:
         assert inspection.in_flight is not None
         summary = in_flight_json(inspection.in_flight)

@@ -2,7 +2,8 @@
 
 Thin handlers: parse the request into a `Selection`, build the page's view
 model, render. The view models are built elsewhere: studio/timeline_view.py
-(timeline window, step diff, state tree, provenance panel), studio/verdict_text.py
+(timeline window, step diff), studio/state_tree.py (the state tree),
+studio/provenance_view.py (the provenance panel), studio/verdict_text.py
 (the verdict in plain words), studio/waterfall.py and studio/graph.py, all
 pure. This module assembles them with the header, findings and graph links,
 which stay here because they read the store (parent and child runs, spans).
@@ -15,7 +16,7 @@ static/execution.js only adds keyboard stepping and in-place swaps of the same
 server-rendered HTML.
 
 Cost: replaying is cached by the Inspector and every builder bounds its work
-(see timeline_view). The blocking work runs in a worker thread so one slow
+(see those modules). The blocking work runs in a worker thread so one slow
 page never stalls the event loop (and the OTLP/HTTP receiver on it).
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,25 +38,23 @@ from collector.jsondoc import resolve
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
-from studio.api import pointer_param, store_of
+from studio.api import parent_and_children, pointer_param, store_of
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, Inspector
 from studio.links import Links
 from studio.params import BadParameter
+from studio.provenance_view import ProvenanceView, provenance_view
+from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
-    ProvenanceView,
-    StateView,
     StepDetail,
     Timeline,
     build_timeline,
-    href,
-    provenance_view,
     selected_sequence,
-    state_view,
     step_detail,
 )
 from studio.verdict_text import verdict_sentences
+from studio.view_text import href
 from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
 
 POLL_SECONDS: Final = 2
@@ -251,10 +250,17 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     owner_span = inspection.execution.span_id if inspection.execution else None
     waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
     selected = selected_sequence(history, selection.step)
-    graph, graph_note = _graph(store, inspection, waterfall, links)
+    execution = inspection.execution
+    # Read once: the header lists the children and the graph links its subflows to them.
+    parent, children = (
+        parent_and_children(store, run_id, execution.parent_run_id)
+        if execution is not None
+        else (None, [])
+    )
+    graph, graph_note = _graph(inspection, children, waterfall, links)
     quiet = _quiet(inspection)
     return ExecutionView(
-        header=_header(store, inspection, waterfall, links, quiet),
+        header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
         timeline=build_timeline(
             history, links, base, selected, selection.step, owning_runs(waterfall)
@@ -312,7 +318,13 @@ def _selection(params: Mapping[str, str]) -> Selection:
 
 
 def _header(
-    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links, quiet: bool
+    store: Store,
+    inspection: Inspection,
+    waterfall: Waterfall,
+    links: Links,
+    quiet: bool,
+    parent: ExecutionRow | None,
+    children: Sequence[ExecutionRow],
 ) -> Header:
     history = inspection.history
     execution, row = inspection.execution, inspection.row
@@ -333,7 +345,6 @@ def _header(
             verdict_text=verdict_text, parent=None, children=(),
             received=len(history.steps), expected=None, application_writes=None,
         )
-    parent = store.execution_row(execution.parent_run_id) if execution.parent_run_id else None
     return Header(
         run_id=inspection.run_id, title=execution.name, kind=execution.kind,
         service=execution.service, status=execution.status,
@@ -343,7 +354,7 @@ def _header(
         trace_id=execution.trace_id, span_id=execution.span_id, store_id=execution.store_id,
         correlation_type=execution.correlation_type, correlation_id=execution.correlation_id,
         verdict=history.verdict, verdict_text=verdict_text, parent=parent,
-        children=tuple(store.child_executions(inspection.run_id)),
+        children=tuple(children),
         received=len(history.steps), expected=expected,
         application_writes=_application_writes(execution, parent, links),
         ancestors=_ancestors(store, inspection.run_id, parent),
@@ -403,7 +414,7 @@ def _finding(diagnostic: Diagnostic, links: Links, base: str, waterfall: Waterfa
 
 
 def _graph(
-    store: Store, inspection: Inspection, waterfall: Waterfall, links: Links
+    inspection: Inspection, children: Sequence[ExecutionRow], waterfall: Waterfall, links: Links
 ) -> tuple[GraphView | None, str | None]:
     execution = inspection.execution
     if execution is None:
@@ -411,10 +422,9 @@ def _graph(
     if not execution.graph_snapshot:
         return None, "This run recorded no execution graph."
     subflow_runs: dict[str, str] = {}
-    for child in store.child_executions(inspection.run_id):
-        found = store.get_execution(child.run_id)
-        if found is not None and found.structural_id:
-            subflow_runs.setdefault(found.structural_id, links.execution(child.run_id))
+    for child in children:
+        if child.structural_id:
+            subflow_runs.setdefault(child.structural_id, links.execution(child.run_id))
     runs = node_runs(waterfall.rows)
     try:
         graph = layout(execution.graph_snapshot, runs, subflow_runs)

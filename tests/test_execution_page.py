@@ -37,8 +37,9 @@ from studio import execution_page
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
 from studio.links import Links
+from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
 from studio.templating import templates
-from studio.timeline_view import PROVENANCE_WINDOW, build_timeline, provenance_view
+from studio.timeline_view import build_timeline
 from studio.verdict_text import verdict_sentences
 from studio.waterfall import build_waterfall, owning_runs
 

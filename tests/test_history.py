@@ -304,6 +304,20 @@ def test_sequence_gap_names_missing_ranges_and_keeps_best_effort_states() -> Non
     assert history.state_at(2) == states[2]
 
 
+def test_find_step_is_none_where_no_transition_was_received() -> None:
+    patches = [[{"op": "add", "path": f"/k{i}", "value": i}] for i in range(1, 5)]
+    execution, transitions, _ = scenario({}, patches)
+
+    history = replay(execution, [t for t in transitions if t.sequence != 3])
+
+    found = history.find_step(2)
+    assert found is not None and found is history.step(2)
+    # The start state, a hole and a sequence past the end have no step.
+    assert [history.find_step(s) for s in (0, 3, 9)] == [None, None, None]
+    with pytest.raises(KeyError):
+        history.step(3)
+
+
 def test_sequence_gap_at_the_start_verifies_nothing_but_is_partial() -> None:
     execution, transitions, _ = basic()
 

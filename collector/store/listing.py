@@ -86,6 +86,9 @@ class ExecutionRow:
     # The field index holds only part of this run's states (fieldindex.MAX_ROWS):
     # field filters may wrongly match it or miss it.
     index_truncated: bool = False
+    # `junjo.executable_structural_id`: which node of the parent's graph this run is
+    # (a subflow), so the parent's graph links that node here without loading this run.
+    structural_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,7 @@ _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
     e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
     e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count,
-    e.correlation_type, e.correlation_id, coalesce(r.index_truncated, false)
+    e.correlation_type, e.correlation_id, coalesce(r.index_truncated, false), e.structural_id
 """
 
 

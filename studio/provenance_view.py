@@ -1,0 +1,246 @@
+"""The execution page's provenance panel: every write that reached one field, told from a step.
+
+A pure builder from a replayed `History` and its provenance (via the
+Inspector's `Inspection`) to frozen dataclasses the template renders; no
+request, store or I/O. Every write links to its step with the field still
+open (`?step=N&path=/a/b#provenance`), so the panel works with JavaScript off.
+
+Invariant: the work is bounded whatever the run's length. The panel lists
+PROVENANCE_WINDOW writes around the selected step, with links to the windows
+before and after, and every value is cut at DIFF_VALUE_CHARS
+(studio/view_text.py); the JSON twin has every write.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Final
+
+from collector.history import History, StateUnavailableError
+from collector.jsondoc import Missing, resolve
+from collector.provenance import ProvenanceEntry
+from studio.inspect import Inspection
+from studio.links import Links
+from studio.view_text import href, json_text, leaf_text
+from studio.window import centred_window
+
+PROVENANCE_WINDOW: Final = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    sequence: int
+    href: str
+    op: str
+    op_path: str
+    relation: str
+    value_path: str
+    before: str | None
+    after: str | None
+    action: str
+    span_name: str
+    verified: bool
+    last: bool
+    # Written after the selected step: not (yet) part of the value shown.
+    later: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAtStep:
+    """The field's value in the state after the selected step.
+
+    `known` is False when that state cannot be rebuilt (`reason` says why);
+    `present` is False when the field is absent there.
+    """
+
+    known: bool
+    present: bool
+    text: str
+    reason: str = ""
+    # Proven by the evidence, rather than best effort after missing or broken evidence.
+    verified: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceView:
+    """The provenance panel, told from the selected step.
+
+    It answers for the state the page shows: the field's value there, the write
+    that set it (`writer_at`, None when it comes from the start state) and the
+    next one after (`next_writer`), then the run's final writer. A field written
+    at every step of a long run has thousands of writes; the panel lists
+    PROVENANCE_WINDOW of them around the selected step, with links to the
+    windows before and after (every write is in the JSON twin).
+    """
+
+    pointer: str
+    error: str | None
+    writes: tuple[Write, ...]
+    last_writer: Write | None
+    close_href: str
+    json_href: str
+    total: int = 0
+    first_index: int = 0
+    earlier_href: str | None = None
+    later_href: str | None = None
+    sequence: int = 0
+    at_start: bool = False
+    # False when no state of the run ever held the field: no write reached it
+    # and the start state lacks it.
+    exists: bool = True
+    value_at: ValueAtStep | None = None
+    writer_at: Write | None = None
+    next_writer: Write | None = None
+    # Transitions up to the selected step that never arrived: any could have written it.
+    missing_before: int = 0
+    # Transitions of the whole run that never arrived.
+    missing: int = 0
+    # Why there is no provenance at all (no states to read it from), if so.
+    unavailable: str | None = None
+
+
+def provenance_view(
+    inspection: Inspection, links: Links, base: str, sequence: int, pointer: str
+) -> ProvenanceView:
+    """Every write that reached `pointer`, from step `sequence`'s point of view.
+
+    A malformed pointer becomes the panel's error.
+    """
+    history = inspection.history
+    api = href(links.execution_api(inspection.run_id, "provenance"), path=pointer)
+    close = href(base, step=sequence)
+    try:
+        found = inspection.provenance(pointer)
+    except ValueError as exc:
+        return _empty(pointer, close, api, sequence, error=str(exc))
+    if not history.has_states:
+        reason = (
+            "they are rebuilt when the workflow span arrives"
+            if inspection.execution is None
+            else "its start state is missing, withheld or unreadable"
+        )
+        return _empty(
+            pointer, close, api, sequence,
+            unavailable=f"Provenance is read from the replayed states, and this run has none: "
+            f"{reason}.",
+        )
+    entries = found.entries
+    # The window is centred on the last write at or before the selected step.
+    position = bisect_right([e.sequence for e in entries], sequence) - 1
+    first = centred_window(position, len(entries), PROVENANCE_WINDOW)
+    after = first + PROVENANCE_WINDOW
+    changes = [entry for entry in entries if entry.changed]
+    writer_at = next((e for e in reversed(changes) if e.sequence <= sequence), None)
+    next_writer = next((e for e in changes if e.sequence > sequence), None)
+
+    def write(entry: ProvenanceEntry) -> Write:
+        return Write(
+            sequence=entry.sequence,
+            href=_write_href(base, entry.sequence, pointer),
+            op=entry.op,
+            op_path=entry.op_path,
+            relation=entry.relation,
+            value_path=entry.value_path,
+            before=json_text(entry.before),
+            after=json_text(entry.after),
+            action=entry.action,
+            span_name=entry.span_name,
+            verified=entry.verified,
+            last=entry is found.last_writer,
+            later=entry.sequence > sequence,
+        )
+
+    value_at = _value_at(history, sequence, pointer)
+    return ProvenanceView(
+        pointer=pointer,
+        error=None,
+        writes=tuple(write(entry) for entry in entries[first:after]),
+        last_writer=write(found.last_writer) if found.last_writer else None,
+        close_href=close,
+        json_href=api,
+        total=len(entries),
+        first_index=first,
+        earlier_href=(
+            _write_href(base, entries[max(first - PROVENANCE_WINDOW // 2, 0)].sequence, pointer)
+            if first > 0
+            else None
+        ),
+        later_href=(
+            _write_href(
+                base, entries[min(after + PROVENANCE_WINDOW // 2, len(entries) - 1)].sequence,
+                pointer,
+            )
+            if after < len(entries)
+            else None
+        ),
+        sequence=sequence,
+        at_start=sequence == history.start_sequence and history.find_step(sequence) is None,
+        exists=(
+            bool(entries)
+            or _in_start_state(history, pointer) is not False
+            or _in_recorded_end(history, pointer)
+        ),
+        missing=sum(last - first + 1 for first, last in history.missing_sequences.values()),
+        value_at=value_at,
+        writer_at=write(writer_at) if writer_at else None,
+        next_writer=write(next_writer) if next_writer else None,
+        missing_before=sum(
+            min(last, sequence) - first + 1
+            for first, last in history.missing_sequences.values()
+            if first <= sequence
+        ),
+    )
+
+
+def _empty(
+    pointer: str,
+    close_href: str,
+    json_href: str,
+    sequence: int,
+    *,
+    error: str | None = None,
+    unavailable: str | None = None,
+) -> ProvenanceView:
+    """A panel with no writes to list: the pointer is malformed, or the run has no states."""
+    return ProvenanceView(
+        pointer=pointer, error=error, writes=(), last_writer=None, close_href=close_href,
+        json_href=json_href, sequence=sequence, unavailable=unavailable,
+    )
+
+
+def _value_at(history: History, sequence: int, pointer: str) -> ValueAtStep:
+    if not history.has_states:
+        return ValueAtStep(False, False, "", "no state of this run can be rebuilt")
+    try:
+        state = history.state_at(sequence)
+    except StateUnavailableError as exc:
+        return ValueAtStep(False, False, "", str(exc))
+    value = resolve(state, pointer)
+    verified = history.verified_at(sequence)
+    if isinstance(value, Missing):
+        return ValueAtStep(True, False, "", verified=verified)
+    if isinstance(value, dict):
+        text = f"{{{len(value)} keys}}"
+    elif isinstance(value, list):
+        text = f"[{len(value)} items]"
+    else:
+        text = leaf_text(value)[0]
+    return ValueAtStep(True, True, text, verified=verified)
+
+
+def _in_start_state(history: History, pointer: str) -> bool | None:
+    """Whether the start state holds `pointer`; None when the start state is unknown."""
+    if not history.has_states:
+        return None
+    return not isinstance(resolve(history.state_at(history.start_sequence), pointer), Missing)
+
+
+def _in_recorded_end(history: History, pointer: str) -> bool:
+    """Whether the producer's recorded end state holds `pointer` (written by a lost step, say)."""
+    recorded = history.recorded_end
+    return not isinstance(recorded, Missing) and not isinstance(resolve(recorded, pointer), Missing)
+
+
+def _write_href(base: str, sequence: int, pointer: str) -> str:
+    return href(base, step=sequence, path=pointer) + "#provenance"

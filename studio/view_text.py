@@ -1,0 +1,46 @@
+"""Text the execution page's views print: page URLs and JSON values cut to a bounded size.
+
+Shared by studio/timeline_view.py, studio/state_tree.py and
+studio/provenance_view.py, and importing none of them, so nothing cycles. Every
+value is cut (DIFF_VALUE_CHARS, STRING_PREVIEW_CHARS) so a huge string in a
+state costs the page a bounded amount of HTML.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+from urllib.parse import urlencode
+
+from collector.jsondoc import JsonValue, Missing
+
+STRING_PREVIEW_CHARS: Final = 200
+DIFF_VALUE_CHARS: Final = 4000
+
+
+def href(base: str, **params: object) -> str:
+    """A page URL with these query parameters (None values left out)."""
+    query = urlencode({k: str(v) for k, v in params.items() if v is not None})
+    return f"{base}?{query}" if query else base
+
+
+def json_text(value: JsonValue | Missing) -> str | None:
+    """The value as indented JSON cut at DIFF_VALUE_CHARS; None when it is absent."""
+    if isinstance(value, Missing):
+        return None
+    return cut_text(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def cut_text(text: str) -> str:
+    """The text cut at DIFF_VALUE_CHARS, saying how much was left out."""
+    if len(text) <= DIFF_VALUE_CHARS:
+        return text
+    return f"{text[:DIFF_VALUE_CHARS]}\n… ({len(text) - DIFF_VALUE_CHARS:,} more characters)"
+
+
+def leaf_text(value: JsonValue) -> tuple[str, str | None]:
+    """A scalar as one line of JSON cut at STRING_PREVIEW_CHARS, and the whole when it was cut."""
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= STRING_PREVIEW_CHARS:
+        return text, None
+    return text[:STRING_PREVIEW_CHARS] + "…", text
