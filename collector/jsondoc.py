@@ -214,12 +214,17 @@ def pointer_parts(pointer: str) -> tuple[str, ...]:
     for token in tokens:
         if "~" in token.replace("~0", "").replace("~1", ""):
             raise ValueError(f"JSON pointer {pointer!r} has an invalid '~' escape")
-    return tuple(token.replace("~1", "/").replace("~0", "~") for token in tokens)
+    return tuple(map(unescape_token, tokens))
 
 
 def pointer_text(parts: Sequence[str]) -> str:
     """The RFC 6901 pointer for these reference tokens (the inverse of `pointer_parts`)."""
     return "".join("/" + escape_token(part) for part in parts)
+
+
+def unescape_token(token: str) -> str:
+    """One reference token decoded: "~1" first (RFC 6901 section 4), so "~01" is "~1"."""
+    return token.replace("~1", "/").replace("~0", "~")
 
 
 def escape_token(token: str) -> str:

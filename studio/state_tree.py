@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from collector.history import History, StateUnavailableError
-from collector.jsondoc import JsonValue, Missing, pointer_text
+from collector.jsondoc import JsonValue, Missing, pointer_text, unescape_token
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.view_text import href, leaf_text
@@ -195,7 +195,7 @@ def _shown_children(
     prefix = pointer + "/"
     for target in focus:
         if target.startswith(prefix):
-            head = _unescape(target[len(prefix) :].split("/", 1)[0])
+            head = unescape_token(target[len(prefix) :].split("/", 1)[0])
             if head in positions:
                 wanted.add(positions[head])
     return sorted(wanted)
@@ -217,6 +217,3 @@ def _type(value: JsonValue) -> str:
     return "object" if isinstance(value, dict) else "array"
 
 
-def _unescape(token: str) -> str:
-    """One RFC 6901 reference token decoded (`~1` is `/`, `~0` is `~`)."""
-    return token.replace("~1", "/").replace("~0", "~")
