@@ -35,8 +35,9 @@ What is measured, and why:
 glibc: a ~1 MB message is above malloc's mmap threshold, so every request buffer is a fresh
 mmap/munmap with page faults, and glibc's dynamic threshold moves as buffers are freed. That
 makes the baseline's figure swing between runs. Both servers therefore get the same
-`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` (see `MALLOC_ENV`; `--no-malloc-env`
-turns it off), which keeps such buffers on the heap for both, so neither is favoured.
+`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` (see `MALLOC_ENV` in bench/servers.py;
+`--no-malloc-env` turns it off), which keeps such buffers on the heap for both, so neither
+is favoured.
 
 Run: `.venv/bin/python bench/bench_ingest.py` (about 2 x 20 s), or `--quick` for a smoke run.
 Loopback only; every loop is bounded by a deadline or a request count.
@@ -49,7 +50,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -69,6 +69,11 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+# Run as a script (as documented, and as the baseline server is started) Python puts
+# bench/ on sys.path, not the repository root that `bench.servers` is found from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.servers import LOOPBACK, MALLOC_ENV, free_port, server_env, wait_for_port
+
 ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
 ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
 SpanPB2: TypeAlias = trace_pb2.Span
@@ -76,23 +81,15 @@ KeyValuePB2: TypeAlias = common_pb2.KeyValue
 
 EXPORT_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
 EXPORT_METHOD: Final = f"/{EXPORT_SERVICE}/Export"
-LOOPBACK: Final = "127.0.0.1"
 MIB: Final = 1024 * 1024
 MAX_MESSAGE_BYTES: Final = 64 * MIB
 SERVER_WORKERS: Final = 16  # statetrail's default gRPC worker count
 RPC_TIMEOUT_SECONDS: Final = 120.0  # the Junjo/OTel exporter's deadline
-STARTUP_TIMEOUT_SECONDS: Final = 60.0
 STOP_TIMEOUT_SECONDS: Final = 300.0
 FAILURE_BACKOFF_SECONDS: Final = 0.05
 
 TARGET_RATIO: Final = 0.25
 TARGET_RSS_MB: Final = 400.0
-
-# Same values for both servers; above every request buffer, below glibc's 32 MiB cap.
-MALLOC_ENV: Final[dict[str, str]] = {
-    "MALLOC_MMAP_THRESHOLD_": str(16 * MIB),
-    "MALLOC_TRIM_THRESHOLD_": str(128 * MIB),
-}
 
 # A placeholder stamped with the request's own token on every send: the first 5 bytes of
 # every trace id and span id and the first 5 characters of every Junjo run/store/event id.
@@ -445,26 +442,6 @@ class Server:
     http_port: int | None = None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_for_port(process: subprocess.Popen[bytes], port: int) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode} before listening")
-        try:
-            with socket.create_connection((LOOPBACK, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listened on {LOOPBACK}:{port} within {STARTUP_TIMEOUT_SECONDS}s")
-
-
 def start_baseline(env: dict[str, str]) -> Server:
     process = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--serve-baseline"],
@@ -477,12 +454,12 @@ def start_baseline(env: dict[str, str]) -> Server:
         process.kill()
         raise RuntimeError(f"baseline server did not report its port: {line!r}")
     port = int(line[1])
-    _wait_for_port(process, port)
+    wait_for_port(process, port)
     return Server("baseline", process, port)
 
 
 def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Server:
-    grpc_port, http_port = _free_port(), _free_port()
+    grpc_port, http_port = free_port(), free_port()
     statetrail = Path(sys.executable).with_name("statetrail")
     command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector.cli"]
     with log_path.open("wb") as log:
@@ -494,7 +471,7 @@ def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Serv
             stderr=subprocess.STDOUT,
             env=env,
         )
-    _wait_for_port(process, grpc_port)
+    wait_for_port(process, grpc_port)
     return Server("statetrail", process, grpc_port, db_path, http_port)
 
 
@@ -793,13 +770,6 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _server_env(tune_malloc: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    if tune_malloc:
-        env.update(MALLOC_ENV)
-    return env
-
-
 def _count_stored_spans(db_path: Path) -> int:
     import duckdb
 
@@ -828,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load: {args.exporters} exporter threads, {limit}{args.seconds:g}s per target, "
         f"{args.warmup_requests} warm-up request(s) per exporter"
     )
-    env = _server_env(not args.no_malloc_env)
+    env = server_env(not args.no_malloc_env)
     malloc = " ".join(f"{k}={env[k]}" for k in MALLOC_ENV if k in env) or "glibc defaults"
     print(f"server malloc settings (both): {malloc}")
 

@@ -25,16 +25,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.bench_ingest import (
-    LOOPBACK,
-    LoadResult,
-    RequestTemplate,
-    _free_port,
-    _server_env,
-    _wait_for_port,
-    build_request,
-    drive,
-)
+# Run as a script, Python puts bench/ on sys.path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_ingest import LoadResult, RequestTemplate, build_request, drive
+from bench.servers import LOOPBACK, free_port, server_env, wait_for_port
 
 TARGET_P95_MS = 200.0
 PAGES = {
@@ -67,16 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     template = RequestTemplate(build_request(512))
     with tempfile.TemporaryDirectory(prefix="statetrail-studio-bench-") as tmp:
-        grpc_port, http_port = _free_port(), _free_port()
+        grpc_port, http_port = free_port(), free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "collector", "serve", "--db", str(Path(tmp) / "b.duckdb"),
              "--host", LOOPBACK, "--grpc-port", str(grpc_port), "--http-port", str(http_port),
              "--log-level", "warning"],
-            env=_server_env(True),
+            env=server_env(True),
         )
         try:
-            _wait_for_port(process, grpc_port)
-            _wait_for_port(process, http_port)
+            wait_for_port(process, grpc_port)
+            wait_for_port(process, http_port)
             base = f"http://{LOOPBACK}:{http_port}"
             drive(grpc_port, template, exporters=4, seconds=5, max_requests=40,
                   warmup_requests=0)

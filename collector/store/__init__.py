@@ -1,9 +1,16 @@
 """Storage stage: the one object that owns every read and write of the DuckDB file.
 
-Every SQL statement in statetrail lives in this package (this module, the
-migrations, and the filter compiler), so moving to DuckLake with a PostgreSQL
-catalog touches nothing else. Values are always bound parameters; identifiers
-come only from allow-lists.
+Every SQL statement in statetrail lives in this package, so moving to DuckLake
+with a PostgreSQL catalog touches nothing else. This module holds the `Store`,
+its transactions and the bulk inserts of a write; the rest of the SQL is spread
+over the submodules, one concern each: the schema (migrations.py), finding
+executions (listing.py), replay's inputs and results (replays.py, lineage.py,
+run_keys.py), the field index and its filter compiler (filters.py) and its
+idle-time rewrite (field_layout.py), retention (retention.py), ingestion keys
+(keys.py), a trace's spans (spans.py) and the spool position
+(spool_position.py). rows.py, documents.py and span_bytes.py build rows
+without SQL. Values are always bound parameters; identifiers come only from
+allow-lists.
 
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
@@ -243,8 +250,7 @@ class Store:
         with self._write_lock, self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows
             write = write.numbered_from(self._next_chunk_id)
-            try:
-                cursor.execute("BEGIN TRANSACTION")
+            with _transaction(cursor, "could not store the export", out_of_memory=StoreOutOfMemory):
                 _insert(cursor, "resources", write.resources, skip_existing=True)
                 stored = _insert_spans(cursor, write.spans)
                 if len(stored) < write.spans.num_rows:
@@ -257,12 +263,7 @@ class Store:
                 _insert(cursor, "transitions", write.transitions)
                 if progress is not None:
                     spool_position.save(cursor, *progress)
-                cursor.execute("COMMIT")
-            except duckdb.Error as exc:
-                _rollback_quietly(cursor)
-                out_of_memory = isinstance(exc, duckdb.OutOfMemoryException)
-                kind = StoreOutOfMemory if out_of_memory else StoreError
-                raise kind(f"could not store the export: {exc}") from exc
+            # Reached only after COMMIT: a failed write hands out no chunk ids.
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
         return write.result()
@@ -400,15 +401,13 @@ class Store:
         `parents` are (child run id, enclosing run id) pairs found by the walk
         in collector/lineage.py, linked in the same transaction.
         """
-        with self._write_lock, self._cursor() as cursor:
-            try:
-                cursor.execute("BEGIN TRANSACTION")
-                replays.save(cursor, records, indexes, snapshots)
-                lineage.link(cursor, parents)
-                cursor.execute("COMMIT")
-            except duckdb.Error as exc:
-                _rollback_quietly(cursor)
-                raise StoreError(f"could not save replay results: {exc}") from exc
+        with (
+            self._write_lock,
+            self._cursor() as cursor,
+            _transaction(cursor, "could not save replay results"),
+        ):
+            replays.save(cursor, records, indexes, snapshots)
+            lineage.link(cursor, parents)
 
     def compact_field_index_if_due(
         self, policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION
@@ -426,12 +425,8 @@ class Store:
                 return False
             self._maintenance = cursor
             try:
-                cursor.execute("BEGIN TRANSACTION")
-                field_layout.compact(cursor)
-                cursor.execute("COMMIT")
-            except duckdb.Error as exc:
-                _rollback_quietly(cursor)
-                raise StoreError(f"could not sort the field index: {exc}") from exc
+                with _transaction(cursor, "could not sort the field index"):
+                    field_layout.compact(cursor)
             finally:
                 self._maintenance = None
             # The old tables' blocks are free for reuse only once checkpointed; if
@@ -460,8 +455,6 @@ class Store:
                 raise StoreError(f"the spans of trace {trace_id} cannot be read: {exc}") from exc
             finally:
                 _rollback_quietly(cursor)
-
-    # -- end of spans of a trace --------------------------------------------
 
     # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
     # Writes take the write lock so they never race `close`; they are rare
@@ -492,8 +485,6 @@ class Store:
         with self._cursor() as cursor:
             return statement(cursor)
 
-    # -- end of managed ingestion keys ----------------------------------------
-
     # -- retention: the SQL is in collector/store/retention.py ----------------
     # One bounded batch per transaction under the write lock, so ingestion
     # commits between batches; collector/pruner.py runs the loop.
@@ -514,17 +505,13 @@ class Store:
     def _retention_write(
         self, statement: Callable[[duckdb.DuckDBPyConnection], _T]
     ) -> _T:
-        with self._write_lock, self._cursor() as cursor:
-            try:
-                cursor.execute("BEGIN TRANSACTION")
-                result = statement(cursor)
-                cursor.execute("COMMIT")
-            except duckdb.Error as exc:
-                _rollback_quietly(cursor)
-                raise StoreError(f"could not delete old data: {exc}") from exc
-            return result
+        with (
+            self._write_lock,
+            self._cursor() as cursor,
+            _transaction(cursor, "could not delete old data"),
+        ):
+            return statement(cursor)
 
-    # -- end of retention -------------------------------------------------------
 
 def _insert(
     cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table, *, skip_existing: bool = False
@@ -557,6 +544,32 @@ def _insert_spans(
     finally:
         cursor.unregister("_batch")
     return {(trace_id, span_id): chunk_id for trace_id, span_id, chunk_id in rows}
+
+
+@contextmanager
+def _transaction(
+    cursor: duckdb.DuckDBPyConnection,
+    failure: str,
+    *,
+    out_of_memory: type[StoreError] = StoreError,
+) -> Iterator[None]:
+    """The block in one transaction: BEGIN before it, COMMIT after it.
+
+    If DuckDB fails in the block or at COMMIT, the transaction is rolled back
+    and StoreError("<failure>: <DuckDB's message>") raised instead, or
+    `out_of_memory` with that message when DuckDB ran out of its memory limit
+    (commit passes StoreOutOfMemory, which the extractor treats differently).
+    Code after the `with` therefore runs only once the block is committed.
+    Any other exception propagates unchanged, with neither COMMIT nor ROLLBACK.
+    """
+    try:
+        cursor.execute("BEGIN TRANSACTION")
+        yield
+        cursor.execute("COMMIT")
+    except duckdb.Error as exc:
+        _rollback_quietly(cursor)
+        kind = out_of_memory if isinstance(exc, duckdb.OutOfMemoryException) else StoreError
+        raise kind(f"{failure}: {exc}") from exc
 
 
 def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:

@@ -148,13 +148,25 @@ def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
     return pa.table(columns, schema=_BATCH_SCHEMA)
 
 
-def delete_field_rows(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]) -> None:
-    """Remove every row of the given executions, values and ranges."""
+def delete_field_rows(
+    conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]
+) -> tuple[int, int]:
+    """Remove every row of the given executions; return (values, ranges) deleted.
+
+    No run ids, no statements: each DELETE scans its whole table (run ids are
+    not in the sort key), and a batch of pruned traces may hold no execution.
+    """
     listed = list(run_ids)
-    for table in (TABLE, RANGES):
-        conn.execute(
-            f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [listed]
-        )
+    if not listed:
+        return 0, 0
+    return _delete_runs(conn, TABLE, listed), _delete_runs(conn, RANGES, listed)
+
+
+def _delete_runs(conn: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> int:
+    conn.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
+    # DuckDB answers a DELETE with one row holding the number of rows deleted.
+    row = conn.fetchone()
+    return int(row[0]) if row else 0
 
 
 # --- filter compiler -----------------------------------------------------------

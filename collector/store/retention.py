@@ -21,6 +21,8 @@ from dataclasses import dataclass, fields
 
 import duckdb
 
+from collector.store.filters import delete_field_rows
+
 DEFAULT_BATCH_SPANS = 5_000
 
 
@@ -82,10 +84,7 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
             "SELECT run_id FROM executions WHERE list_contains(?, trace_id)", [trace_ids]
         ).fetchall()
     ]
-    field_values = _delete(cursor, "DELETE FROM field_values WHERE list_contains(?, run_id)",
-                           run_ids)
-    field_ranges = _delete(cursor, "DELETE FROM field_ranges WHERE list_contains(?, run_id)",
-                           run_ids)
+    field_values, field_ranges = delete_field_rows(cursor, run_ids)
     replays = _delete(cursor, "DELETE FROM execution_replays WHERE list_contains(?, run_id)",
                       run_ids)
     _delete(cursor, "DELETE FROM replay_snapshots WHERE list_contains(?, run_id)", run_ids)

@@ -1,0 +1,62 @@
+"""Starting the benches' servers: free loopback ports, waiting for a listener, the environment.
+
+Shared by bench_ingest.py and bench_studio_load.py. Ports come from outside Linux's
+ephemeral range, as in tests/support.py: a port the kernel handed out with bind(0) can be
+taken by any outgoing connection before the server binds it, which once failed CI with
+"address already in use".
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import time
+from typing import Final
+
+LOOPBACK: Final = "127.0.0.1"
+# Below Linux's ephemeral range (32768-60999); the same range as tests/support.py.
+PORT_RANGE: Final = (20000, 32000)
+STARTUP_TIMEOUT_SECONDS: Final = 60.0
+
+_MIB: Final = 1024 * 1024
+# Same values for every server; above every request buffer, below glibc's 32 MiB cap.
+MALLOC_ENV: Final[dict[str, str]] = {
+    "MALLOC_MMAP_THRESHOLD_": str(16 * _MIB),
+    "MALLOC_TRIM_THRESHOLD_": str(128 * _MIB),
+}
+
+
+def free_port() -> int:
+    """A loopback port that is free now and outside the ephemeral range."""
+    while True:
+        port = random.randint(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+
+
+def wait_for_port(process: subprocess.Popen[bytes], port: int) -> None:
+    """Return once something listens on the loopback port; raise if `process` exits first."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listened on {LOOPBACK}:{port} within {STARTUP_TIMEOUT_SECONDS}s")
+
+
+def server_env(tune_malloc: bool) -> dict[str, str]:
+    """This process's environment without MALLOC_* settings, plus MALLOC_ENV if asked."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if tune_malloc:
+        env.update(MALLOC_ENV)
+    return env
