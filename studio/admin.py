@@ -27,10 +27,11 @@ from collector.config import is_loopback
 from collector.keyring import KeyRequestInvalid, ManagedKeys
 from collector.row_json import key_json
 from collector.store import KeyNameTaken
+from studio.services import services_of
 
 
 async def list_keys(request: Request) -> Response:
-    refusal = _refusal(request)
+    refusal = admin_refusal(request)
     if refusal is not None:
         return refusal
     found = await run_in_threadpool(_keys(request).list)
@@ -38,7 +39,7 @@ async def list_keys(request: Request) -> Response:
 
 
 async def create_key(request: Request) -> Response:
-    refusal = _refusal(request)
+    refusal = admin_refusal(request)
     if refusal is not None:
         return refusal
     try:
@@ -58,7 +59,7 @@ async def create_key(request: Request) -> Response:
 
 
 async def revoke_key(request: Request) -> Response:
-    refusal = _refusal(request)
+    refusal = admin_refusal(request)
     if refusal is not None:
         return refusal
     name = request.path_params["name"]
@@ -69,15 +70,14 @@ async def revoke_key(request: Request) -> Response:
 
 
 def _keys(request: Request) -> ManagedKeys:
-    keys: ManagedKeys = request.app.state.services.managed_keys
-    return keys
+    return services_of(request).managed_keys
 
 
-def _refusal(request: Request) -> Response | None:
+def admin_refusal(request: Request) -> Response | None:
     """Why this request may not use the admin routes, or None if it may."""
     if request.client is None or not is_loopback(request.client.host):
         return _error(403, "the admin routes answer only on loopback")
-    expected: str = request.app.state.services.admin_token
+    expected = services_of(request).admin_token
     presented = request.headers.get(ADMIN_TOKEN_HEADER, "")
     # Constant time, so the token cannot be guessed a byte at a time.
     if not hmac.compare_digest(presented.encode(), expected.encode()):

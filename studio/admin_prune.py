@@ -15,12 +15,13 @@ from starlette.responses import JSONResponse, Response
 
 from collector.durations import RETENTION_UNITS, DurationError, parse_duration
 from collector.pruner import prune_older_than
-from collector.store import Store, StoreError
+from collector.store import StoreError
 from studio import admin
+from studio.services import store_of
 
 
 async def prune(request: Request) -> Response:
-    refusal = admin._refusal(request)
+    refusal = admin.admin_refusal(request)
     if refusal is not None:
         return refusal
     try:
@@ -32,7 +33,7 @@ async def prune(request: Request) -> Response:
         return JSONResponse(
             {"error": 'send a JSON object {"older_than": "30d"}'}, status_code=400
         )
-    store: Store = request.app.state.services.store
+    store = store_of(request)
     try:
         counts = await run_in_threadpool(prune_older_than, store, age)
     except StoreError as exc:

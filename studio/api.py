@@ -26,18 +26,9 @@ from collector.store import Store
 from collector.store.listing import ExecutionRow, InFlightRow, sort_value
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
-from studio.inspect import Inspection, Inspector
-from studio.params import BadParameter, encode_cursor, execution_query
-
-
-def store_of(request: Request) -> Store:
-    store: Store = request.app.state.services.store
-    return store
-
-
-def inspector_of(request: Request) -> Inspector:
-    inspector: Inspector = request.app.state.services.inspector
-    return inspector
+from studio.inspect import Inspection
+from studio.params import BadParameter, encode_cursor, execution_query, pointer_param
+from studio.services import inspector_of, store_of
 
 
 def error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -317,16 +308,6 @@ def execution_provenance(request: Request) -> Response:
     except (BadParameter, ValueError) as exc:
         return error(400, f"path: {exc}", parameter="path")
     return JSONResponse({"id": inspection.run_id, **provenance_json(found)})
-
-
-def pointer_param(text: str) -> str:
-    """A JSON pointer, or a dotted path like `refund.eligible` / `items[2]`."""
-    from collector.query import Path, parse_path
-
-    if text == "" or text.startswith("/"):
-        return text
-    path: Path = parse_path(text)
-    return path.pointer
 
 
 def _inspect(request: Request) -> Inspection | None:

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -44,28 +43,13 @@ from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
 from studio.security import SecurityHeaders
+from studio.services import Services, services_of
 from studio.templating import compile_templates
 from studio.unavailable import store_unavailable
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """What request handlers may use, reachable as `request.app.state.services`."""
-
-    config: Config
-    store: Store
-    ingestor: Ingestor
-    keys: KeyChecker
-    managed_keys: ManagedKeys
-    otlp_http: HttpTraceReceiver
-    # Proves a caller of the admin routes can read the sidecar file (mode 0600).
-    admin_token: str
-    replayer: Replayer
-    inspector: Inspector
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
@@ -223,5 +207,4 @@ def _admission(config: Config) -> Admission:
 
 
 async def _export_traces(request: Request) -> Response:
-    services: Services = request.app.state.services
-    return await services.otlp_http.export(request)
+    return await services_of(request).otlp_http.export(request)

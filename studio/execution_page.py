@@ -38,12 +38,13 @@ from collector.jsondoc import resolve
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
-from studio.api import parent_and_children, pointer_param, store_of
+from studio.api import parent_and_children
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
-from studio.inspect import Inspection, Inspector
+from studio.inspect import Inspection
 from studio.links import Links
-from studio.params import BadParameter
+from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
+from studio.services import inspector_of, store_of
 from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
@@ -186,7 +187,7 @@ async def provenance_partial(request: Request) -> Response:
         selection = _selection(request.query_params)
     except BadParameter as exc:
         return _error_page(request, 400, str(exc), run_id)
-    inspection = await run_in_threadpool(_inspector(request).inspect, run_id)
+    inspection = await run_in_threadpool(inspector_of(request).inspect, run_id)
     if inspection is None:
         return _missing(request, run_id)
     links = Links.of(request)
@@ -207,7 +208,7 @@ async def provenance_partial(request: Request) -> Response:
 async def span_page(request: Request) -> Response:
     """GET /executions/{run_id}/spans/{span_id}: every attribute and event of one span."""
     run_id, span_id = request.path_params["run_id"], request.path_params["span_id"]
-    inspection = await run_in_threadpool(_inspector(request).inspect, run_id)
+    inspection = await run_in_threadpool(inspector_of(request).inspect, run_id)
     if inspection is None:
         return _missing(request, run_id)
     spans = await run_in_threadpool(store_of(request).spans_of_trace, inspection.trace_id)
@@ -240,7 +241,7 @@ async def span_page(request: Request) -> Response:
 
 
 def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView | None:
-    inspection = _inspector(request).inspect(run_id)
+    inspection = inspector_of(request).inspect(run_id)
     if inspection is None:
         return None
     store = store_of(request)
@@ -436,11 +437,6 @@ def _graph(
 
 
 # --- small helpers -------------------------------------------------------------------------
-
-
-def _inspector(request: Request) -> Inspector:
-    inspector: Inspector = request.app.state.services.inspector
-    return inspector
 
 
 def _wants_partial(request: Request) -> bool:

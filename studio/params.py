@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from collector.durations import DurationError, parse_duration
-from collector.query import QueryError, parse_query
+from collector.query import QueryError, parse_path, parse_query
 from collector.store.listing import SORT_COLUMNS, ExecutionQuery, SortKey
 
 DEFAULT_LIMIT: Final = 50
@@ -138,3 +138,13 @@ def decode_cursor(text: str) -> tuple[int, str] | None:
         return int(start), run_id
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise BadParameter("cursor", "not a cursor this server gave out") from exc
+
+
+def pointer_param(text: str) -> str:
+    """A JSON pointer, or a dotted path like `refund.eligible` / `items[2]`, as a pointer.
+
+    Raises QueryError for a dotted path that does not parse.
+    """
+    if text == "" or text.startswith("/"):
+        return text
+    return parse_path(text).pointer

@@ -31,11 +31,12 @@ from collector.store.listing import (
     SortKey,
     sort_value,
 )
-from studio.api import error, inspector_of, store_of
+from studio.api import error
 from studio.compare import Comparison, compare, comparison_json
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
 from studio.links import Links
 from studio.params import DEFAULT_SORT, BadParameter, encode_cursor, execution_query
+from studio.services import inspector_of, services_of, store_of
 from studio.templating import templates
 
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
@@ -261,7 +262,7 @@ def healthz(request: Request) -> Response:
     `backlog_bytes` is what was received and acknowledged (durable in the spool)
     but not stored in DuckDB yet.
     """
-    services = request.app.state.services
+    services = services_of(request)
     # Backlog first: the extractor tells the replayer before it reports progress.
     backlog = services.ingestor.backlog_bytes()
     replaying = bool(backlog) or not services.replayer.wait_idle(0)
@@ -431,7 +432,7 @@ def _go_to(request: Request, location: str) -> Response:
 def _render_executions(
     request: Request, view: ExecutionsView, *, status_code: int = 200
 ) -> Response:
-    services = request.app.state.services
+    services = services_of(request)
     partial = _is_partial(request)
     response = templates.TemplateResponse(
         request,

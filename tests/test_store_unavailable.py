@@ -17,7 +17,8 @@ from support import fixture_requests, free_port, serving_in_thread
 
 from collector.config import Config
 from collector.store import Store, StoreError
-from studio.app import Services, create_app
+from studio.app import create_app
+from studio.services import Services
 
 SCRIPT = "<img src=x onerror=alert(1)>"
 

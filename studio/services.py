@@ -1,0 +1,48 @@
+"""The running server's parts that request handlers use, reached from any request.
+
+`studio/app.py` builds one `Services` when the server starts and keeps it as
+`app.state.services`; handlers reach it through these typed accessors rather
+than through the untyped state bag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from collector.auth import KeyChecker
+from collector.config import Config
+from collector.ingest import Ingestor
+from collector.keyring import ManagedKeys
+from collector.otlp_http import HttpTraceReceiver
+from collector.replayer import Replayer
+from collector.store import Store
+from studio.inspect import Inspector
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    config: Config
+    store: Store
+    ingestor: Ingestor
+    keys: KeyChecker
+    managed_keys: ManagedKeys
+    otlp_http: HttpTraceReceiver
+    # Proves a caller of the admin routes can read the sidecar file (mode 0600).
+    admin_token: str
+    replayer: Replayer
+    inspector: Inspector
+
+
+def services_of(connection: HTTPConnection) -> Services:
+    services: Services = connection.app.state.services
+    return services
+
+
+def store_of(connection: HTTPConnection) -> Store:
+    return services_of(connection).store
+
+
+def inspector_of(connection: HTTPConnection) -> Inspector:
+    return services_of(connection).inspector
