@@ -1,4 +1,4 @@
-"""The field-filter language: query text -> a typed, immutable AST.
+"""The field-filter language: query text -> a typed, immutable AST (collector/query_ast.py).
 
 Stage: pure parsing. No SQL and no I/O live here; `collector.store.filters`
 compiles the AST into a parameterised SQL expression.
@@ -32,11 +32,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from collector.jsondoc import pointer_parts, pointer_text
+from collector.jsondoc import pointer_parts
+from collector.query_ast import (
+    IDENTIFIER,
+    INDEX,
+    KEYWORDS,
+    And,
+    Compare,
+    CompareOp,
+    Expr,
+    Not,
+    Or,
+    Path,
+    Presence,
+    Scalar,
+    Scope,
+    literal,
+)
 
 MAX_QUERY_LENGTH: Final = 4096
 """Longest accepted query text, in characters."""
@@ -47,10 +62,6 @@ MAX_DEPTH: Final = 32
 MAX_COMPARISONS: Final = 64
 """Most comparisons in one query; each compiles to a subquery."""
 
-Scope: TypeAlias = Literal["final", "ever"]
-CompareOp: TypeAlias = Literal["=", "!=", "<", "<=", ">", ">=", "contains"]
-Scalar: TypeAlias = bool | int | float | str | None
-"""A JSON literal. Note `bool` before `int` when switching: `True` is an `int`."""
 
 TokenKind: TypeAlias = Literal[
     "(", ")", "[", "]", ".", "op", "word", "string", "number", "pointer", "eof"
@@ -58,18 +69,12 @@ TokenKind: TypeAlias = Literal[
 
 
 ORDERING_OPS: Final[frozenset[str]] = frozenset({"<", "<=", ">", ">="})
-KEYWORDS: Final[frozenset[str]] = frozenset(
-    {"and", "or", "not", "final", "ever", "contains", "exists", "missing", "true", "false", "null"}
-)
 
-_IDENTIFIER = re.compile(r"[^\W\d][\w-]*")
-_INDEX = re.compile(r"0|[1-9][0-9]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _WORD = re.compile(r"[\w-]+")
 _POINTER = re.compile(r"/[^\s()=!<>\"']*")
 _BAD_POINTER_ESCAPE = re.compile(r"~(?![01])")
 _WHITESPACE = frozenset(" \t\r\n")
-_C1_CONTROLS = re.compile("[\x7f-\x9f]")
 _STRING_ESCAPES = frozenset('"\\/bfnrtu')
 _PUNCTUATION: Final[dict[str, TokenKind]] = {"(": "(", ")": ")", "[": "[", "]": "]", ".": "."}
 
@@ -100,66 +105,6 @@ class QueryError(ValueError):
         line = text[line_start : len(text) if line_end == -1 else line_end]
         padding = "".join("\t" if c == "\t" else " " for c in text[line_start:position])
         return f"{line}\n{padding}^\n{self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Path:
-    """A location in a JSON document as RFC 6901 reference tokens (unescaped)."""
-
-    tokens: tuple[str, ...]
-
-    @property
-    def pointer(self) -> str:
-        """The RFC 6901 pointer, e.g. `("a/b", "0")` -> `/a~1b/0`."""
-        return pointer_text(self.tokens)
-
-    @property
-    def parent(self) -> Path:
-        return Path(self.tokens[:-1])
-
-    def __str__(self) -> str:
-        return format_path(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Compare:
-    """`[scope] path op value`: some row at `path` (in scope) satisfies `op value`."""
-
-    scope: Scope
-    path: Path
-    op: CompareOp
-    value: Scalar
-
-
-@dataclass(frozen=True, slots=True)
-class Presence:
-    """`[scope] path exists` (present=True) or `... missing` (present=False)."""
-
-    scope: Scope
-    path: Path
-    present: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Not:
-    operand: Expr
-
-
-@dataclass(frozen=True, slots=True)
-class And:
-    """Two or more operands; chains like `a and b and c` stay flat."""
-
-    operands: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Or:
-    """Two or more operands; chains like `a or b or c` stay flat."""
-
-    operands: tuple[Expr, ...]
-
-
-Expr: TypeAlias = Compare | Presence | Not | And | Or
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +366,7 @@ class _Parser:
             value = self._value(token)
             if op in ORDERING_OPS and (value is None or isinstance(value, bool)):
                 raise QueryError(
-                    f"'{op}' compares numbers or strings, not {_literal(value)}",
+                    f"'{op}' compares numbers or strings, not {literal(value)}",
                     self._tokens[self._index - 1].position,
                 )
             return Compare(scope, path, op, value)
@@ -458,7 +403,7 @@ class _Parser:
             return token.value
         if token.kind == "[" and not after_dot:
             return self._index_segment(token)
-        if token.kind == "word" and _IDENTIFIER.fullmatch(token.text):
+        if token.kind == "word" and IDENTIFIER.fullmatch(token.text):
             return token.text
         where = " after '.'" if after_dot else ""
         raise QueryError(
@@ -469,7 +414,7 @@ class _Parser:
 
     def _index_segment(self, bracket: Token) -> str:
         token = self._advance()
-        if token.kind != "number" or not _INDEX.fullmatch(token.text):
+        if token.kind != "number" or not INDEX.fullmatch(token.text):
             raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'", token.position)
         closing = self._advance()
         if closing.kind != "]":
@@ -539,78 +484,3 @@ def _describe(token: Token) -> str:
     return f"'{token.text}'" if len(token.text) <= 40 else f"'{token.text[:37]}...'"
 
 
-def _literal(value: Scalar) -> str:
-    """JSON text for a literal; DEL and C1 controls escaped too, as the tokenizer rejects them."""
-    text = json.dumps(value, ensure_ascii=False)
-    return _C1_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-# --- printer -----------------------------------------------------------------
-
-
-def format_query(expr: Expr) -> str:
-    """Print an AST as query text that parses back to an equal AST.
-
-    `final` is left implicit; operands of the same or lower precedence are
-    parenthesised so `And((a, And((b, c))))` survives the round trip.
-    """
-    match expr:
-        case Compare(scope=scope, path=path, op=op, value=value):
-            return f"{_scope_prefix(scope)}{format_path(path)} {op} {_format_scalar(value)}"
-        case Presence(scope=scope, path=path, present=present):
-            word = "exists" if present else "missing"
-            return f"{_scope_prefix(scope)}{format_path(path)} {word}"
-        case Not(operand=operand):
-            inner = format_query(operand)
-            return f"not ({inner})" if isinstance(operand, And | Or) else f"not {inner}"
-        case And(operands=operands):
-            return " and ".join(_operand(o, isinstance(o, And | Or)) for o in operands)
-        case Or(operands=operands):
-            return " or ".join(_operand(o, isinstance(o, Or)) for o in operands)
-
-
-def _operand(expr: Expr, parenthesise: bool) -> str:
-    text = format_query(expr)
-    return f"({text})" if parenthesise else text
-
-
-def _scope_prefix(scope: Scope) -> str:
-    return "ever " if scope == "ever" else ""
-
-
-def comparisons(expr: Expr) -> Iterator[Compare | Presence]:
-    """The comparisons and presence tests of a query, in the order they are written."""
-    pending: list[Expr] = [expr]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, Compare | Presence):
-            yield node
-        elif isinstance(node, Not):
-            pending.append(node.operand)
-        else:
-            pending.extend(reversed(node.operands))
-
-
-def paths_of(expr: Expr) -> tuple[Path, ...]:
-    """The distinct paths a query tests, in the order they are written."""
-    return tuple(dict.fromkeys(node.path for node in comparisons(expr)))
-
-
-def format_path(path: Path) -> str:
-    """Dotted form: identifiers bare, indices as `[n]`, anything else quoted."""
-    parts: list[str] = []
-    for position, token in enumerate(path.tokens):
-        if _INDEX.fullmatch(token):
-            parts.append(f"[{token}]")
-        elif _IDENTIFIER.fullmatch(token) and (position > 0 or token not in KEYWORDS):
-            parts.append(token if position == 0 else f".{token}")
-        else:
-            quoted = _literal(token)
-            parts.append(quoted if position == 0 else f".{quoted}")
-    return "".join(parts)
-
-
-def _format_scalar(value: Scalar) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    return _literal(value)

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from collector.history import History, Step, walk
 from collector.jsondoc import MISSING, JsonValue, Missing, json_equal
-from collector.query import Path
+from collector.query_ast import Path
 from collector.timestamps import rfc3339
 from studio.inspect import Inspection
 

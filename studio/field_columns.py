@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from collector.jsondoc import pointer_parts
-from collector.query import Compare, Expr, Path, Scalar, comparisons, format_path, paths_of
+from collector.query_ast import Compare, Expr, Path, Scalar, comparisons, format_path, paths_of
 from collector.store import Store
 from collector.store.filters import FieldValue
 from collector.store.listing import ExecutionRow

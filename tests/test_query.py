@@ -7,10 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.query import (
-    KEYWORDS,
     MAX_COMPARISONS,
     MAX_DEPTH,
     MAX_QUERY_LENGTH,
+    QueryError,
+    parse_path,
+    parse_query,
+)
+from collector.query_ast import (
+    KEYWORDS,
     And,
     Compare,
     Expr,
@@ -18,11 +23,8 @@ from collector.query import (
     Or,
     Path,
     Presence,
-    QueryError,
     Scalar,
     format_query,
-    parse_path,
-    parse_query,
 )
 
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
-from collector.query import Path as FieldPath
+from collector.query_ast import Path as FieldPath
 from collector.snapshot import Snapshot
 from collector.store import (
     field_layout,

@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.fieldindex import FieldIndex
-from collector.query import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
+from collector.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
 from collector.store.run_keys import insert_with_run_keys
 
 TABLE: Final = "field_values"

@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 import duckdb
 
-from collector.query import Expr
+from collector.query_ast import Expr
 from collector.store.filters import compile_filter
 
 FacetName = Literal["workflow", "service", "status", "verdict", "kind"]
