@@ -431,8 +431,11 @@ def _graph(
         graph = layout(execution.graph_snapshot, runs, subflow_runs)
     except GraphError as exc:
         return None, f"The execution graph cannot be drawn: {exc}."
-    # A node whose span never arrived did not necessarily not run.
-    incomplete = bool(inspection.history.missing_sequences) or spans_lost(waterfall.rows, runs)
+    # A node whose span never arrived did not necessarily not run (if every node
+    # was seen running, there is nothing to qualify).
+    incomplete = graph.executed < graph.total and (
+        bool(inspection.history.missing_sequences) or spans_lost(waterfall.rows, runs)
+    )
     return dataclasses.replace(graph, incomplete=incomplete), None
 
 
