@@ -12,9 +12,11 @@ and closes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from typing import Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -53,108 +55,13 @@ SHUTDOWN_GRACE_SECONDS = 30.0
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
+    """The studio and OTLP/HTTP app; its lifespan starts and stops everything else."""
     # Shared by the studio's requests (foreground) and ingest and replay, which
     # give way to them: see collector/foreground.py.
     foreground = Foreground()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        with contextlib.ExitStack() as stack:
-            compile_templates()
-            store = Store(
-                config.db_path,
-                checkpoint_threshold=config.checkpoint_threshold,
-                memory_limit=config.memory_limit,
-                threads=config.duckdb_threads,
-            )
-            stack.callback(store.close)
-            # Runs just before it, once everything else has stopped: the closing
-            # checkpoint fills DuckDB's buffer pool, and would otherwise come on
-            # top of what the stopped threads freed but the allocators still hold.
-            stack.callback(release_free_memory)
-            # The replayer hands long histories to the inspector, so the first
-            # view of a long run that was just ingested does not replay it again.
-            inspector = Inspector(store)
-            replayer = Replayer(
-                store,
-                foreground,
-                sink=inspector,
-                burst=BurstMemory(store, config.burst_memory_limit),
-            )
-            stack.callback(replayer.close)
-            ingestor = Ingestor(
-                store,
-                config.spool_path,
-                on_commit=replayer.notify,
-                foreground=foreground,
-                max_backlog_bytes=config.max_backlog_bytes,
-            )
-            stack.callback(ingestor.close)
-            if config.retain_nanos is not None:
-                # Registered after the writer, so it stops before the store closes.
-                pruner = Pruner(
-                    store,
-                    config.retain_nanos,
-                    interval_seconds=config.prune_interval_seconds,
-                    first_delay_seconds=config.prune_first_delay_seconds,
-                )
-                stack.callback(pruner.close)
-            managed_keys = ManagedKeys(store)
-            keys = KeyChecker(
-                config.load_api_keys(),
-                managed_keys.accepts,
-                extra_required=managed_keys.any_exist,
-            )
-            if grpc:
-                receiver = _start_grpc(config, ingestor, keys)
-                stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
-            admin_token = secrets.token_urlsafe(32)
-            app.state.services = Services(
-                config, store, ingestor, keys, managed_keys,
-                _otlp_http(config, ingestor, keys), admin_token,
-                replayer, inspector,
-            )
-            stack.enter_context(
-                published(
-                    config.db_path,
-                    Sidecar.for_listener(config.host, config.http_port, admin_token),
-                )
-            )
-            logger.info("statetrail ready: db=%s", config.db_path)
-            yield
-
-    routes = [
-        Route("/", views.executions_page, name="executions"),
-        Route("/executions/{run_id}", execution_page.execution_page, name="execution"),
-        Route("/executions/{run_id}/provenance", execution_page.provenance_partial,
-              name="execution_provenance"),
-        Route("/executions/{run_id}/spans/{span_id}", execution_page.span_page,
-              name="execution_span"),
-        Route("/api/executions", api.list_executions, name="api_executions"),
-        Route("/api/executions/{run_id}", api.execution_detail, name="api_execution"),
-        Route(
-            "/api/executions/{run_id}/timeline", api.execution_timeline, name="api_timeline"
-        ),
-        Route("/api/executions/{run_id}/state", api.execution_state, name="api_state"),
-        Route(
-            "/api/executions/{run_id}/provenance",
-            api.execution_provenance,
-            name="api_provenance",
-        ),
-        Route("/compare", views.compare_page, name="compare"),
-        Route("/api/compare", views.compare_json, name="api_compare"),
-        Route("/healthz", views.healthz, name="healthz"),
-        Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
-        Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
-        Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
-        Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
-              name="admin_revoke_key"),
-        Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
-        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
-    ]
     return Starlette(
-        routes=routes,
-        lifespan=lifespan,
+        routes=ROUTES,
+        lifespan=functools.partial(_lifespan, config=config, foreground=foreground, grpc=grpc),
         exception_handlers={StoreError: store_unavailable},
         middleware=[
             Middleware(SecurityHeaders),
@@ -162,6 +69,76 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
             *_access(config),
         ],
     )
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(
+    app: Starlette, *, config: Config, foreground: Foreground, grpc: bool
+) -> AsyncIterator[None]:
+    """Open the store and start the threads and receivers, in order; stop them backwards."""
+    with contextlib.ExitStack() as stack:
+        compile_templates()
+        store = Store(
+            config.db_path,
+            checkpoint_threshold=config.checkpoint_threshold,
+            memory_limit=config.memory_limit,
+            threads=config.duckdb_threads,
+        )
+        stack.callback(store.close)
+        # Runs just before it, once everything else has stopped: the closing
+        # checkpoint fills DuckDB's buffer pool, and would otherwise come on
+        # top of what the stopped threads freed but the allocators still hold.
+        stack.callback(release_free_memory)
+        # The replayer hands long histories to the inspector, so the first
+        # view of a long run that was just ingested does not replay it again.
+        inspector = Inspector(store)
+        replayer = Replayer(
+            store,
+            foreground,
+            sink=inspector,
+            burst=BurstMemory(store, config.burst_memory_limit),
+        )
+        stack.callback(replayer.close)
+        ingestor = Ingestor(
+            store,
+            config.spool_path,
+            on_commit=replayer.notify,
+            foreground=foreground,
+            max_backlog_bytes=config.max_backlog_bytes,
+        )
+        stack.callback(ingestor.close)
+        if config.retain_nanos is not None:
+            # Registered after the writer, so it stops before the store closes.
+            pruner = Pruner(
+                store,
+                config.retain_nanos,
+                interval_seconds=config.prune_interval_seconds,
+                first_delay_seconds=config.prune_first_delay_seconds,
+            )
+            stack.callback(pruner.close)
+        managed_keys = ManagedKeys(store)
+        keys = KeyChecker(
+            config.load_api_keys(),
+            managed_keys.accepts,
+            extra_required=managed_keys.any_exist,
+        )
+        if grpc:
+            receiver = _start_grpc(config, ingestor, keys)
+            stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
+        admin_token = secrets.token_urlsafe(32)
+        app.state.services = Services(
+            config, store, ingestor, keys, managed_keys,
+            _otlp_http(config, ingestor, keys), admin_token,
+            replayer, inspector,
+        )
+        stack.enter_context(
+            published(
+                config.db_path,
+                Sidecar.for_listener(config.host, config.http_port, admin_token),
+            )
+        )
+        logger.info("statetrail ready: db=%s", config.db_path)
+        yield
 
 
 def _access(config: Config) -> list[Middleware]:
@@ -208,3 +185,35 @@ def _admission(config: Config) -> Admission:
 
 async def _export_traces(request: Request) -> Response:
     return await services_of(request).otlp_http.export(request)
+
+
+# Every route of the app, shared by every app built (routes hold no state).
+ROUTES: Final = [
+    Route("/", views.executions_page, name="executions"),
+    Route("/executions/{run_id}", execution_page.execution_page, name="execution"),
+    Route("/executions/{run_id}/provenance", execution_page.provenance_partial,
+          name="execution_provenance"),
+    Route("/executions/{run_id}/spans/{span_id}", execution_page.span_page,
+          name="execution_span"),
+    Route("/api/executions", api.list_executions, name="api_executions"),
+    Route("/api/executions/{run_id}", api.execution_detail, name="api_execution"),
+    Route(
+        "/api/executions/{run_id}/timeline", api.execution_timeline, name="api_timeline"
+    ),
+    Route("/api/executions/{run_id}/state", api.execution_state, name="api_state"),
+    Route(
+        "/api/executions/{run_id}/provenance",
+        api.execution_provenance,
+        name="api_provenance",
+    ),
+    Route("/compare", views.compare_page, name="compare"),
+    Route("/api/compare", views.compare_json, name="api_compare"),
+    Route("/healthz", views.healthz, name="healthz"),
+    Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
+    Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
+    Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
+    Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
+          name="admin_revoke_key"),
+    Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
+    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+]
