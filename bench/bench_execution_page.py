@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from bench.bench_replay import TRANSITIONS, build
@@ -136,10 +137,16 @@ def _spans(execution: Execution, placed: list[Transition], per_span: int) -> lis
             )
         )
     request = trace_service_pb2.ExportTraceServiceRequest(
-        resource_spans=[{
-            "resource": {"attributes": [_string("service.name", "bench")]},
-            "scope_spans": [{"scope": {"name": "junjo"}, "spans": spans}],
-        }]
+        resource_spans=[
+            trace_pb2.ResourceSpans(
+                resource=resource_pb2.Resource(attributes=[_string("service.name", "bench")]),
+                scope_spans=[
+                    trace_pb2.ScopeSpans(
+                        scope=common_pb2.InstrumentationScope(name="junjo"), spans=spans
+                    )
+                ],
+            )
+        ]
     )  # fmt: skip
     body = request.SerializeToString()
     return batch_from_export(body).spans

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from bench.servers import LOOPBACK, free_port, server_env, wait_for_port
 TARGET_P95_MS = 200.0
 PAGES = {
     "executions page": "/",
-    "filtered page": "/?where=" + urllib.request.quote("count >= 3"),
+    "filtered page": "/?where=" + urllib.parse.quote("count >= 3"),
     "api list": "/api/executions?limit=50",
 }
 
