@@ -7,8 +7,6 @@ import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command is None:
         parser.print_help()
         return 2
-    result: int = args.handler(args)
+    try:
+        result: int = args.handler(args)
+    except BrokenPipeError:
+        # `statetrail executions | head`: the reader left, so stop quietly. As
+        # Python's docs advise, point stdout at devnull so the flush at exit
+        # cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return result
 
 
@@ -149,19 +155,15 @@ def _size(count: int) -> str:
 
 
 def _executions_from_server(db: Path, limit: int) -> list[dict[str, Any]]:
-    """The file is locked by a running server: ask it over HTTP instead."""
-    from collector.sidecar import SidecarUnreadable, read_sidecar
+    """The file is locked by a running server: ask it, through its admin route.
 
-    try:
-        url = read_sidecar(db).url
-    except SidecarUnreadable as exc:
-        raise SystemExit(
-            f"statetrail: {db} is locked by another process that is not a statetrail server"
-        ) from exc
-    try:
-        with urllib.request.urlopen(f"{url}/api/executions?limit={limit}", timeout=30) as reply:
-            body: dict[str, Any] = json.load(reply)
-    except (urllib.error.URLError, ValueError) as exc:
-        raise SystemExit(f"statetrail: the server at {url} did not answer: {exc}") from exc
+    That route takes the sidecar's admin token, so this works on a server
+    whose studio needs a login too.
+    """
+    from collector.admin_client import AdminClient
+
+    body: dict[str, Any] = AdminClient.for_db(db).call(
+        "GET", f"/api/admin/executions?limit={limit}"
+    )
     executions: list[dict[str, Any]] = body["executions"]
     return executions

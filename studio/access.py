@@ -316,8 +316,15 @@ def _check_origin(request: Request) -> None:
 
 
 def _local_path(candidate: str, links: Links) -> str:
-    """Where to go after signing in: a path on this site, never another host."""
-    if candidate.startswith("/") and not candidate.startswith(("//", "/\\")):
+    """Where to go after signing in: a studio page, never another host or another app.
+
+    Under a root path only the studio's own paths count ("/statetrail/..."),
+    and a ".." segment could climb out of it, so such a path is refused too.
+    """
+    path = urllib.parse.urlsplit(candidate).path
+    local = candidate.startswith("/") and not candidate.startswith(("//", "/\\"))
+    inside = path == links.root or path.startswith(links.root + "/")
+    if local and inside and ".." not in path.split("/"):
         return candidate
     return links.executions()
 
@@ -341,7 +348,12 @@ def _unauthenticated(request: Request) -> Response:
     asked = request.url.path
     target = asked + (f"?{request.url.query}" if request.url.query else "")
     query = urllib.parse.urlencode({"next": target})
-    return RedirectResponse(f"{links.path(LOGIN_PATH)}?{query}", status_code=303)
+    login = f"{links.path(LOGIN_PATH)}?{query}"
+    if request.headers.get("hx-request") == "true":
+        # htmx would follow a redirect and swap the login page's parts into this
+        # page (a stale tab after signing out); it navigates on HX-Redirect instead.
+        return Response(status_code=200, headers={"HX-Redirect": login})
+    return RedirectResponse(login, status_code=303)
 
 
 def _forbidden(message: str) -> Response:

@@ -1,4 +1,4 @@
-"""Operator routes: managing ingestion keys while `statetrail serve` holds the database.
+"""Operator routes: what the command line asks while `statetrail serve` holds the database.
 
 Invariant: a request is served only when it comes from a loopback peer and
 carries the admin token this server wrote into its sidecar file (mode 0600), so
@@ -12,6 +12,9 @@ or asks this server).
 - GET  /api/admin/keys                -> {"keys": [...]}
 - POST /api/admin/keys {name, digest} -> 201 {"key": {...}}; 409 if the name is active
 - POST /api/admin/keys/{name}/revoke  -> {"key": {...}}; 404 if no active key has it
+- GET  /api/admin/executions?limit=N  -> what GET /api/executions answers (for
+  `statetrail executions`, which must not need the studio password: the token
+  already proves the operator)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collector.config import is_loopback
 from collector.keyring import KeyRequestInvalid, ManagedKeys
 from collector.row_json import key_json
 from collector.store import KeyNameTaken
+from studio import api
 from studio.services import services_of
 
 
@@ -67,6 +71,13 @@ async def revoke_key(request: Request) -> Response:
     if key is None:
         return _error(404, f"no active key is named {name!r}")
     return JSONResponse({"key": key_json(key)})
+
+
+async def list_executions(request: Request) -> Response:
+    refusal = admin_refusal(request)
+    if refusal is not None:
+        return refusal
+    return await run_in_threadpool(api.list_executions, request)
 
 
 def _keys(request: Request) -> ManagedKeys:

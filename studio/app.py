@@ -215,5 +215,7 @@ ROUTES: Final = [
     Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
           name="admin_revoke_key"),
     Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
+    Route("/api/admin/executions", admin.list_executions, methods=["GET"],
+          name="admin_executions"),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
 ]

@@ -17,21 +17,25 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 import pytest
+from otlp_craft import spans_of, variant
 from playwright.sync_api import Page, expect
 from proxy import stripping_proxy
 from support import Server, manifest, send_scenario
+from test_studio_pages import run_id_of, send
 
 from collector.config import root_path_argument
 
 PREFIX = "/statetrail"
 PASSWORD = "proxy-pass-word"
 SCENARIOS = ("a_linear", "d_subflow", "c_concurrent", "e_exception")
-# Bounds the crawl: every page of the list and of each run, not every span of every trace.
-MAX_FETCHES = 120
+# A run id that every address must quote whole (telemetry chooses it).
+ODD_RUN_ID = "odd?id=1#frag%41 x"
+# Bounds the crawl: every distinct path once, then as many query variants as fit.
+MAX_FETCHES = 300
 
 pytest_plugins = ("browser",)
 
@@ -76,6 +80,13 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
     try:
         for scenario in SCENARIOS:
             send_scenario(server.grpc_target, scenario)
+        odd = variant("odd")
+        renamed = run_id_of(odd)
+        for span in spans_of(odd):
+            for item in span.attributes:
+                if item.value.string_value == renamed:
+                    item.value.string_value = ODD_RUN_ID
+        send(server, odd)
         server.wait_replayed()
         with stripping_proxy(server.url, PREFIX) as proxy:
             yield server, proxy
@@ -115,14 +126,19 @@ def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
 ) -> None:
     _, proxy = proxied
     start = f"{proxy}{PREFIX}/"
-    queue, seen, escaped, failed = [start], {start}, [], []
+    odd = f"{proxy}{PREFIX}/executions/{quote(ODD_RUN_ID, safe='')}"
+    queue, seen, escaped, failed = [start, odd], {start, odd}, [], []
     kinds: set[str] = set()
+    fetched_paths: set[str] = set()
     with httpx.Client(timeout=30) as client:
-        while queue and len(seen) <= MAX_FETCHES:
-            # A kind of page not fetched yet goes first: the list alone links to
-            # more filter, sort and facet variants than the crawl's budget.
-            fresh = [i for i, u in enumerate(queue) if _kind(urlsplit(u).path) not in kinds]
+        for _ in range(MAX_FETCHES):
+            if not queue:
+                break
+            # A path not fetched yet goes first: the list alone links to more
+            # filter, sort and facet variants of itself than the crawl's budget.
+            fresh = [i for i, u in enumerate(queue) if urlsplit(u).path not in fetched_paths]
             url = queue.pop(fresh[0] if fresh else 0)
+            fetched_paths.add(urlsplit(url).path)
             response = client.get(url)
             if response.status_code != 200:
                 failed.append(f"{response.status_code} {url}")
@@ -142,8 +158,10 @@ def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
                     queue.append(address)
     assert not escaped, "addresses outside the prefix:\n" + "\n".join(escaped[:20])
     assert not failed, "addresses that did not answer through the proxy:\n" + "\n".join(failed)
-    # The crawl reached every kind of page, so the check above covered them.
+    # The crawl reached every kind of page and every distinct path, so the checks
+    # above covered them.
     assert {"list", "execution", "span", "provenance", "api", "static", "compare"} <= kinds
+    assert all(urlsplit(url).path in fetched_paths for url in queue)
 
 
 def _kind(path: str) -> str:
@@ -208,7 +226,8 @@ def test_browser_signs_in_and_out_through_the_proxy(
             cookies = {c["name"]: c for c in page.context.cookies()}
             assert cookies["statetrail_session"]["path"] == PREFIX + "/"
 
-            page.goto(f"{proxy}{PREFIX}/logout")
+            page.click("nav >> text=Sign out")  # the header's link, under the prefix
+            expect(page).to_have_url(f"{proxy}{PREFIX}/logout")
             page.click("button[type=submit]")
             expect(page).to_have_url(f"{proxy}{PREFIX}/login")
             page.goto(asked)
@@ -234,3 +253,46 @@ def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
         headers={"content-type": "application/x-protobuf"}, timeout=30,
     )
     assert response.status_code == 200
+
+
+def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
+    tmp_path: Any,
+) -> None:
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",
+        "--studio-password", PASSWORD,
+    ).start()
+    try:
+        send_scenario(server.grpc_target, "a_linear")
+        server.wait_replayed()
+        # `statetrail executions` asks the running server with the sidecar's admin
+        # token: it needs no studio password.
+        listed = subprocess.run(
+            [sys.executable, "-m", "collector", "executions", "--db", str(server.db), "--json"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert manifest("a_linear")["outcome"]["run_id"] in listed.stdout
+        with stripping_proxy(server.url, PREFIX) as proxy, httpx.Client(timeout=30) as client:
+            # A stale tab's htmx swap, signed out: navigate to the login, don't swap it in.
+            swap = client.get(f"{proxy}{PREFIX}/", headers={"hx-request": "true"})
+            assert swap.status_code == 200
+            assert swap.headers["hx-redirect"].startswith(f"{PREFIX}/login?next=")
+        # After signing in, only the studio's own pages are where to go next.
+        for asked, lands in [
+            (f"{PREFIX}/compare", f"{PREFIX}/compare"),
+            ("/elsewhere/", f"{PREFIX}/"),
+            (f"{PREFIX}/../elsewhere", f"{PREFIX}/"),
+        ]:
+            with stripping_proxy(server.url, PREFIX) as proxy, httpx.Client(timeout=30) as fresh:
+                form = fresh.get(f"{proxy}{PREFIX}/login").text
+                token = re.search(r'name="csrf_token" value="([^"]+)"', form)
+                assert token is not None
+                answer = fresh.post(
+                    f"{proxy}{PREFIX}/login",
+                    data={"csrf_token": token.group(1), "password": PASSWORD, "next": asked},
+                    headers={"origin": proxy},
+                )
+                assert (answer.status_code, answer.headers["location"]) == (303, lands), asked
+    finally:
+        server.stop()
