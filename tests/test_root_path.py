@@ -206,14 +206,9 @@ def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
 def test_browser_signs_in_and_out_through_the_proxy(
     tmp_path: Any, page: Page
 ) -> None:
-    server = Server.on_free_ports(
-        tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",
-        "--studio-password", PASSWORD,
-    ).start()
+    server = _login_server(tmp_path)
     try:
-        send_scenario(server.grpc_target, "a_linear")
         run_id = manifest("a_linear")["outcome"]["run_id"]
-        server.wait_replayed()
         with stripping_proxy(server.url, PREFIX) as proxy:
             asked = f"{proxy}{PREFIX}/executions/{run_id}?step=1"
             page.goto(asked)
@@ -258,13 +253,8 @@ def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
 def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
     tmp_path: Any,
 ) -> None:
-    server = Server.on_free_ports(
-        tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",
-        "--studio-password", PASSWORD,
-    ).start()
+    server = _login_server(tmp_path)
     try:
-        send_scenario(server.grpc_target, "a_linear")
-        server.wait_replayed()
         # `statetrail executions` asks the running server with the sidecar's admin
         # token: it needs no studio password.
         listed = subprocess.run(
@@ -296,3 +286,14 @@ def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
                 assert (answer.status_code, answer.headers["location"]) == (303, lands), asked
     finally:
         server.stop()
+
+
+def _login_server(tmp_path: Any) -> Server:
+    """A server with a studio login under the prefix, holding `a_linear`, replayed."""
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",
+        "--studio-password", PASSWORD,
+    ).start()
+    send_scenario(server.grpc_target, "a_linear")
+    server.wait_replayed()
+    return server
