@@ -59,10 +59,6 @@ from studio.view_text import href
 from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
 
 POLL_SECONDS: Final = 2
-# An in-flight run that received nothing for this long has probably lost its
-# owner span (an exporter queue that overflowed, a process that exited before
-# flushing): its page says so and stops refreshing itself.
-QUIET_SECONDS: Final = 600
 
 
 # --- view models ---------------------------------------------------------------------
@@ -287,11 +283,14 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
 
 
 def _quiet(inspection: Inspection) -> bool:
-    """Whether an in-flight run received nothing for QUIET_SECONDS (by this server's clock)."""
+    """Whether an in-flight run stopped receiving evidence long ago (by this server's clock).
+
+    Its page then says the owner span was probably lost and stops refreshing itself.
+    """
     flight = inspection.in_flight
     if inspection.execution is not None or flight is None:
         return False
-    return time.time_ns() - flight.last_received_unix_nano > QUIET_SECONDS * 1_000_000_000
+    return flight.is_quiet(time.time_ns())
 
 
 def _selection(params: Mapping[str, str]) -> Selection:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
@@ -138,6 +139,8 @@ class ExecutionsView:
     total: int | None = None
     sorts: dict[str, SortLink] = field(default_factory=dict)
     order: Order = ORDERS[("started", True)]
+    # When the page was made, for telling which in-flight runs went quiet.
+    now_unix_nano: int = field(default_factory=time.time_ns)
 
 
 def executions_page(request: Request) -> Response:

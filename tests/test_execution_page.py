@@ -14,6 +14,7 @@ from dataclasses import replace
 from html import unescape
 from typing import Any
 
+import duckdb
 import httpx
 import pytest
 from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, scenario
@@ -31,7 +32,7 @@ from test_studio_pages import run_id_of
 from collector import junjo
 from collector.model import EvidenceSpan
 from collector.replay import replay
-from collector.store.listing import InFlightRow
+from collector.store.listing import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page
 from studio.graph import layout, node_runs
@@ -482,7 +483,7 @@ def test_an_in_flight_run_that_went_quiet_says_its_owner_was_probably_lost() -> 
         return Inspection("run", None, None, row, history)
 
     assert not execution_page._quiet(flight(60))
-    assert execution_page._quiet(flight(execution_page.QUIET_SECONDS + 60))
+    assert execution_page._quiet(flight(IN_FLIGHT_QUIET_NANOS // 1_000_000_000 + 60))
     text = " ".join(verdict_sentences(history, build_waterfall([], None), quiet=True))
     assert "probably lost" in text and "refreshes itself" not in text
     assert execution is not None  # (the scenario's owner, left out above on purpose)
@@ -524,3 +525,26 @@ def _span_type(span: Any) -> str | None:
     return next(
         (kv.value.string_value for kv in span.attributes if kv.key == "junjo.span_type"), None
     )
+
+
+
+def test_an_in_flight_run_whose_spans_stopped_arriving_is_shown_as_quiet(
+    make_server: Any,
+) -> None:
+    server: Server = make_server()
+    first, _ = fixture_requests("l_split_batches")
+    export_raw(server.grpc_target, *first)
+    server.wait_replayed()
+    (flying,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    server.stop()
+    # As if the last span arrived an hour ago (the server's clock is what counts).
+    with duckdb.connect(str(server.db)) as db:
+        db.execute("UPDATE spans SET received_unix_nano = received_unix_nano - ?",
+                   [3600 * 1_000_000_000])
+    server.start()
+    listed = _get(server, "/").text
+    section = listed[listed.index('<section class="in-flight"') :]
+    assert ">quiet</span>" in section[: section.index("</section>")]
+    page = _get(server, f"/executions/{flying['id']}").text
+    assert "probably lost" in _text(page)
+    assert 'hx-trigger="every' not in page and 'http-equiv="refresh"' not in page

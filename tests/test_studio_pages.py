@@ -417,6 +417,7 @@ def test_executions_page_lists_in_flight_runs_first_with_links(loaded: Loaded) -
 
     assert section is not None
     assert f'href="/executions/{loaded.in_flight}"' in section.group(0)
+    assert ">quiet</span>" not in section.group(0)  # its spans arrived just now
     assert page.index("in-flight") < page.index('class="grid executions"')
     assert loaded.in_flight not in listed_runs(page)
     older = loaded.get("/", limit="2").text

@@ -106,6 +106,10 @@ class InFlightRow:
     # When the newest of those spans reached this server (its clock, not the producer's).
     last_received_unix_nano: int = 0
 
+    def is_quiet(self, now_unix_nano: int) -> bool:
+        """Nothing arrived for IN_FLIGHT_QUIET_NANOS: the owner span was probably lost."""
+        return now_unix_nano - self.last_received_unix_nano > IN_FLIGHT_QUIET_NANOS
+
 
 _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
@@ -428,6 +432,10 @@ def children(cursor: duckdb.DuckDBPyConnection, run_id: str) -> list[ExecutionRo
 
 
 IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
+# An in-flight run that received nothing for this long has probably lost its
+# owner span (an exporter queue that overflowed, a process that exited before
+# flushing); the studio says so instead of waiting for it.
+IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
 
 # A run is in flight when Junjo spans name it as their parent run but its own
 # owner span has not arrived. RunConcurrent ids are parents too (of concurrent
