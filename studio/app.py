@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -187,25 +188,47 @@ async def _export_traces(request: Request) -> Response:
     return await services_of(request).otlp_http.export(request)
 
 
-# Every route of the app, shared by every app built (routes hold no state).
+class RunIdConvertor(Convertor[str]):
+    """A run id in a route: any text, "/" and line breaks included.
+
+    Run ids are telemetry. studio/links.py quotes them whole, but the server
+    decodes %2F and %0A before routing, and Starlette's `str` stops at "/" and
+    its `path` at a line break.
+    """
+
+    regex = "(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("run_id", RunIdConvertor())
+
+# Every route of the app, shared by every app built (routes hold no state). The
+# more specific run routes come first: an id ending in "/provenance" is read as
+# that view of the run before it.
 ROUTES: Final = [
     Route("/", views.executions_page, name="executions"),
-    Route("/executions/{run_id}", execution_page.execution_page, name="execution"),
-    Route("/executions/{run_id}/provenance", execution_page.provenance_partial,
+    Route("/executions/{run_id:run_id}/provenance", execution_page.provenance_partial,
           name="execution_provenance"),
-    Route("/executions/{run_id}/spans/{span_id}", execution_page.span_page,
+    Route("/executions/{run_id:run_id}/spans/{span_id}", execution_page.span_page,
           name="execution_span"),
+    Route("/executions/{run_id:run_id}", execution_page.execution_page, name="execution"),
     Route("/api/executions", api.list_executions, name="api_executions"),
-    Route("/api/executions/{run_id}", api.execution_detail, name="api_execution"),
     Route(
-        "/api/executions/{run_id}/timeline", api.execution_timeline, name="api_timeline"
+        "/api/executions/{run_id:run_id}/timeline", api.execution_timeline,
+        name="api_timeline",
     ),
-    Route("/api/executions/{run_id}/state", api.execution_state, name="api_state"),
+    Route("/api/executions/{run_id:run_id}/state", api.execution_state, name="api_state"),
     Route(
-        "/api/executions/{run_id}/provenance",
+        "/api/executions/{run_id:run_id}/provenance",
         api.execution_provenance,
         name="api_provenance",
     ),
+    Route("/api/executions/{run_id:run_id}", api.execution_detail, name="api_execution"),
     Route("/compare", views.compare_page, name="compare"),
     Route("/api/compare", views.compare_json, name="api_compare"),
     Route("/healthz", views.healthz, name="healthz"),

@@ -33,7 +33,7 @@ PREFIX = "/statetrail"
 PASSWORD = "proxy-pass-word"
 SCENARIOS = ("a_linear", "d_subflow", "c_concurrent", "e_exception")
 # A run id that every address must quote whole (telemetry chooses it).
-ODD_RUN_ID = "odd?id=1#frag%41 x"
+ODD_RUN_ID = "odd/run?id=1#frag%41 x"
 # Bounds the crawl: every distinct path once, then as many query variants as fit.
 MAX_FETCHES = 300
 
