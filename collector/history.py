@@ -229,10 +229,8 @@ class History:
 
     def find_step(self, sequence: int) -> Step | None:
         """The step recorded at `sequence`; None if none was received (the start state, a hole)."""
-        index = bisect_right(self._sequences, sequence) - 1
-        if index < 0 or self._sequences[index] != sequence:
-            return None
-        return self.steps[index]
+        index = self._position(sequence)
+        return None if index is None else self.steps[index]
 
     def state_at(self, sequence: int) -> JsonValue:
         """The state after every received step up to `sequence` (start state at the start bound).
@@ -278,10 +276,15 @@ class History:
         return tuple(changes)
 
     def _index_of(self, sequence: int) -> int:
-        index = bisect_right(self._sequences, sequence) - 1
-        if index < 0 or self._sequences[index] != sequence:
+        index = self._position(sequence)
+        if index is None:
             raise KeyError(f"no transition with sequence {sequence} was received")
         return index
+
+    def _position(self, sequence: int) -> int | None:
+        """Where in `steps` the step at `sequence` is, or None if it was not received."""
+        index = bisect_right(self._sequences, sequence) - 1
+        return index if index >= 0 and self._sequences[index] == sequence else None
 
     def _require_states(self, sequence: int) -> States:
         if self._states is None:
