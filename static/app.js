@@ -16,6 +16,17 @@
     }
   });
 
+  // A form marked data-drop-empty leaves out the fields left blank, so the address htmx
+  // pushes holds only what was set (`?where=x`, not `?where=x&since=&until=`).
+  document.addEventListener("htmx:configRequest", function (event) {
+    var form = event.detail.elt;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-drop-empty")) return;
+    var data = event.detail.formData;
+    Array.from(data.keys()).forEach(function (name) {
+      if (data.getAll(name).every(function (value) { return value === ""; })) data.delete(name);
+    });
+  });
+
   // Compare: say how many runs are ticked and allow submitting only with exactly two.
   function updateCompare(form) {
     var ticked = form.querySelectorAll('input[name="run"]:checked').length;
