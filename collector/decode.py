@@ -55,10 +55,11 @@ SPAN_ID_BYTES = 8
 # Times are stored as signed 64-bit nanoseconds (DuckDB BIGINT, up to 2262);
 # OTLP's fixed64 allows twice that, which no column could hold.
 MAX_UNIX_NANO = 2**63 - 1
-# Span kind and status code are open proto3 enums: any int32 can arrive, but
-# only these are defined, and the columns are TINYINT.
-MAX_SPAN_KIND = 5
-MAX_STATUS_CODE = 2
+# Span kind and status code are open proto3 enums: any int32 can arrive. A value
+# OTLP does not define (yet) is stored as sent, as receivers must stay forward
+# compatible; the columns are TINYINT, so past this a span is rejected rather
+# than stored with another value.
+MAX_ENUM_VALUE = 127
 
 
 class DecodeError(ValueError):
@@ -192,13 +193,13 @@ def rejection_reason(span: SpanPB2 | wire.SpanView) -> str | None:
     """
     trace_id = span.trace_id
     if len(trace_id) != TRACE_ID_BYTES or trace_id == _ZERO_TRACE_ID:
-        return "trace_id must be 16 bytes and not all zero"
+        return "trace_id must be 16 bytes (32 hex digits in OTLP JSON) and not all zero"
     span_id = span.span_id
     if len(span_id) != SPAN_ID_BYTES or span_id == _ZERO_SPAN_ID:
-        return "span_id must be 8 bytes and not all zero"
+        return "span_id must be 8 bytes (16 hex digits in OTLP JSON) and not all zero"
     parent_span_id = span.parent_span_id
     if parent_span_id and len(parent_span_id) != SPAN_ID_BYTES:
-        return "parent_span_id must be empty or 8 bytes"
+        return "parent_span_id must be empty or 8 bytes (16 hex digits in OTLP JSON)"
     # Found by the hostile-input tests: a value outside a column's range killed the
     # writer thread, after which no export was ever acknowledged again.
     events = span.events
@@ -206,8 +207,8 @@ def rejection_reason(span: SpanPB2 | wire.SpanView) -> str | None:
         events and max(map(_EVENT_TIME, events)) > MAX_UNIX_NANO
     ):
         return "times must be before 2262 (int64 nanoseconds)"
-    if not 0 <= span.kind <= MAX_SPAN_KIND or not 0 <= span.status.code <= MAX_STATUS_CODE:
-        return "kind must be 0-5 and status code 0-2 (OTLP enums)"
+    if not 0 <= span.kind <= MAX_ENUM_VALUE or not 0 <= span.status.code <= MAX_ENUM_VALUE:
+        return f"kind and status code must be 0-{MAX_ENUM_VALUE} (OTLP defines 0-5 and 0-2)"
     return None
 
 

@@ -9,6 +9,7 @@ either transport.
 
 from __future__ import annotations
 
+import random
 from typing import Final, TypeAlias
 
 from google.protobuf import any_pb2, duration_pb2
@@ -39,9 +40,22 @@ def export_response(outcome: IngestOutcome) -> ExportResponsePB2:
     return response
 
 
-def retry_info(retry_after_seconds: int) -> RetryInfoPB2:
-    """How long a refused exporter should wait before sending the export again."""
-    return RetryInfoPB2(retry_delay=duration_pb2.Duration(seconds=retry_after_seconds))
+def retry_delay_seconds(base_seconds: int) -> int:
+    """How long one refused exporter should wait: `base_seconds`, give or take half.
+
+    A fixed delay sends every exporter refused in one moment back in the same
+    moment, to be refused together again: twelve Python OTLP/HTTP exporters
+    refused with a fixed 2 s retried in lockstep and gave up after their sixth
+    attempt, dropping a sixth of their batches. Spread over the range, some get
+    in on each retry. Whole seconds, because HTTP's Retry-After has no
+    fractions and both transports send one value; never below one second.
+    """
+    return random.randint(max(1, base_seconds // 2), max(1, base_seconds * 3 // 2))
+
+
+def retry_info(delay_seconds: int) -> RetryInfoPB2:
+    """The RetryInfo telling a refused exporter to send the export again after the delay."""
+    return RetryInfoPB2(retry_delay=duration_pb2.Duration(seconds=delay_seconds))
 
 
 def error_status(code: int, message: str, retry: RetryInfoPB2 | None = None) -> StatusPB2:

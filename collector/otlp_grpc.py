@@ -32,6 +32,7 @@ from collector.otlp_answers import (
     UNAUTHENTICATED_MESSAGE,
     error_status,
     export_response,
+    retry_delay_seconds,
     retry_info,
 )
 
@@ -96,7 +97,7 @@ class TraceExportHandler:
         return serialized
 
     def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:
-        retry = retry_info(self._retry_after_seconds)
+        retry = retry_info(retry_delay_seconds(self._retry_after_seconds))
         status = error_status(code_pb2.UNAVAILABLE, message, retry)
         context.abort_with_status(
             _Status(

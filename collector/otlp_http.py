@@ -14,9 +14,10 @@ Invariants:
   success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
 
 Status codes follow the OTLP/HTTP specification:
-- 400 INVALID_ARGUMENT: the body is not an export request, a hex id is malformed,
-  the gzip stream is corrupt (not retryable);
-- 401 UNAUTHENTICATED: no accepted key;
+- 400 INVALID_ARGUMENT: the body is not an export request, or the gzip stream
+  is corrupt (not retryable); a malformed id rejects only its span (partial success);
+- 401 UNAUTHENTICATED: no accepted key (with WWW-Authenticate);
+- 408: the body stalled (see BODY_IDLE_SECONDS);
 - 413: over the receive limit; 415: a content type or encoding we do not read;
 - 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
   shutdown (retryable).
@@ -24,6 +25,7 @@ Status codes follow the OTLP/HTTP specification:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import enum
 import json
@@ -49,6 +51,7 @@ from collector.otlp_answers import (
     UNAUTHENTICATED_MESSAGE,
     error_status,
     export_response,
+    retry_delay_seconds,
     retry_info,
 )
 
@@ -59,6 +62,11 @@ PROTOBUF_MEDIA_TYPE: Final = "application/x-protobuf"
 JSON_MEDIA_TYPE: Final = "application/json"
 # Inflate in steps of this size so the limit is checked long before a bomb is out.
 INFLATE_CHUNK_BYTES: Final = 256 * 1024
+# An upload that sends nothing for this long, or has not sent its whole body by
+# the second deadline, is answered 408 and its admission freed (nginx's
+# client_body_timeout is 60 s between reads; exporters send a batch at once).
+BODY_IDLE_SECONDS: Final = 10.0
+BODY_READ_SECONDS: Final = 60.0
 # Exporters send one gzip member; a body of thousands is an attack, not a batch.
 MAX_GZIP_MEMBERS: Final = 64
 # Compressed input handed to zlib at a time (see HttpTraceReceiver._gunzip).
@@ -143,24 +151,50 @@ class HttpTraceReceiver:
         declared = _declared_length(request.headers.get("content-length"))
         if declared is not None and declared > self._max_receive_bytes:
             raise self._too_large()
-        # Unknown length (chunked): reserve the most it may be, so the budget holds.
-        share = _Share(self._admission, self._max_receive_bytes if declared is None else declared)
+        # Unknown length (chunked, as Node's exporters always send): the share
+        # grows with the bytes read. Reserving the receive limit for each made
+        # four concurrent uploads fill the byte budget of an idle server.
+        share = _Share(self._admission, 0 if declared is None else declared)
         if not share.enter():
             raise self._at_capacity()
         try:
-            body = await self._read_body(request)
+            body = await self._read_body(request, share)
             return await run_in_threadpool(self._ingest, body, gzipped, body_format, share)
         finally:
             share.leave()
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def _read_body(self, request: Request, share: _Share) -> bytes:
+        """The body, within the receive limit, the admission budget and the read deadlines.
+
+        The deadlines free the admission a stalled upload holds: 32 connections
+        that sent headers and then nothing held every slot, refusing all other
+        HTTP exports for as long as they stayed open.
+        """
         chunks: list[bytes] = []
         size = 0
+        pieces = aiter(request.stream())
+        loop = asyncio.get_running_loop()
+        whole_deadline = loop.time() + BODY_READ_SECONDS
         try:
-            async for chunk in request.stream():
+            while True:
+                deadline = min(loop.time() + BODY_IDLE_SECONDS, whole_deadline)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(pieces)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise Refused(
+                        408,
+                        code_pb2.DEADLINE_EXCEEDED,
+                        f"the body did not arrive in time (nothing for {BODY_IDLE_SECONDS:g} s, "
+                        f"or not all of it within {BODY_READ_SECONDS:g} s)",
+                    ) from None
                 size += len(chunk)
                 if size > self._max_receive_bytes:
                     raise self._too_large()
+                if not share.grow_to(size):
+                    raise self._at_capacity()
                 chunks.append(chunk)
         except ClientDisconnect as exc:
             # Nobody will read the answer; a 400 just ends the request without a traceback.
@@ -247,13 +281,17 @@ class HttpTraceReceiver:
         return Refused(503, code_pb2.UNAVAILABLE, message)
 
     def _refusal(self, refusal: Refused, body_format: BodyFormat) -> Response:
-        retryable = refusal.http_status == 503
-        retry = retry_info(self._retry_after_seconds) if retryable else None
-        status = error_status(refusal.code, refusal.message, retry)
+        retry = None
         headers: dict[str, str] = {}
-        if retryable:
-            headers["Retry-After"] = str(self._retry_after_seconds)
+        if refusal.http_status == 503:
+            delay = retry_delay_seconds(self._retry_after_seconds)
+            retry = retry_info(delay)
+            headers["Retry-After"] = str(delay)
             logger.debug("export refused, client told to retry: %s", refusal.message)
+        elif refusal.http_status == 401:
+            # RFC 9110: a 401 names the scheme that would be accepted.
+            headers["WWW-Authenticate"] = 'Bearer realm="statetrail"'
+        status = error_status(refusal.code, refusal.message, retry)
         return Response(
             body_format.serialize(status),
             status_code=refusal.http_status,
@@ -362,14 +400,27 @@ def _children(parent: dict[str, Any], *path: str) -> Iterator[dict[str, Any]]:
 def _hex_ids_to_base64(message: dict[str, Any], fields: tuple[str, ...]) -> None:
     for field in fields:
         for name in _spellings(field):
-            if name in message:
-                message[name] = _hex_to_base64(message[name], field)
+            if name not in message:
+                continue
+            value = message[name]
+            if value is None:
+                # proto3's JSON mapping reads null as the field's default: no id.
+                del message[name]
+            else:
+                message[name] = _hex_to_base64(value)
 
 
-def _hex_to_base64(value: object, field: str) -> str:
+def _hex_to_base64(value: object) -> str:
+    """A hex id as the base64 ParseDict reads; anything else as MALFORMED_ID."""
     if not isinstance(value, str) or len(value) % 2 or not _HEX_DIGITS.fullmatch(value):
-        raise DecodeError(f"{field} must be a hex string (OTLP JSON), got {value!r:.60}")
+        return _MALFORMED_ID
     return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+
+
+# A malformed id becomes one byte, a length no id has, so the span is rejected by
+# the same check as any wrong-sized id (collector/decode.py) and the rest of the
+# request is stored; a 400 for the whole request lost every span in it, for good.
+_MALFORMED_ID: Final = base64.b64encode(b"\x00").decode("ascii")
 
 
 def _spellings(json_name: str) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support import FIXTURE_API_KEY, Server, export_raw, fixture_requests
+
+from collector.otlp_answers import retry_delay_seconds
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
 
@@ -172,7 +175,7 @@ def test_grpc_overload_is_unavailable_with_retry_info(make_server: Any) -> None:
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     trailers = dict(error.trailing_metadata() or ())
     retry = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
-    assert retry.retry_delay.seconds > 0
+    assert retry.retry_delay.seconds in {1, 2, 3}  # 2 s, give or take half
     status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
     unpacked = error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(unpacked)
@@ -208,3 +211,11 @@ def test_grpc_refuses_non_loopback_without_keys(make_server: Any, tmp_path: Path
     server = make_server("--host", "0.0.0.0", "--keys-file", str(empty), start=False)
     with pytest.raises(RuntimeError, match="without API keys"):
         server.start()
+
+
+def test_retry_delays_spread_around_the_configured_delay() -> None:
+    # Refused exporters told one fixed delay come back together and are refused together.
+    for base in (1, 2, 5, 30):
+        delays = Counter(retry_delay_seconds(base) for _ in range(2000))
+        low, high = max(1, base // 2), max(1, base * 3 // 2)
+        assert set(delays) == set(range(low, high + 1)), (base, delays)
