@@ -190,10 +190,14 @@ def _next_token(text: str, i: int) -> Token:
     if c in "-0123456789":
         return _number(text, i)
     if c == "/":
+        if i and text[i - 1] not in _WHITESPACE and text[i - 1] != "(":
+            raise _slash_inside_path(text, i)
         return _pointer(text, i)
     match = _WORD.match(text, i)
     if match is not None:
         return Token("word", match.group(), i)
+    if c == "{":
+        raise QueryError(_NOT_COMPARED_WHOLE, i)
     raise QueryError(f"unexpected character {c!r}", i)
 
 
@@ -251,6 +255,34 @@ def _number(text: str, i: int) -> Token:
         bad = text[i : tail.end() if tail else end + 1]
         raise QueryError(f"invalid number {bad!r}; numbers are JSON numbers like 3, -1.5, 2e3", i)
     return Token("number", match.group(), i)
+
+
+_NOT_COMPARED_WHOLE: Final = (
+    "values are true, false, null, numbers or strings: an array or object is not compared "
+    "whole (test an element, a[0] = 1, or use contains)"
+)
+
+
+def _slash_inside_path(text: str, i: int) -> QueryError:
+    """A '/' straight after a dotted path: a key holding '/', which needs quotes.
+
+    Read as the start of a JSON pointer, `meta.extra/key~` was refused for its
+    '~', which the user never meant as a pointer escape.
+    """
+    start = i
+    while start and _WORD.fullmatch(text[start - 1]):
+        start -= 1
+    end = i
+    while end < len(text) and text[end] not in _WHITESPACE and text[end] not in "=!<>()":
+        end += 1
+    key = text[start:end]
+    if start == i:  # after ']' or a quoted key: no bare key to quote
+        return QueryError(
+            "a JSON pointer (/a/b) is a whole path; it cannot continue a dotted one", i
+        )
+    return QueryError(
+        f"a key holding '/' must be quoted in a dotted path: {json.dumps(key)}", start
+    )
 
 
 def _pointer(text: str, i: int) -> Token:
@@ -429,6 +461,8 @@ class _Parser:
             return _number_value(token)
         if token.kind == "word":
             return _word_value(token)
+        if token.kind == "[":
+            raise QueryError(_NOT_COMPARED_WHOLE, token.position)
         raise QueryError(
             f"expected a JSON value after '{op.text}', found {_describe(token)}", token.position
         )

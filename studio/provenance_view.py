@@ -22,7 +22,7 @@ from collector.jsondoc import Missing, resolve
 from collector.provenance import ProvenanceEntry
 from studio.inspect import Inspection
 from studio.links import Links
-from studio.view_text import href, json_text, leaf_text
+from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
 
 PROVENANCE_WINDOW: Final = 50
@@ -221,9 +221,9 @@ def _value_at(history: History, sequence: int, pointer: str) -> ValueAtStep:
     if isinstance(value, Missing):
         return ValueAtStep(True, False, "", verified=verified)
     if isinstance(value, dict):
-        text = f"{{{len(value)} keys}}"
+        text = keys_text(len(value))
     elif isinstance(value, list):
-        text = f"[{len(value)} items]"
+        text = items_text(len(value))
     else:
         text = leaf_text(value)[0]
     return ValueAtStep(True, True, text, verified=verified)

@@ -20,7 +20,7 @@ from collector.history import History, StateUnavailableError
 from collector.jsondoc import JsonValue, Missing, pointer_text, unescape_token
 from studio.inspect import Inspection
 from studio.links import Links
-from studio.view_text import href, leaf_text
+from studio.view_text import href, keys_text, leaf_text
 
 TREE_CHILDREN_SHOWN: Final = 100
 
@@ -168,7 +168,7 @@ def _emit(
     )
     on_focus = any(f == pointer or f.startswith(pointer + "/") for f in ctx.focus)
     expanded = len(parts) < 1 or on_focus
-    summary = f"{{{len(children)} keys}}" if isinstance(value, dict) else f"[{len(children)}]"
+    summary = keys_text(len(children)) if isinstance(value, dict) else f"[{len(children)}]"
     tokens.append(
         Token("open", key, pointer, link, summary, "", None, _type(value), changed, expanded)
     )

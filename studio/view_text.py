@@ -38,6 +38,16 @@ def cut_text(text: str) -> str:
     return f"{text[:DIFF_VALUE_CHARS]}\n… ({len(text) - DIFF_VALUE_CHARS:,} more characters)"
 
 
+def keys_text(count: int) -> str:
+    """An object's size as the tree and provenance print it: "{1 key}", "{3 keys}"."""
+    return f"{{{count:,} {'key' if count == 1 else 'keys'}}}"
+
+
+def items_text(count: int) -> str:
+    """An array's size as provenance prints it: "[1 item]", "[3 items]"."""
+    return f"[{count:,} {'item' if count == 1 else 'items'}]"
+
+
 def leaf_text(value: JsonValue) -> tuple[str, str | None]:
     """A scalar as one line of JSON cut at STRING_PREVIEW_CHARS, and the whole when it was cut."""
     text = json.dumps(value, ensure_ascii=False)

@@ -42,6 +42,7 @@ from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
 from studio.templating import templates
 from studio.timeline_view import build_timeline
 from studio.verdict_text import verdict_sentences
+from studio.view_text import items_text, keys_text
 from studio.waterfall import build_waterfall, owning_runs
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
@@ -301,7 +302,7 @@ def test_execution_page_in_flight_refreshes_until_the_owner_arrives(make_server:
     text = _text(html)
     assert "In flight:" in text and "refreshes itself" in text
     # What arrived so far spans some time; the start state has not come yet.
-    assert "Transitions so far span" in text and "<dt>Duration</dt>" not in html
+    assert "Activity so far" in text and "<dt>Duration</dt>" not in html
     assert "start state (comes with the workflow span, not arrived yet)" in text
     assert 'hx-trigger="every 2s"' in html
     assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in html
@@ -548,3 +549,8 @@ def test_an_in_flight_run_whose_spans_stopped_arriving_is_shown_as_quiet(
     page = _get(server, f"/executions/{flying['id']}").text
     assert "probably lost" in _text(page)
     assert 'hx-trigger="every' not in page and 'http-equiv="refresh"' not in page
+
+
+def test_container_sizes_read_in_words_with_the_right_number() -> None:
+    assert [keys_text(n) for n in (1, 3, 12_000)] == ["{1 key}", "{3 keys}", "{12,000 keys}"]
+    assert (items_text(1), items_text(0)) == ("[1 item]", "[0 items]")

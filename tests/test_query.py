@@ -149,6 +149,10 @@ def test_parse_query_keeps_injection_text_as_a_plain_value() -> None:
         ("a exists 1", 9, "'and' or 'or'"),
         ("a b", 2, "operator"),
         ("a = 01", 4, "invalid number"),
+        ("meta.extra/key~ = true", 5, '"extra/key~"'),
+        ('a."b"/c = 1', 5, "whole path"),
+        ("emails = []", 9, "array or object"),
+        ("meta = {}", 7, "array or object"),
     ],
 )
 def test_parse_query_points_at_the_problem(text: str, position: int, fragment: str) -> None:
