@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from html import unescape
@@ -554,3 +555,21 @@ def test_an_in_flight_run_whose_spans_stopped_arriving_is_shown_as_quiet(
 def test_container_sizes_read_in_words_with_the_right_number() -> None:
     assert [keys_text(n) for n in (1, 3, 12_000)] == ["{1 key}", "{3 keys}", "{12,000 keys}"]
     assert (items_text(1), items_text(0)) == ("[1 item]", "[0 items]")
+
+
+def test_an_empty_patch_says_from_the_revision_whether_anything_changed(make_server: Any) -> None:
+    # SCHEMA.md section 3: "[]" with the revision +1 changed a field kept out of
+    # telemetry; "[]" with the revision unchanged was a no-op. The capture has two
+    # of the first kind and one of the second.
+    server: Server = make_server()
+    send_scenario(server.grpc_target, "f_exclude_serializer")
+    server.wait_replayed()
+    (run,) = server.get_json("/api/executions")["executions"]
+    timeline = server.get_json(f"/api/executions/{run['id']}/timeline")["transitions"]
+    empty = [t["sequence"] for t in timeline if t["patch"] == []]
+    said: Counter[str] = Counter()
+    for sequence in empty:
+        text = _text(_get(server, f"/executions/{run['id']}", step=sequence).text)
+        said["hidden"] += "changed a field kept out of telemetry" in text
+        said["no-op"] += "No change: a no-op update" in text
+    assert said == {"hidden": 2, "no-op": 1}, (empty, said)
