@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = (
@@ -25,7 +25,7 @@ CHROMIUM_ARGS = (
     "--disable-sync",
     "--no-first-run",
 )
-VIEWPORT = {"width": 1400, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1400, "height": 900}
 SCREENSHOTS_ENV = "STATETRAIL_SCREENSHOTS"
 CLIENT_ERROR_LOG = "Failed to load resource: the server responded with a status of 4"
 
@@ -46,7 +46,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    context = browser.new_context(viewport=VIEWPORT)
     opened = context.new_page()
     problems: list[str] = []
 

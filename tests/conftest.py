@@ -6,10 +6,9 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support import Server
+from support import MakeServer, Server
 
 # Set by .ci/run: there, a missing junjo is a broken set-up, not a reason to skip.
 REQUIRE_JUNJO_ENV = "STATETRAIL_REQUIRE_JUNJO"
@@ -33,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def make_server(tmp_path: Path) -> Iterator[Any]:
+def make_server(tmp_path: Path) -> Iterator[MakeServer]:
     """Factory: `make_server(*extra_args)` starts a server on a fresh DB file."""
     servers: list[Server] = []
 
@@ -49,8 +48,7 @@ def make_server(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def server(make_server: Any) -> Server:
-    server: Server = make_server()
-    return server
+def server(make_server: MakeServer) -> Server:
+    return make_server()
 
 

@@ -124,21 +124,21 @@ class ExportLoad:
                 return False
 
     def _on_failure(self, error: grpc.RpcError) -> float:
-        code = error.code()  # type: ignore[attr-defined]
+        code = error.code()
         retry_delay = _retry_delay(error)
         with self.report.lock:
             self.report.failed_attempts += 1
             if retry_delay is not None:
                 self.report.retry_infos.append(retry_delay)
             if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                self.report.unexpected.append(f"{code}: {error.details()}")  # type: ignore[attr-defined]
+                self.report.unexpected.append(f"{code}: {error.details()}")
         if self._honour and retry_delay is not None:
             return retry_delay * random.uniform(1.0, 1.5)
         return self._retry_pause()
 
 
 def _retry_delay(error: grpc.RpcError) -> float | None:
-    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+    for key, value in error.trailing_metadata() or ():
         if key == RETRY_INFO_TRAILER:
             info = error_details_pb2.RetryInfo.FromString(value)
             return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)

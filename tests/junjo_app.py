@@ -26,8 +26,8 @@ from junjo import (
     RunConcurrent,
     Subflow,
     Workflow,
+    WorkflowExecutionError,
 )
-from junjo.workflow import WorkflowExecutionError
 from junjo_agent import agent_workflow
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -223,7 +223,9 @@ class Converse(Node[ChatStore]):
             # Export what has ended so far, as the batch processor does every 5 s
             # of a long run: the rest, the workflow span last, comes in later
             # requests, however fast this machine is.
-            trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
+            provider = trace.get_tracer_provider()
+            assert isinstance(provider, TracerProvider)  # the SDK's, installed by main()
+            provider.force_flush()
         for index in range(APPENDS_PER_TURN):
             role = "user" if index % 2 == 0 else "assistant"
             text = f"turn {turn} message {index}: " + "lorem ipsum dolor sit amet " * 3

@@ -27,6 +27,10 @@ HOP_BY_HOP = frozenset({
 def stripping_proxy(upstream: str, prefix: str) -> Iterator[str]:
     """Serve `upstream` (http://host:port) under `prefix`; yield the proxy's base URL."""
     target = urlsplit(upstream)
+    if target.hostname is None:
+        raise ValueError(f"upstream {upstream!r} names no host")
+    host: str = target.hostname
+    port = target.port
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -47,7 +51,7 @@ def stripping_proxy(upstream: str, prefix: str) -> Iterator[str]:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-            connection = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+            connection = http.client.HTTPConnection(host, port, timeout=60)
             try:
                 connection.request(
                     self.command, self.path[len(prefix):] or "/", body=body, headers=headers

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import uvicorn
@@ -170,6 +170,13 @@ class Server:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+class MakeServer(Protocol):
+    """conftest's `make_server` fixture: a server on a fresh DB file (or `db`), started
+    unless `start=False`; the fixture stops whatever is still running afterwards."""
+
+    def __call__(self, *args: str, db: Path | None = None, start: bool = True) -> Server: ...
 
 
 def export_raw(

@@ -17,7 +17,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otlp_craft import spans_of, variant
 from support import (
     FIXTURE_API_KEY,
+    MakeServer,
     Server,
     captured_compression,
     export_raw,
@@ -557,9 +558,8 @@ def test_large_state_is_partial_with_dropped_events_and_gap(
 # --- corrupted variants over gRPC ------------------------------------------------
 
 
-def _attribute(attributes: Any, key: str) -> KeyValue:
-    found: KeyValue = next(a for a in attributes if a.key == key)
-    return found
+def _attribute(attributes: Iterable[KeyValue], key: str) -> KeyValue:
+    return next(a for a in attributes if a.key == key)
 
 
 def workflow_span(requests: list[PB2Request]) -> PB2Span:
@@ -744,7 +744,7 @@ def test_variant_late_transitions_update_verdict_and_field_index(variants: Serve
 
 
 @pytest.mark.junjo
-def test_live_junjo_refund_filter_and_provenance(make_server: Any) -> None:
+def test_live_junjo_refund_filter_and_provenance(make_server: MakeServer) -> None:
     key = "live-api-key"
     server: Server = make_server("--api-key", key)
     completed = subprocess.run(

@@ -8,10 +8,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support import Server, export_raw, fixture_requests
+from support import MakeServer, Server, export_raw, fixture_requests
 
 from collector.config import spool_path_for
 from collector.spool import START, Spool, unstored_bytes
@@ -32,7 +31,7 @@ def _load(server: Server) -> None:
     server.wait_replayed()
 
 
-def test_cli_executions_asks_the_running_server_for_a_locked_file(make_server: Any) -> None:
+def test_cli_executions_asks_the_running_server_for_a_locked_file(make_server: MakeServer) -> None:
     server: Server = make_server()
     _load(server)
     rows = [json.loads(line) for line in _executions(server.db, "--json").stdout.splitlines()]
@@ -42,7 +41,7 @@ def test_cli_executions_asks_the_running_server_for_a_locked_file(make_server: A
     assert all(row["store_id"] and row["started_at"].endswith("Z") for row in rows)
 
 
-def test_cli_executions_reads_the_file_when_no_server_runs(make_server: Any) -> None:
+def test_cli_executions_reads_the_file_when_no_server_runs(make_server: MakeServer) -> None:
     server: Server = make_server()
     _load(server)
     server.stop()

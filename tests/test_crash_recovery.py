@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
 
 from crashload import ExportLoad, stored_spans
-from support import Server
+from support import MakeServer, Server
 
 KILLS = 5
 
 
-def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: Any) -> None:
+def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: MakeServer) -> None:
     server: Server = make_server()
     load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50).start()
     kills = 0
@@ -44,7 +43,7 @@ def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: 
 
 
 def test_sigterm_under_load_finishes_acknowledged_exports_and_exits_cleanly(
-    make_server: Any,
+    make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
     load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50).start()

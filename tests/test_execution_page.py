@@ -22,6 +22,7 @@ from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import spans_of, variant
 from support import (
+    MakeServer,
     Server,
     export_raw,
     fixture_requests,
@@ -291,7 +292,9 @@ def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -
     assert bad_path.status_code == 400
 
 
-def test_execution_page_in_flight_refreshes_until_the_owner_arrives(make_server: Any) -> None:
+def test_execution_page_in_flight_refreshes_until_the_owner_arrives(
+    make_server: MakeServer,
+) -> None:
     server: Server = make_server()
     first, second = fixture_requests("l_split_batches")
     export_raw(server.grpc_target, *first)
@@ -492,7 +495,7 @@ def test_an_in_flight_run_that_went_quiet_says_its_owner_was_probably_lost() -> 
 
 
 def test_a_node_without_a_span_is_not_said_to_have_not_run_when_spans_were_lost(
-    make_server: Any,
+    make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
     requests = variant("lost-nodes")
@@ -523,7 +526,7 @@ def test_a_node_without_a_span_is_not_said_to_have_not_run_when_spans_were_lost(
     assert "as far as the spans received show" not in clean_page
 
 
-def _span_type(span: Any) -> str | None:
+def _span_type(span: trace_pb2.Span) -> str | None:
     return next(
         (kv.value.string_value for kv in span.attributes if kv.key == "junjo.span_type"), None
     )
@@ -531,7 +534,7 @@ def _span_type(span: Any) -> str | None:
 
 
 def test_an_in_flight_run_whose_spans_stopped_arriving_is_shown_as_quiet(
-    make_server: Any,
+    make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
     first, _ = fixture_requests("l_split_batches")
@@ -557,7 +560,9 @@ def test_container_sizes_read_in_words_with_the_right_number() -> None:
     assert (items_text(1), items_text(0)) == ("[1 item]", "[0 items]")
 
 
-def test_an_empty_patch_says_from_the_revision_whether_anything_changed(make_server: Any) -> None:
+def test_an_empty_patch_says_from_the_revision_whether_anything_changed(
+    make_server: MakeServer,
+) -> None:
     # SCHEMA.md section 3: "[]" with the revision +1 changed a field kept out of
     # telemetry; "[]" with the revision unchanged was a no-op. The capture has two
     # of the first kind and one of the second.

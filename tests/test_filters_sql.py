@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -432,11 +432,12 @@ def test_filtered_pages_are_the_same_whatever_the_recent_window(tmp_path: Path) 
             cursor,
             [index_rows(f"run-{n:02d}", {"k": 0}, {"k": n % 5}, [("/k", n)]) for n in range(40)],
         )
-    for where, wanted in (
+    cases: tuple[tuple[str, Callable[[int], bool]], ...] = (
         ("ever k >= 30", lambda n: n >= 30),
         ("ever k >= 1 and not k = 2", lambda n: n >= 1 and n % 5 != 2),
         ("k = 4", lambda n: n % 5 == 4),
-    ):
+    )
+    for where, wanted in cases:
         matching = [(f"run-{n:02d}", 1_000 * starts[n]) for n in range(40) if wanted(n)]
         expected = [run_id for run_id, _ in sorted(matching, key=lambda r: (-r[1], r[0]))]
         for recent_runs in (0, 1, 3, 8, 1_000):

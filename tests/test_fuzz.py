@@ -32,9 +32,8 @@ from collector.evidence import load_history
 from collector.extractor import batch_from_export
 from collector.history import StateUnavailableError
 from collector.indexing import field_index
-from collector.jsondoc import MISSING
 from collector.store import Store
-from studio.api import timeline
+from studio.api import json_value, timeline
 
 FUZZ_MESSAGES = 200
 FUZZ_BYTES = 400
@@ -84,8 +83,7 @@ def _pipeline(store: Store, body: bytes) -> None:
             except StateUnavailableError:
                 state = None
             rendered["state"] = state
-            end = history.replayed_end
-            rendered["end"] = None if end is MISSING else end
+            rendered["end"] = json_value(history.recorded_end)
         # What the JSON API would send: strict JSON (Starlette refuses NaN/inf).
         json.dumps(rendered, allow_nan=False, default=str)
 

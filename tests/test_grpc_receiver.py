@@ -7,7 +7,6 @@ import signal
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import grpc
@@ -15,7 +14,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from support import FIXTURE_API_KEY, Server, export_raw, fixture_requests
+from support import FIXTURE_API_KEY, MakeServer, Server, export_raw, fixture_requests
 
 from collector.otlp_answers import retry_delay_seconds
 
@@ -50,7 +49,7 @@ def _span(trace_id: bytes, span_id: bytes, name: str = "s") -> trace_pb2.Span:
     )
 
 
-def test_grpc_rejects_missing_and_wrong_keys(make_server: Any) -> None:
+def test_grpc_rejects_missing_and_wrong_keys(make_server: MakeServer) -> None:
     server: Server = make_server("--api-key", FIXTURE_API_KEY)
     for metadata in ([], [("x-junjo-api-key", "wrong")], [("authorization", "Bearer wrong")]):
         with pytest.raises(grpc.RpcError) as error:
@@ -80,7 +79,7 @@ def test_grpc_malformed_body_is_invalid_argument_and_stores_nothing(server: Serv
     assert server.get_json("/healthz")["spans"] == 5
 
 
-def test_grpc_oversize_request_is_resource_exhausted(make_server: Any) -> None:
+def test_grpc_oversize_request_is_resource_exhausted(make_server: MakeServer) -> None:
     server: Server = make_server("--max-receive-mib", "1")
     big = _request(*(_span(os.urandom(16), os.urandom(8), "x" * 4096) for _ in range(400)))
     with pytest.raises(grpc.RpcError) as error:
@@ -153,7 +152,7 @@ def test_grpc_storage_failure_is_unavailable_then_recovers(server: Server) -> No
     assert server.wait_replayed()["spans"] == 5
 
 
-def test_grpc_overload_is_unavailable_with_retry_info(make_server: Any) -> None:
+def test_grpc_overload_is_unavailable_with_retry_info(make_server: MakeServer) -> None:
     server: Server = make_server("--max-inflight", "1")
     body, _ = fixture_requests("g_large_state")[1]
     errors: list[grpc.RpcError] = []
@@ -201,7 +200,7 @@ def test_grpc_acknowledged_export_survives_kill_9(server: Server) -> None:
     assert _count(server.db, "transitions") == health["transitions"] > 0
 
 
-def test_grpc_refuses_non_loopback_without_keys(make_server: Any, tmp_path: Path) -> None:
+def test_grpc_refuses_non_loopback_without_keys(make_server: MakeServer, tmp_path: Path) -> None:
     server: Server = make_server("--host", "0.0.0.0", start=False)
     with pytest.raises(RuntimeError, match="without API keys"):
         server.start()

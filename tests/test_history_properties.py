@@ -10,9 +10,9 @@ from history_records import scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.fieldindex import ABSENT, Nodes, index_rows
+from collector.fieldindex import ABSENT, Absent, JsonValue, Nodes, index_rows
 from collector.indexing import TouchedValues, field_index
-from collector.jsondoc import MISSING, json_equal, resolve
+from collector.jsondoc import MISSING, JsonPatchOp, json_equal, resolve
 from collector.model import Execution, Transition
 from collector.provenance import provenance
 from collector.replay import replay
@@ -204,7 +204,7 @@ class _CountingNodes(Nodes):
         super().__init__()
         self.added = 0
 
-    def add(self, pointer: str, value: Any) -> None:
+    def add(self, pointer: str, value: JsonValue | Absent) -> None:
         self.added += 1
         super().add(pointer, value)
 
@@ -213,7 +213,7 @@ def test_field_index_reads_each_moved_element_once_per_patch() -> None:
     # Junjo fills an empty list with one `add /list/i` op per element; each op
     # shifts the elements after it, and reading them per op was N²/2 reads.
     size = 2_000
-    ops = [{"op": "add", "path": f"/nums/{i}", "value": i} for i in range(size)]
+    ops: list[JsonPatchOp] = [{"op": "add", "path": f"/nums/{i}", "value": i} for i in range(size)]
     touched = TouchedValues()
     counting = _CountingNodes()
     touched.nodes = counting

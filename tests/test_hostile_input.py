@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -26,7 +26,7 @@ from otlp_craft import (
     relocated_fixture,
     spans_of,
 )
-from support import FIXTURE_API_KEY, Server, export_raw
+from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector import junjo
 
@@ -100,7 +100,8 @@ def _spoiled_linear(tag: str, mutate: Callable[[Span], None]) -> bytes:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 mutate(span)
-    return request.SerializeToString()
+    spoiled: bytes = request.SerializeToString()
+    return spoiled
 
 
 def _grpc_code(server: Server, body: bytes) -> grpc.StatusCode:
@@ -135,7 +136,7 @@ def _healthy_with_at_least(server: Server, before: dict[str, Any]) -> dict[str, 
     return health
 
 
-def test_hostile_transport_input_gets_documented_answers(make_server: Any) -> None:
+def test_hostile_transport_input_gets_documented_answers(make_server: MakeServer) -> None:
     server: Server = make_server("--max-receive-mib", "1")
     good = relocated_fixture("a_linear", end_unix_nano=time.time_ns(), tag="good")[0]
     assert _grpc_code(server, good) == grpc.StatusCode.OK
@@ -183,7 +184,7 @@ def test_hostile_transport_input_gets_documented_answers(make_server: Any) -> No
     assert _grpc_code(server, again) == grpc.StatusCode.OK
 
 
-def test_hostile_junjo_payloads_replay_to_diagnostics_not_errors(make_server: Any) -> None:
+def test_hostile_junjo_payloads_replay_to_diagnostics_not_errors(make_server: MakeServer) -> None:
     server: Server = make_server()
     for name, (mutate, _) in JUNJO_CASES.items():
         assert _grpc_code(server, _spoiled_linear(name, mutate)) == grpc.StatusCode.OK, name
@@ -210,7 +211,7 @@ def test_hostile_junjo_payloads_replay_to_diagnostics_not_errors(make_server: An
                     assert "error" in answer.json() or answer.status_code == 200
 
 
-def test_hostile_absurd_timestamps_are_stored_or_rejected_per_span(make_server: Any) -> None:
+def test_hostile_absurd_timestamps_are_stored_or_rejected_per_span(make_server: MakeServer) -> None:
     server: Server = make_server()
     now = time.time_ns()
     storable = [(0, 0), (now, now - 10**12), (2**63 - 1, 2**63 - 1)]
@@ -223,14 +224,14 @@ def test_hostile_absurd_timestamps_are_stored_or_rejected_per_span(make_server: 
     event_span = scope.spans.add(trace_id=trace_id, span_id=new_span_id(), name="event")
     event_span.events.add(name="e", time_unix_nano=2**64 - 1)
     odd_kind = scope.spans.add(trace_id=trace_id, span_id=new_span_id(), name="kind")
-    odd_kind.kind = 2**31 - 1  # type: ignore[assignment]
+    odd_kind.kind = 2**31 - 1
     rejected, message = _partial_success(server, request.SerializeToString())
     assert rejected == 4
     assert "2262" in message
     assert server.get_json("/healthz")["spans"] == len(storable)
 
 
-def test_hostile_span_with_100k_attributes_is_stored(make_server: Any) -> None:
+def test_hostile_span_with_100k_attributes_is_stored(make_server: MakeServer) -> None:
     server: Server = make_server()
     request = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1,
                             end_unix_nano=2)
@@ -244,7 +245,9 @@ def test_hostile_span_with_100k_attributes_is_stored(make_server: Any) -> None:
     assert server.get_json("/healthz")["spans"] == 1
 
 
-def test_hostile_giant_strings_in_stored_columns_never_stop_storing(make_server: Any) -> None:
+def test_hostile_giant_strings_in_stored_columns_never_stop_storing(
+    make_server: MakeServer,
+) -> None:
     # Legal exports (under the 64 MiB receive limit) with one 24 MiB string where
     # statetrail keeps plain columns: a resource attribute and a Junjo store id.
     # DuckDB ran out of its 128 MB inside the commit; the export was retried
@@ -300,8 +303,9 @@ def _with_store_id(body: bytes, store_id: str) -> bytes:
     first = next(events, None)
     if first is not None:
         _set(first.attributes, junjo.STORE_ID, string_value=store_id)
-    return request.SerializeToString()
+    edited: bytes = request.SerializeToString()
+    return edited
 
 
-def _spans_of(body: bytes) -> Any:
+def _spans_of(body: bytes) -> Iterator[Span]:
     return spans_of([ExportRequest.FromString(body)])

@@ -22,8 +22,9 @@ import grpc
 import httpx
 import pytest
 from starlette.requests import Request
-from support import Server, export_raw, fixture_requests
+from support import MakeServer, Server, export_raw, fixture_requests
 
+from collector.admin_client import ADMIN_TOKEN_HEADER
 from collector.sidecar import sidecar_path
 from studio import admin
 
@@ -122,7 +123,7 @@ def test_keys_created_while_serving_are_required_and_revocable(server: Server) -
     assert _export(server, None) == 401
 
 
-def test_keys_created_before_serving_are_enforced(make_server: Any, tmp_path: Path) -> None:
+def test_keys_created_before_serving_are_enforced(make_server: MakeServer, tmp_path: Path) -> None:
     db = tmp_path / "prepared.duckdb"
     key = _create(db, "prepared")
     server: Server = make_server(db=db)
@@ -132,7 +133,7 @@ def test_keys_created_before_serving_are_enforced(make_server: Any, tmp_path: Pa
     assert _listed(db)["prepared"]["last_used_at"]
 
 
-def test_keys_configured_and_managed_keys_both_work(make_server: Any) -> None:
+def test_keys_configured_and_managed_keys_both_work(make_server: MakeServer) -> None:
     server: Server = make_server("--api-key", "configured-key")
     managed = _create(server.db, "managed")
     assert _export(server, "configured-key") == 200
@@ -147,13 +148,13 @@ def test_keys_admin_route_needs_the_sidecar_token(server: Server) -> None:
     url = f"{server.url}/api/admin/keys"
     body = {"name": "sneaky", "digest": hashlib.sha256(b"k").hexdigest()}
     assert httpx.post(url, json=body).status_code == 401
-    guessed = httpx.post(url, json=body, headers={admin.ADMIN_TOKEN_HEADER: "guess"})
+    guessed = httpx.post(url, json=body, headers={ADMIN_TOKEN_HEADER: "guess"})
     assert guessed.status_code == 401
     assert httpx.get(url).status_code == 401
-    allowed = httpx.get(url, headers={admin.ADMIN_TOKEN_HEADER: token})
+    allowed = httpx.get(url, headers={ADMIN_TOKEN_HEADER: token})
     assert allowed.status_code == 200 and allowed.json() == {"keys": []}
     bad_digest = httpx.post(url, json={"name": "x", "digest": "k"},
-                            headers={admin.ADMIN_TOKEN_HEADER: token})
+                            headers={ADMIN_TOKEN_HEADER: token})
     assert bad_digest.status_code == 400
     assert _export(server, None) == 200  # nothing was created
 
@@ -166,7 +167,7 @@ def test_keys_admin_route_refuses_non_loopback_peers() -> None:
             "type": "http",
             "method": "GET",
             "path": "/api/admin/keys",
-            "headers": [(admin.ADMIN_TOKEN_HEADER.encode(), token.encode())],
+            "headers": [(ADMIN_TOKEN_HEADER.encode(), token.encode())],
             "client": ("203.0.113.7", 40000),
             "app": SimpleNamespace(state=SimpleNamespace(services=services)),
         }

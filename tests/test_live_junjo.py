@@ -17,12 +17,12 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 import httpx
 import pytest
-from support import Server
+from support import MakeServer, Server
 
 from collector.store import documents
 
@@ -31,7 +31,23 @@ APP = Path(__file__).with_name("junjo_app.py")
 KEY = "live-test-key"
 
 
-def _run_app(server: Server, exporter: str, *scenarios: str) -> dict[str, dict[str, Any]]:
+# What junjo_app.py printed, by scenario: the run id and the state the application saw.
+Runs = dict[str, dict[str, Any]]
+
+
+class StoredRuns(Protocol):
+    """The `stored` fixture: run scenarios with an exporter; the runs and the stopped DB."""
+
+    def __call__(self, exporter: str, *scenarios: str) -> tuple[Runs, Path]: ...
+
+
+class ReplayedRuns(Protocol):
+    """The `replayed` fixture: run scenarios; the runs and the live, replayed server."""
+
+    def __call__(self, *scenarios: str) -> tuple[Runs, Server]: ...
+
+
+def _run_app(server: Server, exporter: str, *scenarios: str) -> Runs:
     completed = subprocess.run(
         [sys.executable, str(APP), server.grpc_target, KEY, exporter, *scenarios],
         capture_output=True, text=True, timeout=120, check=True,
@@ -41,8 +57,8 @@ def _run_app(server: Server, exporter: str, *scenarios: str) -> dict[str, dict[s
 
 
 @pytest.fixture
-def stored(make_server: Any) -> Any:
-    def run(exporter: str, *scenarios: str) -> tuple[dict[str, dict[str, Any]], Path]:
+def stored(make_server: MakeServer) -> StoredRuns:
+    def run(exporter: str, *scenarios: str) -> tuple[Runs, Path]:
         server: Server = make_server("--api-key", KEY)
         runs = _run_app(server, exporter, *scenarios)
         server.stop()
@@ -72,7 +88,9 @@ def _received(db: Path, execution: dict[str, Any]) -> list[int]:
 
 
 @pytest.mark.parametrize("exporter", ["junjo", "otlp"])
-def test_live_linear_and_concurrent_runs_are_stored_whole(stored: Any, exporter: str) -> None:
+def test_live_linear_and_concurrent_runs_are_stored_whole(
+    stored: StoredRuns, exporter: str
+) -> None:
     runs, db = stored(exporter, "linear", "concurrent")
     for name in ("linear", "concurrent"):
         execution = _execution(db, runs[name]["run_id"])
@@ -84,7 +102,7 @@ def test_live_linear_and_concurrent_runs_are_stored_whole(stored: Any, exporter:
         assert len(expected) == execution["transition_count"] >= 5
 
 
-def test_live_subflow_is_a_child_execution_with_its_own_store(stored: Any) -> None:
+def test_live_subflow_is_a_child_execution_with_its_own_store(stored: StoredRuns) -> None:
     runs, db = stored("junjo", "subflow")
     parent = _execution(db, runs["subflow"]["run_id"])
     assert json.loads(parent["state_end"]) == runs["subflow"]["final_state"]
@@ -101,7 +119,7 @@ def test_live_subflow_is_a_child_execution_with_its_own_store(stored: Any) -> No
     assert len(_received(db, parent)) == parent["transition_count"]
 
 
-def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Any) -> None:
+def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: ReplayedRuns) -> None:
     # Its junjo.parent_executable_type is run_concurrent: the parent run is
     # found through the RunConcurrent span (collector/store/lineage.py).
     runs, server = replayed("concurrent_subflow")
@@ -130,7 +148,7 @@ def _verified_with_one_child(
     return workflow, child
 
 
-def test_live_failing_run_is_stored_with_its_error(stored: Any) -> None:
+def test_live_failing_run_is_stored_with_its_error(stored: StoredRuns) -> None:
     runs, db = stored("otlp", "failing")
     execution = _execution(db, runs["failing"]["run_id"])
     assert execution["status"] == "error"
@@ -140,10 +158,10 @@ def test_live_failing_run_is_stored_with_its_error(stored: Any) -> None:
 
 
 @pytest.fixture
-def replayed(make_server: Any) -> Any:
+def replayed(make_server: MakeServer) -> ReplayedRuns:
     """Run scenarios against a live server and wait until every execution is replayed."""
 
-    def run(*scenarios: str) -> tuple[dict[str, dict[str, Any]], Server]:
+    def run(*scenarios: str) -> tuple[Runs, Server]:
         server: Server = make_server("--api-key", KEY)
         runs = _run_app(server, "junjo", *scenarios)
         server.wait_replayed()
@@ -156,7 +174,7 @@ def _codes(detail: dict[str, Any]) -> list[str]:
     return [diagnostic["code"] for diagnostic in detail["diagnostics"]]
 
 
-def test_live_borrowed_store_is_replayed_across_traces(replayed: Any) -> None:
+def test_live_borrowed_store_is_replayed_across_traces(replayed: ReplayedRuns) -> None:
     # h_borrowed_store's shape (SCHEMA.md 7.1, 7.4, 7.5): one live store lent to
     # four top-level executions, each its own trace; not shipped as a fixture.
     runs, server = replayed("borrowed_store")
@@ -214,7 +232,7 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: Any) -> None:
     assert "foreign_writer" not in _codes(four)
 
 
-def test_live_large_state_loop_split_over_requests_is_verified(replayed: Any) -> None:
+def test_live_large_state_loop_split_over_requests_is_verified(replayed: ReplayedRuns) -> None:
     # g2_large_state_loop's shape: a looping node grows a ~100 KB state, and its
     # spans are exported halfway through, so the workflow span comes requests later.
     runs, server = replayed("large_state_loop")
@@ -236,7 +254,7 @@ def test_live_large_state_loop_split_over_requests_is_verified(replayed: Any) ->
 
 
 def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
-    replayed: Any,
+    replayed: ReplayedRuns,
 ) -> None:
     # j_agent_in_node's shape (SCHEMA.md 2.4): an Agent run inside a node names
     # the node as its parent, and its tool writes the workflow's store from the

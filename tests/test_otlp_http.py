@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
-from support import FIXTURE_API_KEY, Server, fixture_requests
+from support import FIXTURE_API_KEY, MakeServer, Server, fixture_requests
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -109,7 +109,7 @@ def _json_request(*spans: dict[str, Any]) -> bytes:
     return json.dumps(document).encode()
 
 
-def test_otlp_http_exporter_spans_are_stored_with_their_ids(make_server: Any) -> None:
+def test_otlp_http_exporter_spans_are_stored_with_their_ids(make_server: MakeServer) -> None:
     server: Server = make_server("--api-key", FIXTURE_API_KEY)
     memory = InMemorySpanExporter()
     provider = TracerProvider()
@@ -290,7 +290,7 @@ def test_otlp_http_concatenated_gzip_members_are_one_body_up_to_a_limit(
     assert time.monotonic() - started < 10
 
 
-def test_otlp_http_oversize_is_413_before_and_while_reading(make_server: Any) -> None:
+def test_otlp_http_oversize_is_413_before_and_while_reading(make_server: MakeServer) -> None:
     server: Server = make_server("--max-receive-mib", "1")
     declared = _post(server, b"\x00" * (2 * MIB))
     assert declared.status_code == 413
@@ -328,8 +328,8 @@ def test_otlp_http_chunked_uploads_are_charged_what_they_send(server: Server) ->
     assert server.get_json("/healthz")["spans"] == 5
 
 
-def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: Any) -> None:
-    server: Server = make_server("--max-inflight", "1")
+def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: MakeServer) -> None:
+    server = make_server("--max-inflight", "1")
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as stalled:
         stalled.sendall(
@@ -349,7 +349,7 @@ def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: Any) -> N
     assert server.get_json("/healthz")["spans"] == 5
 
 
-def test_otlp_http_without_accepted_key_is_401(make_server: Any) -> None:
+def test_otlp_http_without_accepted_key_is_401(make_server: MakeServer) -> None:
     server: Server = make_server("--api-key", FIXTURE_API_KEY)
     for headers in ({}, {"x-junjo-api-key": "wrong"}, {"authorization": "Bearer wrong"}):
         response = _post(server, _linear(), PROTOBUF, headers)
@@ -365,7 +365,7 @@ def test_otlp_http_without_accepted_key_is_401(make_server: Any) -> None:
     assert server.get_json("/healthz")["spans"] == 5
 
 
-def test_otlp_http_overload_is_503_with_retry_after(make_server: Any) -> None:
+def test_otlp_http_overload_is_503_with_retry_after(make_server: MakeServer) -> None:
     server: Server = make_server("--max-inflight", "1")
     body, _ = fixture_requests("g_large_state")[1]
     with httpx.Client(timeout=60) as client, ThreadPoolExecutor(max_workers=16) as pool:

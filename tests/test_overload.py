@@ -6,10 +6,8 @@ The heavy version is bench/overload.py.
 
 from __future__ import annotations
 
-from typing import Any
-
 from crashload import ExportLoad, RssSampler, stored_spans
-from support import Server
+from support import MakeServer, Server
 
 EXPORTERS = 16
 REQUESTS_EACH = 6
@@ -20,7 +18,7 @@ SPANS_PER_REQUEST = 200
 RSS_GROWTH_LIMIT_KIB = 200 * 1024
 
 
-def test_overload_refuses_with_retry_info_and_lands_everything(make_server: Any) -> None:
+def test_overload_refuses_with_retry_info_and_lands_everything(make_server: MakeServer) -> None:
     server: Server = make_server("--max-inflight", "2")
     assert server.process is not None
     sampler = RssSampler(server.process.pid)

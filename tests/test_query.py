@@ -18,18 +18,20 @@ from collector.query_ast import (
     KEYWORDS,
     And,
     Compare,
+    CompareOp,
     Expr,
     Not,
     Or,
     Path,
     Presence,
     Scalar,
+    Scope,
     format_query,
 )
 
 
-def _cmp(path: str, op: str, value: Scalar, scope: str = "final") -> Compare:
-    return Compare(scope, Path(tuple(path.split("."))), op, value)  # type: ignore[arg-type]
+def _cmp(path: str, op: CompareOp, value: Scalar, scope: Scope = "final") -> Compare:
+    return Compare(scope, Path(tuple(path.split("."))), op, value)
 
 
 def _error(text: str) -> QueryError:
@@ -67,7 +69,7 @@ def test_parse_query_reads_json_literals(text: str, value: Scalar) -> None:
 
 
 @pytest.mark.parametrize("op", ["=", "!=", "<", "<=", ">", ">=", "contains"])
-def test_parse_query_reads_every_operator(op: str) -> None:
+def test_parse_query_reads_every_operator(op: CompareOp) -> None:
     assert parse_query(f"a {op} 1") == _cmp("a", op, 1)
 
 

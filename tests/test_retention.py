@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
@@ -24,7 +23,7 @@ from otlp_craft import (
     plain_request,
     relocated_fixture,
 )
-from support import FIXTURE_API_KEY, Server, export_raw
+from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.durations import DurationError, parse_duration
 
@@ -107,7 +106,7 @@ def _prune_cli(db: Path, age: str) -> dict[str, int]:
     return counts
 
 
-def test_prune_removes_only_traces_older_than_the_limit(make_server: Any) -> None:
+def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer) -> None:
     server: Server = make_server()
     _send_fixtures(server, age_days=60, tag="old")
     _send_fixtures(server, age_days=0, tag="new")
@@ -136,7 +135,7 @@ def test_prune_removes_only_traces_older_than_the_limit(make_server: Any) -> Non
     assert set(_prune_cli(server.db, "30d").values()) == {0}
 
 
-def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Any) -> None:
+def test_prune_through_a_running_server_never_blocks_ingestion(make_server: MakeServer) -> None:
     server: Server = make_server()
     # More than one 5,000-span batch of old data, so the prune commits several times.
     _send_plain(server, age_days=90, traces=120, spans=100)
@@ -182,7 +181,7 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Any)
     assert {table: old for table, (old, _) in counts.items()} == dict.fromkeys(counts, 0)
 
 
-def test_serve_retain_prunes_in_the_background(make_server: Any) -> None:
+def test_serve_retain_prunes_in_the_background(make_server: MakeServer) -> None:
     server: Server = make_server("--retain", "30d", "--prune-every", "1s")
     _send_fixtures(server, age_days=400, tag="old")
     _send_fixtures(server, age_days=1, tag="new")

@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
@@ -62,7 +62,7 @@ def test_root_path_refuses_what_a_path_would_escape_or_end_at(given: str) -> Non
         root_path_argument(given)
 
 
-def test_serve_refuses_a_bad_root_path_with_the_reason(tmp_path: Any) -> None:
+def test_serve_refuses_a_bad_root_path_with_the_reason(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "x.duckdb"),
          "--root-path", "statetrail"],
@@ -204,7 +204,7 @@ def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
 
 @pytest.mark.browser
 def test_browser_signs_in_and_out_through_the_proxy(
-    tmp_path: Any, page: Page
+    tmp_path: Path, page: Page
 ) -> None:
     server = _login_server(tmp_path)
     try:
@@ -251,7 +251,7 @@ def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
 
 
 def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
-    tmp_path: Any,
+    tmp_path: Path,
 ) -> None:
     server = _login_server(tmp_path)
     try:
@@ -288,7 +288,7 @@ def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
         server.stop()
 
 
-def _login_server(tmp_path: Any) -> Server:
+def _login_server(tmp_path: Path) -> Server:
     """A server with a studio login under the prefix, holding `a_linear`, replayed."""
     server = Server.on_free_ports(
         tmp_path / "statetrail.duckdb", "--root-path", PREFIX, "--auth",

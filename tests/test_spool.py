@@ -137,7 +137,7 @@ def test_a_failed_append_leaves_nothing_behind_and_the_next_one_works(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patched:
-        patched.setattr(spool_module.os, "fdatasync", refuse)
+        patched.setattr("collector.spool.os.fdatasync", refuse)
         with pytest.raises(SpoolError, match="No space left"):
             spool.append([b"lost", b"also lost"], 2)
     assert _segments(tmp_path / "spool")[0].stat().st_size == size
@@ -282,7 +282,7 @@ def test_an_export_the_spool_cannot_keep_is_answered_retry(
         raise OSError(5, "Input/output error")
 
     with monkeypatch.context() as patched:
-        patched.setattr(spool_module.os, "fdatasync", refuse)
+        patched.setattr("collector.spool.os.fdatasync", refuse)
         with pytest.raises(RetryLater, match="Input/output error"):
             ingestor.ingest(request, body)
     assert store.counts()["spans"] == 0

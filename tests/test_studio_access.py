@@ -11,14 +11,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Mount, Route
-from support import Server, fixture_requests
+from support import MakeServer, Server, fixture_requests
 
 from collector.config import Config
 from studio import access
@@ -29,7 +28,7 @@ PASSWORD = "correct horse battery staple"
 _PARAM = re.compile(r"\{[^}]+\}")
 
 
-def _auth_server(make_server: Any) -> Server:
+def _auth_server(make_server: MakeServer) -> Server:
     server: Server = make_server("--auth", "--studio-password", PASSWORD)
     return server
 
@@ -85,7 +84,7 @@ def _guarded_routes() -> list[tuple[str, str]]:
     return found
 
 
-def test_studio_access_every_route_refuses_without_login(make_server: Any) -> None:
+def test_studio_access_every_route_refuses_without_login(make_server: MakeServer) -> None:
     routes = _guarded_routes()
     assert any(path.startswith("/api/") for _, path in routes)
     assert any(not path.startswith("/api/") for _, path in routes)
@@ -110,7 +109,7 @@ def test_studio_access_every_route_refuses_without_login(make_server: Any) -> No
         assert export.status_code == 200
 
 
-def test_studio_access_login_opens_pages_and_api(make_server: Any) -> None:
+def test_studio_access_login_opens_pages_and_api(make_server: MakeServer) -> None:
     server = _auth_server(make_server)
     with _client(server) as client:
         response = _login(client, server)
@@ -125,7 +124,7 @@ def test_studio_access_login_opens_pages_and_api(make_server: Any) -> None:
         assert client.get("/login").status_code == 303
 
 
-def test_studio_access_wrong_password_is_refused(make_server: Any) -> None:
+def test_studio_access_wrong_password_is_refused(make_server: MakeServer) -> None:
     server = _auth_server(make_server)
     with _client(server) as client:
         response = _login(client, server, password="not it")
@@ -135,7 +134,7 @@ def test_studio_access_wrong_password_is_refused(make_server: Any) -> None:
         assert client.get("/api/executions").status_code == 401
 
 
-def test_studio_access_post_without_csrf_is_refused(make_server: Any) -> None:
+def test_studio_access_post_without_csrf_is_refused(make_server: MakeServer) -> None:
     server = _auth_server(make_server)
     with _client(server) as client:
         _login_form(client)
@@ -161,7 +160,7 @@ def test_studio_access_post_without_csrf_is_refused(make_server: Any) -> None:
         assert client.get("/api/executions").status_code == 200
 
 
-def test_studio_access_logout_invalidates_the_old_cookie(make_server: Any) -> None:
+def test_studio_access_logout_invalidates_the_old_cookie(make_server: MakeServer) -> None:
     server = _auth_server(make_server)
     with _client(server) as client:
         assert _login(client, server).status_code == 303
@@ -175,7 +174,7 @@ def test_studio_access_logout_invalidates_the_old_cookie(make_server: Any) -> No
         assert replayed.get("/").status_code == 303
 
 
-def test_studio_access_bearer_token_opens_the_api(make_server: Any) -> None:
+def test_studio_access_bearer_token_opens_the_api(make_server: MakeServer) -> None:
     server = _auth_server(make_server)
     with _client(server) as client:
         good = client.get("/api/executions", headers={"authorization": f"Bearer {PASSWORD}"})

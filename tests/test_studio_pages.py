@@ -22,9 +22,11 @@ import httpx
 import pytest
 from markupsafe import escape
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
 from support import (
+    MakeServer,
     Server,
     export_raw,
     manifest,
@@ -101,7 +103,7 @@ def _is_workflow(span: Span) -> bool:
 def run_id_of(requests: list[ExportTraceServiceRequest]) -> str:
     for span in spans_of(requests):
         if _is_workflow(span):
-            attributes = {a.key: a.value for a in span.attributes}
+            attributes: dict[str, AnyValue] = {a.key: a.value for a in span.attributes}
             return attributes[junjo.RUNTIME_ID].string_value
     raise LookupError("no workflow span")
 
@@ -426,7 +428,7 @@ def test_executions_page_lists_in_flight_runs_first_with_links(loaded: Loaded) -
 
 
 def test_executions_page_empty_database_explains_how_to_send_telemetry(
-    make_server: Any,
+    make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
     page = httpx.get(server.url + "/", timeout=30).text
@@ -619,7 +621,7 @@ def test_executions_page_escapes_a_hostile_filter(loaded: Loaded) -> None:
 
 @pytest.mark.parametrize("run_id", ["//evil.example/x", "\\\\evil.example\r\nSet-Cookie: a=b"])
 def test_a_hostile_run_id_typed_as_a_filter_stays_on_this_site(
-    make_server: Any, run_id: str
+    make_server: MakeServer, run_id: str
 ) -> None:
     server: Server = make_server()
     request = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
@@ -650,7 +652,7 @@ def _with_a_huge_list(requests: list[ExportTraceServiceRequest], size: int) -> N
 
 
 def test_a_run_too_large_to_index_whole_is_flagged_where_filters_cannot_be_trusted(
-    make_server: Any,
+    make_server: MakeServer,
 ) -> None:
     server = make_server()
     huge = variant("huge")

@@ -15,10 +15,18 @@ import pytest
 from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_strategies import ExportRequest, KeyValue, fixture_bodies, mutated_bytes, requests
+from otlp_strategies import (
+    AnyValue,
+    ExportRequest,
+    KeyValue,
+    fixture_bodies,
+    mutated_bytes,
+    requests,
+)
 
 from collector.decode import (
     AttributeValue,
+    AttributeValues,
     DecodedSpan,
     DecodeError,
     RejectedSpan,
@@ -63,7 +71,7 @@ def _assert_same_spans(body: bytes) -> None:
             _assert_same_attributes(event_view.attributes, event.attributes)
 
 
-def _assert_same_attributes(view: object, attributes: Iterable[KeyValue]) -> None:
+def _assert_same_attributes(view: AttributeValues, attributes: Iterable[KeyValue]) -> None:
     # A KeyValue carrying a field OTLP does not define (only mutated bytes have
     # one) is not in the map: see collector/wire.py. Its key reads as the
     # well-formed KeyValues with that key say, or as absent.
@@ -71,9 +79,9 @@ def _assert_same_attributes(view: object, attributes: Iterable[KeyValue]) -> Non
     keys = {kv.key for kv in attributes} | {"absent"}
     for key in keys:
         value = decoded.get(key)
-        assert string_attribute(view, key) == _typed(value, str), key  # type: ignore[arg-type]
-        assert int_attribute(view, key) == _int(value), key  # type: ignore[arg-type]
-        assert bool_attribute(view, key) == _typed(value, bool), key  # type: ignore[arg-type]
+        assert string_attribute(view, key) == _typed(value, str), key
+        assert int_attribute(view, key) == _int(value), key
+        assert bool_attribute(view, key) == _typed(value, bool), key
 
 
 def _typed(value: AttributeValue, kind: type) -> object:
@@ -110,12 +118,12 @@ def test_wire_accepts_whatever_the_otlp_schema_accepts(body: bytes) -> None:
 def test_wire_attribute_readers_keep_the_last_of_a_repeated_key_and_refuse_wrong_types() -> None:
     span = trace_pb2.Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
     span.attributes.extend([
-        KeyValue(key="name", value={"string_value": "first"}),
-        KeyValue(key="name", value={"string_value": "last"}),
-        KeyValue(key="empty", value={"string_value": ""}),
-        KeyValue(key="zero", value={"int_value": 0}),
-        KeyValue(key="flag", value={"bool_value": False}),
-        KeyValue(key="unset", value={}),
+        KeyValue(key="name", value=AnyValue(string_value="first")),
+        KeyValue(key="name", value=AnyValue(string_value="last")),
+        KeyValue(key="empty", value=AnyValue(string_value="")),
+        KeyValue(key="zero", value=AnyValue(int_value=0)),
+        KeyValue(key="flag", value=AnyValue(bool_value=False)),
+        KeyValue(key="unset", value=AnyValue()),
     ])  # fmt: skip
     view = parse_span_view(span.SerializeToString()).attributes
     assert string_attribute(view, "name") == "last"
