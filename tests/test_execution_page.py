@@ -32,7 +32,7 @@ from test_studio_pages import run_id_of
 from collector import junjo
 from collector.model import EvidenceSpan
 from collector.replay import replay
-from collector.store.listing import IN_FLIGHT_QUIET_NANOS, InFlightRow
+from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page
 from studio.graph import layout, node_runs
