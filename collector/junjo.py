@@ -161,7 +161,7 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         parent_run_id=(
             _id(attrs, PARENT_RUNTIME_ID) if parent_type in _OWNER_KINDS else None
         ),
-        status=_status(span, attrs),
+        status=span_status(span.status_code, _bool(attrs, CANCELLED) is True),
         status_message=span.status_message,
         error_type=_id(attrs, ERROR_TYPE),
         start_unix_nano=span.start_unix_nano,
@@ -194,10 +194,14 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
     )
 
 
-def _status(span: SpanRecord, attrs: AttributeValues) -> ExecutionStatus:
-    if span.status_code == STATUS_CODE_ERROR:
+def span_status(status_code: int, cancelled: bool) -> ExecutionStatus:
+    """A span's status as Junjo means it: an OTLP error, else cancelled, else ok.
+
+    `cancelled` is the span's `junjo.cancelled` flag; an error outranks it.
+    """
+    if status_code == STATUS_CODE_ERROR:
         return "error"
-    if _bool(attrs, CANCELLED):
+    if cancelled:
         return "cancelled"
     return "ok"
 

@@ -318,7 +318,7 @@ def test_execution_page_in_flight_refreshes_until_the_owner_arrives(make_server:
 def test_waterfall_orders_spans_as_a_tree_with_bars_to_scale() -> None:
     def span(span_id: str, parent: str, start: int, end: int) -> SpanRow:
         return SpanRow("t" * 32, span_id, parent, span_id, 1, start, end, 0, "", "svc", "junjo",
-                       None, b"")
+                       None, None, b"")
 
     rows = build_waterfall(
         [span("c", "a", 500, 1000), span("a", "", 0, 1000), span("b", "a", 0, 250),
@@ -337,7 +337,7 @@ def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
         if run_id:
             proto.attributes.add(key=junjo.RUNTIME_ID).value.string_value = run_id
         return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
-                       span_type, proto.SerializeToString())
+                       span_type, run_id, proto.SerializeToString())
 
     # A workflow whose node ran a sibling workflow on the same store: the sibling's
     # node carried the writes, outside the first run's own spans.
@@ -450,7 +450,7 @@ def test_verdict_names_only_the_drops_counted_against_this_run() -> None:
     def span(span_id: str, parent: str, dropped: int) -> SpanRow:
         proto = trace_pb2.Span(name=span_id, dropped_events_count=dropped)
         return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
-                       "node", proto.SerializeToString())
+                       "node", None, proto.SerializeToString())
 
     sibling = "5555555555555555"
     rows = [span(OWNER_SPAN, "", 0), span(NODE_SPAN, OWNER_SPAN, 3), span(sibling, "", 9)]
