@@ -35,8 +35,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from bench.bench_replay import TRANSITIONS, build
 from collector.decode import SpanRecord
 from collector.extractor import batch_from_export
-from collector.junjo import Evidence, SpanRole
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, SpanRole, Transition
 from collector.store import IngestBatch, Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -42,7 +42,7 @@ import pyarrow as pa
 from bench.bench_replay import TRANSITIONS
 from bench.bench_replay import build as build_long_history
 from collector.config import Config
-from collector.junjo import Evidence
+from collector.model import Evidence
 from collector.query import parse_query
 from collector.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.store import IngestBatch, Store

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 from collector.decode import (
@@ -27,7 +26,15 @@ from collector.decode import (
     int_attribute,
     string_attribute,
 )
-from collector.model import FULL_MODE, Execution, ExecutionKind, ExecutionStatus, Transition
+from collector.model import (
+    FULL_MODE,
+    Evidence,
+    Execution,
+    ExecutionKind,
+    ExecutionStatus,
+    SpanRole,
+    Transition,
+)
 from collector.wire import SpanView
 
 SPAN_TYPE: Final = "junjo.span_type"
@@ -89,6 +96,12 @@ _OWNER_KINDS: Final[dict[str, ExecutionKind]] = {
 }
 # Span types whose span owns an execution, sorted (the store's SQL lists them).
 OWNER_SPAN_TYPES: Final = tuple(sorted(_OWNER_KINDS))
+# Span types whose parent runtime id names the run they ran in: how a run whose
+# owner span has not arrived is known (collector/store/in_flight.py).
+IN_RUN_SPAN_TYPES: Final = ("node", "run_concurrent", "subflow")
+# Span types whose own runtime id other spans may name as their parent though it
+# is no run's: a RunConcurrent is the parent of its concurrent children.
+NOT_RUN_PARENT_SPAN_TYPES: Final = ("node", "run_concurrent")
 # Where each kind of owner keeps (start state, end state, store id). On an agent
 # span the junjo.store.* bounds describe the agent's private AgentStore.
 _STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {
@@ -96,29 +109,6 @@ _STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {
     "subflow": (WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
     "agent": (AGENT_STATE_START, AGENT_STATE_END, AGENT_STORE_ID),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SpanRole:
-    """Where a Junjo span sits: its type and the run ids that link it to its owner.
-
-    Node spans name their enclosing workflow/subflow run (or RunConcurrent) in
-    `parent_runtime_id`, which is how an execution whose owner span has not
-    arrived yet can be listed as in flight.
-    """
-
-    span_type: str
-    runtime_id: str | None
-    parent_runtime_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What one batch of spans says about executions and store transitions."""
-
-    executions: list[Execution]
-    transitions: list[Transition]
-    roles: dict[tuple[str, str], SpanRole]
 
 
 def extract(spans: Iterable[DecodedSpan]) -> Evidence:
@@ -171,7 +161,7 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         parent_run_id=(
             _id(attrs, PARENT_RUNTIME_ID) if parent_type in _OWNER_KINDS else None
         ),
-        status=_status(span, attrs),
+        status=span_status(span.status_code, _bool(attrs, CANCELLED) is True),
         status_message=span.status_message,
         error_type=_id(attrs, ERROR_TYPE),
         start_unix_nano=span.start_unix_nano,
@@ -204,10 +194,14 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
     )
 
 
-def _status(span: SpanRecord, attrs: AttributeValues) -> ExecutionStatus:
-    if span.status_code == STATUS_CODE_ERROR:
+def span_status(status_code: int, cancelled: bool) -> ExecutionStatus:
+    """A span's status as Junjo means it: an OTLP error, else cancelled, else ok.
+
+    `cancelled` is the span's `junjo.cancelled` flag; an error outranks it.
+    """
+    if status_code == STATUS_CODE_ERROR:
         return "error"
-    if _bool(attrs, CANCELLED):
+    if cancelled:
         return "cancelled"
     return "ok"
 

@@ -107,6 +107,32 @@ class Execution:
     application_transition_end: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class SpanRole:
+    """Where a producer's span sits: its type and the run ids that link it to its owner.
+
+    A node span names its enclosing run (for Junjo, a workflow or subflow, or
+    a RunConcurrent) in `parent_runtime_id`, which is how an execution whose
+    owner span has not arrived yet can be listed as in flight.
+    """
+
+    span_type: str
+    runtime_id: str | None
+    parent_runtime_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one batch of spans says about executions and store transitions.
+
+    `roles` is keyed by (trace id, span id).
+    """
+
+    executions: list[Execution]
+    transitions: list[Transition]
+    roles: dict[tuple[str, str], SpanRole]
+
+
 class EvidenceSpan(NamedTuple):
     """What replay needs to know about a span that carried evidence.
 

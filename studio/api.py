@@ -23,7 +23,8 @@ from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_pa
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
 from collector.store import Store
-from collector.store.listing import ExecutionRow, InFlightRow, sort_value
+from collector.store.in_flight import InFlightRow
+from collector.store.listing import ExecutionRow, sort_value
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection

@@ -25,7 +25,8 @@ from collector.history import History
 from collector.model import Execution
 from collector.provenance import Provenance, provenance
 from collector.store import Store
-from collector.store.listing import ExecutionRow, InFlightRow
+from collector.store.in_flight import InFlightRow
+from collector.store.listing import ExecutionRow
 
 CACHED_HISTORIES = 32
 CACHE_BUDGET_BYTES = 256 * 1024 * 1024

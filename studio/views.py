@@ -23,12 +23,12 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from collector.jsondoc import JsonValue, Missing
 from collector.query import QueryError
 from collector.store import Store
+from collector.store.in_flight import InFlightRow
 from collector.store.listing import (
     SORT_COLUMNS,
     ExecutionQuery,
     ExecutionRow,
     FacetName,
-    InFlightRow,
     SortKey,
     sort_value,
 )

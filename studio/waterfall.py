@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final
 
 from collector.decode import AttributeValue, decode_attributes, decode_span, json_safe
 from collector.junjo import (
@@ -24,14 +24,11 @@ from collector.junjo import (
     CANCELLED_REASON,
     ERROR_TYPE,
     OWNER_SPAN_TYPES,
-    RUNTIME_ID,
-    RUNTIME_ID_V1,
     SET_STATE_EVENT,
-    STATUS_CODE_ERROR,
     STRUCTURAL_ID,
-    bounded_id,
+    span_status,
 )
-from collector.model import span_subtree
+from collector.model import ExecutionStatus, span_subtree
 from collector.store.spans import SpanRow
 
 SCALE: Final = 1000
@@ -39,8 +36,6 @@ TICKS: Final = 4
 ATTRIBUTE_PREVIEW_CHARS: Final = 400
 EXCEPTION_EVENT: Final = "exception"
 SPAN_KINDS: Final = ("unspecified", "internal", "server", "client", "producer", "consumer")
-
-SpanStatus: TypeAlias = Literal["ok", "error", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +83,7 @@ class WaterfallRow:
     duration_nano: int
     x: int
     width: int
-    status: SpanStatus
+    status: ExecutionStatus
     status_message: str
     error_type: str | None
     cancelled_reason: str | None
@@ -241,15 +236,7 @@ def _row(
     duration = max(span.end - span.start, 0)
     x = (span.start - start) * SCALE // total
     cancelled = attributes.get(CANCELLED) is True
-    status: SpanStatus = "ok"
-    if span.status_code == STATUS_CODE_ERROR:
-        status = "error"
-    elif cancelled:
-        status = "cancelled"
     structural = attributes.get(STRUCTURAL_ID)
-    # Bounded as extraction stored it, so the link finds the stored run.
-    raw_run_id = attributes.get(RUNTIME_ID) or attributes.get(RUNTIME_ID_V1)
-    run_id = bounded_id(raw_run_id) if isinstance(raw_run_id, str) else None
     return WaterfallRow(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
@@ -264,7 +251,7 @@ def _row(
         x=x,
         # At least one unit wide, so a span of a few microseconds is still visible.
         width=max(min(duration * SCALE // total, SCALE - x), 1),
-        status=status,
+        status=span_status(span.status_code, cancelled),
         status_message=span.status_message,
         error_type=_text(attributes.get(ERROR_TYPE)) or None,
         cancelled_reason=_text(attributes.get(CANCELLED_REASON)) or None if cancelled else None,
@@ -276,9 +263,7 @@ def _row(
         attributes=preview_attributes(attributes),
         in_execution=in_execution,
         is_owner=is_owner,
-        run_id=(
-            run_id if span.span_type in OWNER_SPAN_TYPES and run_id else None
-        ),
+        run_id=span.runtime_id if span.span_type in OWNER_SPAN_TYPES and span.runtime_id else None,
     )
 
 

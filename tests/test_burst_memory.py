@@ -12,7 +12,7 @@ from history_records import scenario
 
 from collector import burst_memory
 from collector.burst_memory import BurstMemory
-from collector.junjo import Evidence
+from collector.model import Evidence
 from collector.replayer import Replayer
 from collector.store import IngestBatch, Store, WriteResult
 

@@ -34,7 +34,7 @@ from test_studio_pages import run_id_of
 from collector import junjo
 from collector.model import EvidenceSpan
 from collector.replay import replay
-from collector.store.listing import IN_FLIGHT_QUIET_NANOS, InFlightRow
+from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page
 from studio.graph import layout, node_runs
@@ -323,7 +323,7 @@ def test_execution_page_in_flight_refreshes_until_the_owner_arrives(
 def test_waterfall_orders_spans_as_a_tree_with_bars_to_scale() -> None:
     def span(span_id: str, parent: str, start: int, end: int) -> SpanRow:
         return SpanRow("t" * 32, span_id, parent, span_id, 1, start, end, 0, "", "svc", "junjo",
-                       None, b"")
+                       None, None, b"")
 
     rows = build_waterfall(
         [span("c", "a", 500, 1000), span("a", "", 0, 1000), span("b", "a", 0, 250),
@@ -342,7 +342,7 @@ def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
         if run_id:
             proto.attributes.add(key=junjo.RUNTIME_ID).value.string_value = run_id
         return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
-                       span_type, proto.SerializeToString())
+                       span_type, run_id, proto.SerializeToString())
 
     # A workflow whose node ran a sibling workflow on the same store: the sibling's
     # node carried the writes, outside the first run's own spans.
@@ -455,7 +455,7 @@ def test_verdict_names_only_the_drops_counted_against_this_run() -> None:
     def span(span_id: str, parent: str, dropped: int) -> SpanRow:
         proto = trace_pb2.Span(name=span_id, dropped_events_count=dropped)
         return SpanRow(TRACE, span_id, parent, span_id, 1, 0, 10, 0, "", "svc", "junjo",
-                       "node", proto.SerializeToString())
+                       "node", None, proto.SerializeToString())
 
     sibling = "5555555555555555"
     rows = [span(OWNER_SPAN, "", 0), span(NODE_SPAN, OWNER_SPAN, 3), span(sibling, "", 9)]

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from history_records import scenario
 
-from collector.junjo import Evidence
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, Transition
 from collector.query import parse_query
 from collector.replayer import Replayer
 from collector.store import IngestBatch, Store, StoreError, WriteResult, field_layout

@@ -12,8 +12,7 @@ from support import fixture_requests, scenarios
 from collector.evidence import EvidenceVersion, load_history
 from collector.extractor import batch_from_export
 from collector.history import History
-from collector.junjo import Evidence
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, Transition
 from collector.replayer import replay_stores
 from collector.store import IngestBatch, Store
 from studio.inspect import Inspector

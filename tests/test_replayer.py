@@ -10,8 +10,7 @@ import pytest
 from history_records import scenario
 
 from collector import replayer as replayer_module
-from collector.junjo import Evidence
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, Transition
 from collector.replayer import Replayer
 from collector.store import IngestBatch, Store, WriteResult
 

@@ -20,8 +20,7 @@ from collector.evidence import load_history, replay_with, version_of
 from collector.extractor import batch_from_export
 from collector.history import History, StateUnavailableError
 from collector.jsondoc import json_equal
-from collector.junjo import Evidence
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, Transition
 from collector.provenance import provenance
 from collector.replay import replay
 from collector.replayer import replay_stores

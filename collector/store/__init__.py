@@ -1,10 +1,13 @@
 """Storage stage: the one object that owns every read and write of the DuckDB file.
 
 Every SQL statement in statetrail lives in this package, so moving to DuckLake
-with a PostgreSQL catalog touches nothing else. This module holds the `Store`,
-its transactions and the bulk inserts of a write; the rest of the SQL is spread
-over the submodules, one concern each: the schema (migrations.py), finding
-executions (listing.py), replay's inputs and results (replays.py, lineage.py,
+with a PostgreSQL catalog touches nothing else. This module is a facade: the
+`Store` opens the file, serialises writes under one lock, gives each call a
+cursor and turns DuckDB's failures into StoreError (errors.py); the SQL is in
+the submodules, one concern each: the schema (migrations.py), transactions
+(transactions.py), the database's settings and checkpoints (database.py), an
+ingest write (writes.py), finding executions (listing.py) and runs in flight
+(in_flight.py), replay's inputs and results (replays.py, lineage.py,
 run_keys.py), the field index and its filter compiler (filters.py) and its
 idle-time rewrite (field_layout.py), retention (retention.py), ingestion keys
 (keys.py), a trace's spans (spans.py) and the spool position
@@ -15,9 +18,7 @@ allow-lists.
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
 returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
-the database: collector/store/rows.py) then `commit`. Duplicated deliveries
-are normal in OTLP, so every table is keyed by its natural identity and
-inserted with OR IGNORE: a repeat is stored once.
+the database: collector/store/rows.py) then `commit` (writes.py).
 
 Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
 not safe to share between threads).
@@ -36,15 +37,17 @@ from pathlib import Path
 from typing import TypeVar
 
 import duckdb
-import pyarrow as pa
 
+from collector import junjo
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
 from collector.query_ast import Path as FieldPath
 from collector.snapshot import Snapshot
 from collector.store import (
+    database,
     field_layout,
     filters,
+    in_flight,
     keys,
     lineage,
     listing,
@@ -52,8 +55,12 @@ from collector.store import (
     retention,
     span_bytes,
     spool_position,
+    writes,
 )
 from collector.store import spans as span_reads
+from collector.store.errors import StoreError as StoreError
+from collector.store.errors import StoreLocked as StoreLocked
+from collector.store.errors import StoreOutOfMemory as StoreOutOfMemory
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
@@ -61,6 +68,7 @@ from collector.store.rows import IngestBatch as IngestBatch
 from collector.store.rows import PreparedWrite as PreparedWrite
 from collector.store.rows import WriteResult as WriteResult
 from collector.store.rows import prepare_write as prepare_write
+from collector.store.transactions import read_snapshot, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -74,19 +82,6 @@ for _package, _modules in _OPTIONAL_IMPORTS.items():
     if importlib.util.find_spec(_package) is None:
         for _module in _modules:
             sys.modules.setdefault(_module, None)  # type: ignore[arg-type]
-
-
-class StoreError(RuntimeError):
-    """The database could not do what was asked; data already committed is intact."""
-
-
-class StoreOutOfMemory(StoreError):
-    """DuckDB ran out of its memory limit. Unlike a full disk or a lock, it may be
-    one write's own size: the extractor sets such an export aside (extractor.py)."""
-
-
-class StoreLocked(StoreError):
-    """Another process (usually a running `statetrail serve`) holds the file."""
 
 
 _T = TypeVar("_T")
@@ -112,23 +107,17 @@ class Store:
             self._connection = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
-        if memory_limit is not None:
-            self._connection.execute("SET memory_limit = ?", [memory_limit])
-        if threads is not None:
-            self._connection.execute("SET threads = ?", [threads])
-        # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
-        # default) for reuse, outside memory_limit. Replay's queries left a
-        # serve at 460-500 MB RSS through bench_ingest's catch-up; flushing
-        # past 8 MB, with the allocator's background thread, held it at
-        # 375-396 MB.
-        self._connection.execute("SET allocator_flush_threshold = '8MB'")
-        self._connection.execute("SET allocator_background_threads = true")
+        database.configure(
+            self._connection,
+            memory_limit=memory_limit,
+            threads=threads,
+            checkpoint_threshold=None if read_only else checkpoint_threshold,
+        )
         if not read_only:
-            self._connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
             apply_migrations(self._connection)
             # Start from a checkpointed file: whatever an earlier crash left in
             # the WAL is folded in now rather than on some later write.
-            self._connection.execute("CHECKPOINT")
+            database.checkpoint(self._connection)
         self._write_lock = threading.Lock()
         # The cursor of a field-index rewrite in progress, for interrupt_maintenance.
         self._maintenance: duckdb.DuckDBPyConnection | None = None
@@ -152,7 +141,7 @@ class Store:
                 # DuckDB, so no lower limit to save RSS here.
                 if not self._read_only:
                     self.limit_memory()
-                    self._connection.execute("CHECKPOINT")
+                    database.checkpoint(self._connection)
             except duckdb.Error as exc:
                 # An invalidated database cannot checkpoint; what was committed
                 # is in the WAL and is replayed on the next open.
@@ -171,7 +160,7 @@ class Store:
             return True
         try:
             with self._cursor() as cursor:
-                cursor.execute("SET memory_limit = ?", [target])
+                database.set_memory_limit(cursor, target)
         except StoreError as exc:
             logger.debug("memory limit %s refused: %s", target, exc)
             return False
@@ -197,8 +186,7 @@ class Store:
     def memory_limit(self) -> str:
         """DuckDB's memory limit now, as DuckDB prints it ("122.0 MiB")."""
         with self._cursor() as cursor:
-            row = cursor.execute("SELECT current_setting('memory_limit')").fetchone()
-        return str(row[0]) if row else ""
+            return database.memory_limit(cursor)
 
     def wal_bytes(self) -> int:
         """Size of the write-ahead log not yet folded into the file."""
@@ -210,7 +198,7 @@ class Store:
     def checkpoint(self) -> None:
         """Fold the WAL into the file now. Raises StoreError."""
         with self._write_lock, self._cursor() as cursor:
-            cursor.execute("CHECKPOINT")
+            database.checkpoint(cursor)
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -250,19 +238,8 @@ class Store:
         with self._write_lock, self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows
             write = write.numbered_from(self._next_chunk_id)
-            with _transaction(cursor, "could not store the export", out_of_memory=StoreOutOfMemory):
-                _insert(cursor, "resources", write.resources, skip_existing=True)
-                stored = _insert_spans(cursor, write.spans)
-                if len(stored) < write.spans.num_rows:
-                    # A redelivery: evidence is keyed by its span, so keeping only
-                    # what the new spans carry stores each transition once without
-                    # paying for a key index on the (much larger) transitions table.
-                    write = write.keeping_spans(stored)
-                _insert(cursor, "span_chunks", write.span_chunks)
-                _insert(cursor, "executions", write.executions, skip_existing=True)
-                _insert(cursor, "transitions", write.transitions)
-                if progress is not None:
-                    spool_position.save(cursor, *progress)
+            with transaction(cursor, "could not store the export", out_of_memory=StoreOutOfMemory):
+                write = writes.insert_write(cursor, write, progress)
             # Reached only after COMMIT: a failed write hands out no chunk ids.
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
@@ -272,12 +249,7 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         with self._cursor() as cursor:
-            row = cursor.execute(
-                "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM executions),"
-                " (SELECT count(*) FROM transitions)"
-            ).fetchone()
-        assert row is not None
-        return {"spans": row[0], "executions": row[1], "transitions": row[2]}
+            return database.counts(cursor)
 
     def stored_spool_position(self) -> tuple[int, int]:
         """(segment, byte offset) of the intake spool stored so far."""
@@ -338,24 +310,23 @@ class Store:
         with self._cursor() as cursor:
             return listing.children(cursor, run_id)
 
-    def in_flight(self, limit: int = 50, run_id: str | None = None) -> list[listing.InFlightRow]:
+    def in_flight(
+        self, limit: int = 50, run_id: str | None = None
+    ) -> list[in_flight.InFlightRow]:
+        """Runs in flight (in_flight.py), known by Junjo's conventions for spans' runs."""
         with self._cursor() as cursor:
-            return listing.in_flight(cursor, limit, run_id)
+            return in_flight.in_flight(
+                cursor,
+                in_run_types=junjo.IN_RUN_SPAN_TYPES,
+                not_run_types=junjo.NOT_RUN_PARENT_SPAN_TYPES,
+                limit=limit,
+                run_id=run_id,
+            )
 
     def evidence_version(self, store_id: str | None, trace_id: str) -> tuple[int, int]:
-        """Changes whenever evidence for this store or trace arrives (a cache key).
-
-        Plain equality predicates (not list_contains) let DuckDB prune by zone
-        maps: the check runs before every cached page view.
-        """
+        """Changes whenever evidence for this store or trace arrives (a cache key)."""
         with self._cursor() as cursor:
-            row = cursor.execute(
-                "SELECT (SELECT count(*) FROM transitions WHERE store_id = ?),"
-                " (SELECT coalesce(max(received_unix_nano), 0) FROM spans WHERE trace_id = ?)",
-                [store_id, trace_id],
-            ).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+            return replays.evidence_version(cursor, store_id, trace_id)
 
     def evidence_versions(
         self, store_ids: Sequence[str], trace_ids: Sequence[str]
@@ -404,7 +375,7 @@ class Store:
         with (
             self._write_lock,
             self._cursor() as cursor,
-            _transaction(cursor, "could not save replay results"),
+            transaction(cursor, "could not save replay results"),
         ):
             replays.save(cursor, records, indexes, snapshots)
             lineage.link(cursor, parents)
@@ -425,14 +396,14 @@ class Store:
                 return False
             self._maintenance = cursor
             try:
-                with _transaction(cursor, "could not sort the field index"):
+                with transaction(cursor, "could not sort the field index"):
                     field_layout.compact(cursor)
             finally:
                 self._maintenance = None
             # The old tables' blocks are free for reuse only once checkpointed; if
             # this fails, the next automatic checkpoint does it.
             with suppress(duckdb.Error):
-                cursor.execute("CHECKPOINT")
+                database.checkpoint(cursor)
         return True
 
     def interrupt_maintenance(self) -> None:
@@ -445,16 +416,13 @@ class Store:
 
     def spans_of_trace(self, trace_id: str) -> list[span_reads.SpanRow]:
         """Every stored span of a trace, earliest first, with its protobuf bytes."""
-        with self._cursor() as cursor:
-            # One snapshot for the spans and their chunks: a prune between the
-            # two reads could otherwise take a chunk the spans still name.
-            cursor.execute("BEGIN TRANSACTION")
+        # One snapshot for the spans and their chunks: a prune between the two
+        # reads could otherwise take a chunk the spans still name.
+        with self._cursor() as cursor, read_snapshot(cursor):
             try:
                 return span_reads.spans_of_trace(cursor, trace_id)
             except span_bytes.ChunkError as exc:
                 raise StoreError(f"the spans of trace {trace_id} cannot be read: {exc}") from exc
-            finally:
-                _rollback_quietly(cursor)
 
     # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
     # Writes take the write lock so they never race `close`; they are rare
@@ -508,74 +476,7 @@ class Store:
         with (
             self._write_lock,
             self._cursor() as cursor,
-            _transaction(cursor, "could not delete old data"),
+            transaction(cursor, "could not delete old data"),
         ):
             return statement(cursor)
 
-
-def _insert(
-    cursor: duckdb.DuckDBPyConnection, table: str, data: pa.Table, *, skip_existing: bool = False
-) -> None:
-    """Bulk insert an Arrow table; with `skip_existing`, rows whose key exists are ignored."""
-    if data.num_rows == 0:
-        return
-    cursor.register("_batch", data)
-    try:
-        columns = ", ".join(data.column_names)
-        verb = "INSERT OR IGNORE" if skip_existing else "INSERT"
-        cursor.execute(f"{verb} INTO {table} ({columns}) SELECT {columns} FROM _batch")
-    finally:
-        cursor.unregister("_batch")
-
-
-def _insert_spans(
-    cursor: duckdb.DuckDBPyConnection, data: pa.Table
-) -> dict[tuple[str, str], int]:
-    """Insert spans not stored yet; return the keys of those inserted, with their chunks."""
-    if data.num_rows == 0:
-        return {}
-    cursor.register("_batch", data)
-    try:
-        columns = ", ".join(data.column_names)
-        rows = cursor.execute(
-            f"INSERT OR IGNORE INTO spans ({columns}) SELECT {columns} FROM _batch"
-            " RETURNING trace_id, span_id, chunk_id"
-        ).fetchall()
-    finally:
-        cursor.unregister("_batch")
-    return {(trace_id, span_id): chunk_id for trace_id, span_id, chunk_id in rows}
-
-
-@contextmanager
-def _transaction(
-    cursor: duckdb.DuckDBPyConnection,
-    failure: str,
-    *,
-    out_of_memory: type[StoreError] = StoreError,
-) -> Iterator[None]:
-    """The block in one transaction: BEGIN before it, COMMIT after it.
-
-    If DuckDB fails in the block or at COMMIT, the transaction is rolled back
-    and StoreError("<failure>: <DuckDB's message>") raised instead, or
-    `out_of_memory` with that message when DuckDB ran out of its memory limit
-    (commit passes StoreOutOfMemory, which the extractor treats differently).
-    Code after the `with` therefore runs only once the block is committed.
-    Any other exception propagates unchanged, with neither COMMIT nor ROLLBACK.
-    """
-    try:
-        cursor.execute("BEGIN TRANSACTION")
-        yield
-        cursor.execute("COMMIT")
-    except duckdb.Error as exc:
-        _rollback_quietly(cursor)
-        kind = out_of_memory if isinstance(exc, duckdb.OutOfMemoryException) else StoreError
-        raise kind(f"{failure}: {exc}") from exc
-
-
-def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
-    try:
-        cursor.execute("ROLLBACK")
-    except duckdb.Error:
-        # The transaction may already be gone (the failure aborted it); the
-        # original error is the one worth reporting.
-        return

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from collector.store.transactions import transaction
+
 
 class KeyNameTaken(ValueError):
     """An active key already has this name; revoke it first or choose another."""
@@ -35,9 +37,8 @@ _COLUMNS = "name, created_unix_nano, last_used_unix_nano, revoked_unix_nano"
 
 
 def insert_key(cursor: duckdb.DuckDBPyConnection, name: str, key_digest: str, now: int) -> ApiKey:
-    """Record a new key; raises KeyNameTaken if an active key has the name."""
-    cursor.execute("BEGIN TRANSACTION")
-    try:
+    """Record a new key; raises KeyNameTaken if an active key has the name, StoreError."""
+    with transaction(cursor, "could not record the key"):
         taken = cursor.execute(
             "SELECT 1 FROM api_keys WHERE name = ? AND revoked_unix_nano IS NULL", [name]
         ).fetchone()
@@ -47,10 +48,6 @@ def insert_key(cursor: duckdb.DuckDBPyConnection, name: str, key_digest: str, no
             "INSERT INTO api_keys (key_digest, name, created_unix_nano) VALUES (?, ?, ?)",
             [key_digest, name, now],
         )
-        cursor.execute("COMMIT")
-    except BaseException:
-        cursor.execute("ROLLBACK")
-        raise
     return ApiKey(name, now, None, None)
 
 

@@ -8,7 +8,6 @@ and stable while data arrives.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -17,6 +16,7 @@ import duckdb
 
 from collector.query_ast import Expr
 from collector.store.filters import compile_filter
+from collector.store.transactions import read_snapshot
 
 FacetName = Literal["workflow", "service", "status", "verdict", "kind"]
 FACET_COLUMNS: Final[dict[FacetName, str]] = {
@@ -91,26 +91,6 @@ class ExecutionRow:
     structural_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class InFlightRow:
-    """A run whose owner span has not arrived, known from its nodes' spans."""
-
-    run_id: str
-    trace_id: str
-    service: str
-    first_unix_nano: int
-    last_unix_nano: int
-    span_count: int
-    store_ids: tuple[str, ...]
-    transition_count: int
-    # When the newest of those spans reached this server (its clock, not the producer's).
-    last_received_unix_nano: int = 0
-
-    def is_quiet(self, now_unix_nano: int) -> bool:
-        """Nothing arrived for IN_FLIGHT_QUIET_NANOS: the owner span was probably lost."""
-        return now_unix_nano - self.last_received_unix_nano > IN_FLIGHT_QUIET_NANOS
-
-
 _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
     e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
@@ -176,7 +156,7 @@ def search(
 ) -> list[ExecutionRow]:
     """One page, newest first; one more row than asked says there is a next page.
 
-    Two statements in one read transaction: which runs are on the page (ids
+    Two statements in one read snapshot: which runs are on the page (ids
     only), then their rows, looked up by primary key. One statement joining the
     page back to executions read every row group the page's runs were spread
     over (60 ms for five scattered hits at 1M runs); a primary-key lookup of a
@@ -189,8 +169,7 @@ def search(
     filtered = query.where is not None
     replays = _REPLAYS_JOIN if query.verdict is not None else ""
     newest_first = query.sort == "started" and query.descending
-    cursor.execute("BEGIN TRANSACTION")
-    try:
+    with read_snapshot(cursor):
         run_ids: list[str] = []
         if not newest_first:
             run_ids = _sorted_page_ids(cursor, query, replays)
@@ -202,12 +181,7 @@ def search(
             limits = [query.limit + 1] * (2 if filtered else 1)  # the filtered SQL limits twice
             run_ids = _ids(cursor, sql.format(where=_where(conditions), replays=replays),
                            [*params, *limits])  # fmt: skip
-        rows = _rows(cursor, run_ids) if run_ids else []
-    except BaseException:
-        cursor.execute("ROLLBACK")
-        raise
-    cursor.execute("COMMIT")
-    return rows
+        return _rows(cursor, run_ids) if run_ids else []
 
 
 def _sorted_page_ids(
@@ -429,65 +403,3 @@ def children(cursor: duckdb.DuckDBPyConnection, run_id: str) -> list[ExecutionRo
         [run_id],
     ).fetchall()
     return [ExecutionRow(*row) for row in rows]
-
-
-IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
-# An in-flight run that received nothing for this long has probably lost its
-# owner span (an exporter queue that overflowed, a process that exited before
-# flushing); the studio says so instead of waiting for it.
-IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
-
-# A run is in flight when Junjo spans name it as their parent run but its own
-# owner span has not arrived. RunConcurrent ids are parents too (of concurrent
-# children), so those, being spans' own runtime ids, are excluded.
-_IN_FLIGHT_SQL: Final = """
-    WITH parents AS (
-        SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
-               s.start_unix_nano, s.end_unix_nano, s.received_unix_nano
-        FROM spans s
-        WHERE s.received_unix_nano >= $since
-          AND s.junjo_parent_runtime_id IS NOT NULL
-          AND s.span_type IN ('node', 'run_concurrent', 'subflow')
-          AND s.junjo_parent_runtime_id NOT IN (
-              SELECT junjo_runtime_id FROM spans
-              WHERE received_unix_nano >= $since
-                AND span_type IN ('node', 'run_concurrent') AND junjo_runtime_id IS NOT NULL)
-          AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
-          {run_filter}
-    )
-    SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
-           min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
-           list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
-           count(t.store_id), max(p.received_unix_nano)
-    FROM parents p
-    LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
-    GROUP BY p.run_id
-    ORDER BY min(p.start_unix_nano) DESC
-    LIMIT $limit
-"""
-
-
-def in_flight(
-    cursor: duckdb.DuckDBPyConnection,
-    limit: int = 50,
-    run_id: str | None = None,
-    *,
-    now_unix_nano: int | None = None,
-) -> list[InFlightRow]:
-    """Runs whose nodes reported within IN_FLIGHT_WINDOW but whose owner span has not.
-
-    Only recent spans are looked at (they are stored in arrival order, so zone
-    maps skip the rest): a run whose owner never arrives stops being "in flight"
-    after the window, rather than every page load scanning all spans forever.
-    """
-    now = time.time_ns() if now_unix_nano is None else now_unix_nano
-    params: dict[str, object] = {"limit": limit, "since": now - IN_FLIGHT_WINDOW_NANOS}
-    run_filter = ""
-    if run_id is not None:
-        run_filter = "AND s.junjo_parent_runtime_id = $run_id"
-        params["run_id"] = run_id
-    rows = cursor.execute(_IN_FLIGHT_SQL.format(run_filter=run_filter), params).fetchall()
-    return [
-        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8])
-        for r in rows
-    ]

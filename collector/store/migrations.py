@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.store.documents import packed_column
+from collector.store.transactions import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 MIGRATIONS: list[Migration] = []
@@ -24,7 +25,10 @@ def migration(function: Migration) -> Migration:
 
 
 def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
-    """Apply every migration not yet recorded; return the names applied now."""
+    """Apply every migration not yet recorded; return the names applied now.
+
+    Raises StoreError if one fails; the migrations before it stay applied.
+    """
     connection.execute(
         "CREATE TABLE IF NOT EXISTS _migrations ("
         " name VARCHAR PRIMARY KEY, applied_at TIMESTAMP WITH TIME ZONE DEFAULT now())"
@@ -35,14 +39,9 @@ def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
         name = function.__name__
         if name in applied:
             continue
-        connection.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(connection, f"could not apply migration {name}"):
             function(connection)
             connection.execute("INSERT INTO _migrations (name) VALUES (?)", [name])
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
         done.append(name)
     return done
 

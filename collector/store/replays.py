@@ -139,6 +139,23 @@ def evidence_spans_for(
     return [SpanLink(EvidenceSpan(*row[:7]), row[7], row[8], row[9]) for row in rows]
 
 
+def evidence_version(
+    cursor: duckdb.DuckDBPyConnection, store_id: str | None, trace_id: str
+) -> tuple[int, int]:
+    """Transitions of a store and latest span arrival in a trace: changes with new evidence.
+
+    Plain equality predicates (not list_contains) let DuckDB prune by zone
+    maps: the check runs before every cached page view.
+    """
+    row = cursor.execute(
+        "SELECT (SELECT count(*) FROM transitions WHERE store_id = ?),"
+        " (SELECT coalesce(max(received_unix_nano), 0) FROM spans WHERE trace_id = ?)",
+        [store_id, trace_id],
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def evidence_versions(
     cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str], trace_ids: Sequence[str]
 ) -> tuple[dict[str, int], dict[str, int]]:

@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.decode import ResourceRecord, SpanRecord
-from collector.junjo import Evidence, SpanRole
-from collector.model import Execution, Transition
+from collector.model import Evidence, Execution, SpanRole, Transition
 from collector.store import documents, span_bytes
 
 _T = TypeVar("_T")

@@ -32,6 +32,9 @@ class SpanRow:
     service_name: str
     scope_name: str
     span_type: str | None
+    # The run a Junjo span is (`junjo_runtime_id`), as extraction stored it:
+    # bounded, so it matches the stored run ids.
+    runtime_id: str | None
     raw: bytes
 
 
@@ -43,7 +46,8 @@ def spans_of_trace(cursor: duckdb.DuckDBPyConnection, trace_id: str) -> list[Spa
     rows = cursor.execute(
         """
         SELECT trace_id, span_id, parent_span_id, name, kind, start_unix_nano, end_unix_nano,
-               status_code, status_message, service_name, scope_name, span_type, raw,
+               status_code, status_message, service_name, scope_name, span_type,
+               junjo_runtime_id, raw,
                chunk_id, chunk_offset, chunk_length
         FROM spans
         WHERE trace_id = ?

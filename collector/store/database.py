@@ -1,0 +1,57 @@
+"""SQL about the DuckDB database as a whole: its settings, checkpoints, and how much it holds."""
+
+from __future__ import annotations
+
+import duckdb
+
+
+def configure(
+    connection: duckdb.DuckDBPyConnection,
+    *,
+    memory_limit: str | None,
+    threads: int | None,
+    checkpoint_threshold: str | None,
+) -> None:
+    """This process's settings for a connection just opened; None keeps DuckDB's default.
+
+    `checkpoint_threshold` is None for a read-only connection, which never checkpoints.
+    """
+    if memory_limit is not None:
+        set_memory_limit(connection, memory_limit)
+    if threads is not None:
+        connection.execute("SET threads = ?", [threads])
+    # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
+    # default) for reuse, outside memory_limit. Replay's queries left a
+    # serve at 460-500 MB RSS through bench_ingest's catch-up; flushing
+    # past 8 MB, with the allocator's background thread, held it at
+    # 375-396 MB.
+    connection.execute("SET allocator_flush_threshold = '8MB'")
+    connection.execute("SET allocator_background_threads = true")
+    if checkpoint_threshold is not None:
+        connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
+
+
+def set_memory_limit(cursor: duckdb.DuckDBPyConnection, limit: str) -> None:
+    """Lowering the limit evicts cached blocks; DuckDB refuses if it cannot free enough."""
+    cursor.execute("SET memory_limit = ?", [limit])
+
+
+def memory_limit(cursor: duckdb.DuckDBPyConnection) -> str:
+    """DuckDB's memory limit now, as DuckDB prints it ("122.0 MiB")."""
+    row = cursor.execute("SELECT current_setting('memory_limit')").fetchone()
+    return str(row[0]) if row else ""
+
+
+def checkpoint(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Fold the write-ahead log into the file."""
+    cursor.execute("CHECKPOINT")
+
+
+def counts(cursor: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """How many spans, executions and transitions are stored."""
+    row = cursor.execute(
+        "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM executions),"
+        " (SELECT count(*) FROM transitions)"
+    ).fetchone()
+    assert row is not None
+    return {"spans": row[0], "executions": row[1], "transitions": row[2]}

@@ -1,0 +1,121 @@
+"""SQL for runs in flight: known from their nodes' spans while their owner span is missing.
+
+A run's owner span (workflow, subflow, agent) ends last, often in a later
+export (SCHEMA.md section 7), so until it arrives the run is no execution row,
+only spans that name it as their parent run. Which span types name a parent
+run, and which types' own ids are parents but never runs, is the producer's
+convention: the caller passes them (Store.in_flight, from collector/junjo.py),
+bound as parameters like every value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import duckdb
+
+IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
+# An in-flight run that received nothing for this long has probably lost its
+# owner span (an exporter queue that overflowed, a process that exited before
+# flushing); the studio says so instead of waiting for it.
+IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightRow:
+    """A run whose owner span has not arrived, known from its nodes' spans."""
+
+    run_id: str
+    trace_id: str
+    service: str
+    first_unix_nano: int
+    last_unix_nano: int
+    span_count: int
+    store_ids: tuple[str, ...]
+    transition_count: int
+    # When the newest of those spans reached this server (its clock, not the producer's).
+    last_received_unix_nano: int = 0
+
+    def is_quiet(self, now_unix_nano: int) -> bool:
+        """Nothing arrived for IN_FLIGHT_QUIET_NANOS: the owner span was probably lost."""
+        return now_unix_nano - self.last_received_unix_nano > IN_FLIGHT_QUIET_NANOS
+
+
+# A run is in flight when spans of the `{in_run}` types name it as their parent
+# run but its own owner span has not arrived. Spans of the `{not_run}` types
+# are parents too (RunConcurrent, of concurrent children), so their own
+# runtime ids are excluded.
+_IN_FLIGHT_SQL: Final = """
+    WITH parents AS (
+        SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
+               s.start_unix_nano, s.end_unix_nano, s.received_unix_nano
+        FROM spans s
+        WHERE s.received_unix_nano >= $since
+          AND s.junjo_parent_runtime_id IS NOT NULL
+          AND s.span_type IN ({in_run})
+          AND s.junjo_parent_runtime_id NOT IN (
+              SELECT junjo_runtime_id FROM spans
+              WHERE received_unix_nano >= $since
+                AND span_type IN ({not_run}) AND junjo_runtime_id IS NOT NULL)
+          AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
+          {run_filter}
+    )
+    SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
+           min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
+           list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
+           count(t.store_id), max(p.received_unix_nano)
+    FROM parents p
+    LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
+    GROUP BY p.run_id
+    ORDER BY min(p.start_unix_nano) DESC
+    LIMIT $limit
+"""
+
+
+def in_flight(
+    cursor: duckdb.DuckDBPyConnection,
+    *,
+    in_run_types: Sequence[str],
+    not_run_types: Sequence[str],
+    limit: int = 50,
+    run_id: str | None = None,
+) -> list[InFlightRow]:
+    """Runs whose nodes reported within IN_FLIGHT_WINDOW but whose owner span has not.
+
+    `in_run_types` are the span types whose parent runtime id names the run
+    they ran in; `not_run_types` those whose own runtime id may be a parent
+    but is never a run's. `run_id` asks about one run only.
+
+    Only recent spans are looked at (they are stored in arrival order, so zone
+    maps skip the rest): a run whose owner never arrives stops being "in flight"
+    after the window, rather than every page load scanning all spans forever.
+    """
+    params: dict[str, object] = {"limit": limit, "since": time.time_ns() - IN_FLIGHT_WINDOW_NANOS}
+    in_run = _bind_each(params, "in_run", in_run_types)
+    not_run = _bind_each(params, "not_run", not_run_types)
+    run_filter = ""
+    if run_id is not None:
+        run_filter = "AND s.junjo_parent_runtime_id = $run_id"
+        params["run_id"] = run_id
+    sql = _IN_FLIGHT_SQL.format(in_run=in_run, not_run=not_run, run_filter=run_filter)
+    rows = cursor.execute(sql, params).fetchall()
+    return [
+        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8])
+        for r in rows
+    ]
+
+
+def _bind_each(params: dict[str, object], name: str, values: Sequence[str]) -> str:
+    """Placeholders `$name0, $name1, ...` for `values`, each bound in `params`.
+
+    One parameter per value, not one list parameter: the statement keeps the
+    constant IN list DuckDB plans it with. An empty list matches nothing.
+    """
+    if not values:
+        return "NULL"
+    names = [f"{name}{index}" for index in range(len(values))]
+    params.update(zip(names, values, strict=True))
+    return ", ".join(f"${key}" for key in names)

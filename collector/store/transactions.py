@@ -1,0 +1,77 @@
+"""The two ways the store brackets statements: a write transaction and a read snapshot.
+
+Invariant: a block that fails leaves no transaction open, and the error it
+failed with is the one raised. The ROLLBACK after a failure is quiet: DuckDB
+has often ended the transaction already (a failed COMMIT does), and "cannot
+rollback - no transaction is active" would otherwise replace the real cause,
+such as the disk refusing the write-ahead log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+
+from collector.store.errors import StoreError
+
+
+@contextmanager
+def transaction(
+    cursor: duckdb.DuckDBPyConnection,
+    failure: str,
+    *,
+    out_of_memory: type[StoreError] = StoreError,
+) -> Iterator[None]:
+    """The block in one transaction: BEGIN before it, COMMIT after it.
+
+    If DuckDB fails at BEGIN, in the block or at COMMIT, StoreError("<failure>:
+    <DuckDB's message>") is raised instead, or `out_of_memory` with that message
+    when DuckDB ran out of its memory limit (Store.commit passes
+    StoreOutOfMemory, which the extractor treats differently). Any other
+    exception propagates unchanged. Either way the transaction is rolled back,
+    and code after the `with` runs only once the block is committed.
+    """
+    try:
+        cursor.execute("BEGIN TRANSACTION")
+    except duckdb.Error as exc:
+        raise _failed(failure, exc, out_of_memory) from exc
+    committed = False
+    try:
+        yield
+        cursor.execute("COMMIT")
+        committed = True
+    except duckdb.Error as exc:
+        raise _failed(failure, exc, out_of_memory) from exc
+    finally:
+        if not committed:
+            _rollback_quietly(cursor)
+
+
+@contextmanager
+def read_snapshot(cursor: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block's reads see one snapshot of the database; nothing is committed.
+
+    For reads that take more than one statement, so that a write committing
+    between them (a prune, an ingest) cannot make them disagree. DuckDB's
+    errors propagate unchanged; the store's cursor maps them to StoreError.
+    """
+    cursor.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    finally:
+        _rollback_quietly(cursor)
+
+
+def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK, ignoring DuckDB's refusal: the error that led here is the one to report."""
+    try:
+        cursor.execute("ROLLBACK")
+    except duckdb.Error:
+        return
+
+
+def _failed(failure: str, exc: duckdb.Error, out_of_memory: type[StoreError]) -> StoreError:
+    kind = out_of_memory if isinstance(exc, duckdb.OutOfMemoryException) else StoreError
+    return kind(f"{failure}: {exc}")
