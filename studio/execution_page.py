@@ -228,9 +228,8 @@ async def span_page(request: Request) -> Response:
             }
             for event in details["events"]
         ],
-        "partial": _wants_partial(request),
     }
-    return templates.TemplateResponse(request, "_execution_span.html", context)
+    return templates.TemplateResponse(request, "span.html", context)
 
 
 # --- building the page ---------------------------------------------------------------
@@ -439,10 +438,6 @@ def _graph(
 
 
 # --- small helpers -------------------------------------------------------------------------
-
-
-def _wants_partial(request: Request) -> bool:
-    return "hx-request" in request.headers or "x-partial" in request.headers
 
 
 def _missing(request: Request, run_id: str) -> Response:
