@@ -40,7 +40,7 @@ from collector.pruner import Pruner
 from collector.replayer import Replayer
 from collector.sidecar import Sidecar, published
 from collector.store import Store, StoreError
-from studio import admin, admin_prune, api, execution_page, views
+from studio import admin, api, compare_page, execution_page, health, views
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
@@ -229,15 +229,15 @@ ROUTES: Final = [
         name="api_provenance",
     ),
     Route("/api/executions/{run_id:run_id}", api.execution_detail, name="api_execution"),
-    Route("/compare", views.compare_page, name="compare"),
-    Route("/api/compare", views.compare_json, name="api_compare"),
-    Route("/healthz", views.healthz, name="healthz"),
+    Route("/compare", compare_page.compare_page, name="compare"),
+    Route("/api/compare", compare_page.compare_json, name="api_compare"),
+    Route("/healthz", health.healthz, name="healthz"),
     Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
     Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
     Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
     Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
           name="admin_revoke_key"),
-    Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
+    Route("/api/admin/prune", admin.prune, methods=["POST"], name="admin_prune"),
     Route("/api/admin/executions", admin.list_executions, methods=["GET"],
           name="admin_executions"),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

@@ -38,9 +38,8 @@ from collector.jsondoc import resolve
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
-from studio.api import parent_and_children
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
-from studio.inspect import Inspection
+from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
