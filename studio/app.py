@@ -52,7 +52,9 @@ from studio.unavailable import store_unavailable
 
 logger = logging.getLogger(__name__)
 
-SHUTDOWN_GRACE_SECONDS = 30.0
+# How long a stopping server lets calls in progress finish: the gRPC receiver's
+# here, uvicorn's HTTP requests (collector/cli.py hands it the same bound).
+SHUTDOWN_GRACE_SECONDS: Final = 30
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
@@ -119,7 +121,7 @@ async def _lifespan(
             stack.callback(pruner.close)
         managed_keys = ManagedKeys(store)
         keys = KeyChecker(
-            config.load_api_keys(),
+            config.api_keys,
             managed_keys.accepts,
             extra_required=managed_keys.any_exist,
         )
