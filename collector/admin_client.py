@@ -2,8 +2,8 @@
 
 `statetrail keys` and `statetrail prune` work on the database file directly
 when it is free; while `statetrail serve` holds it they send the same request
-to that server's admin routes instead (studio/admin.py, studio/admin_prune.py),
-found through the server's sidecar file (collector/sidecar.py). The routes
+to that server's admin routes instead (studio/admin.py), found through the
+server's sidecar file (collector/sidecar.py). The routes
 answer only loopback peers that present the sidecar's admin token in
 `ADMIN_TOKEN_HEADER`; every refusal is a JSON object `{"error": message}`.
 

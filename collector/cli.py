@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
     from collector.allocators import tune_for_server
 
     # The collector's one import of the studio: serving is where the two sides meet.
-    from studio.app import create_app
+    from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
 
     try:
         config = serve_config(args)
@@ -92,7 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=config.host,
         port=config.http_port,
         log_level=args.log_level,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         root_path=config.root_path,
     )
     return 0

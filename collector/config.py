@@ -33,8 +33,9 @@ class Config:
     host: str = DEFAULT_HOST
     grpc_port: int = DEFAULT_GRPC_PORT
     http_port: int = DEFAULT_HTTP_PORT
-    api_keys: tuple[str, ...] = ()
-    keys_file: Path | None = None
+    # The ingestion keys configured: the --api-key flags and the --keys-file's keys,
+    # read once here (keys managed in the database are collector/keyring.py's).
+    api_keys: frozenset[str] = frozenset()
     insecure: bool = False
     max_receive_bytes: int = 64 * MIB
     # Overload protection: past either bound an export is refused with a retry
@@ -91,27 +92,13 @@ class Config:
         """Whether every studio page and API route needs a login."""
         return self.auth or not is_loopback(self.host)
 
-    def load_api_keys(self) -> frozenset[str]:
-        """The configured keys: flags plus the keys file (one per line, # comments)."""
-        keys = set(self.api_keys)
-        if self.keys_file is not None:
-            for line in self.keys_file.read_text(encoding="utf-8").splitlines():
-                key = line.split("#", 1)[0].strip()
-                if key:
-                    keys.add(key)
-        return frozenset(keys)
-
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback with no key unless told to, and say why.
 
         A keys file counts only if it holds a key: an empty one (a template not
         filled in yet) would otherwise expose an unauthenticated receiver.
         """
-        try:
-            keyed = bool(self.load_api_keys())
-        except OSError as exc:
-            raise ConfigError(f"cannot read the keys file {self.keys_file}: {exc}") from exc
-        if self.insecure or keyed:
+        if self.insecure or self.api_keys:
             return
         if not is_loopback(self.host):
             raise ConfigError(
@@ -277,8 +264,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         host=args.host,
         grpc_port=args.grpc_port,
         http_port=args.http_port,
-        api_keys=tuple(args.api_keys),
-        keys_file=args.keys_file,
+        api_keys=_configured_keys(args.api_keys, args.keys_file),
         insecure=args.insecure,
         max_receive_bytes=args.max_receive_mib * MIB,
         max_inflight_requests=args.max_inflight,
@@ -296,6 +282,18 @@ def serve_config(args: argparse.Namespace) -> Config:
     config.check_exposure()
     config.check_studio_access()
     return config
+
+
+def _configured_keys(flags: list[str], keys_file: Path | None) -> frozenset[str]:
+    """The --api-key flags plus the keys file's keys (one per line, # comments)."""
+    keys = set(flags)
+    if keys_file is not None:
+        try:
+            text = keys_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read the keys file {keys_file}: {exc}") from exc
+        keys.update(key for line in text.splitlines() if (key := line.split("#", 1)[0].strip()))
+    return frozenset(keys)
 
 
 def _read_password(path: Path) -> str:

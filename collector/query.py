@@ -425,7 +425,7 @@ class _Parser:
         while self._peek().kind in (".", "["):
             separator = self._advance()
             if separator.kind == "[":
-                tokens.append(self._index_segment(separator))
+                tokens.append(self._index_segment())
             else:
                 tokens.append(self._segment(self._advance(), after_dot=True))
         return Path(tuple(tokens))
@@ -434,7 +434,7 @@ class _Parser:
         if token.kind == "string":
             return token.value
         if token.kind == "[" and not after_dot:
-            return self._index_segment(token)
+            return self._index_segment()
         if token.kind == "word" and IDENTIFIER.fullmatch(token.text):
             return token.text
         where = " after '.'" if after_dot else ""
@@ -444,7 +444,8 @@ class _Parser:
             token.position,
         )
 
-    def _index_segment(self, bracket: Token) -> str:
+    def _index_segment(self) -> str:
+        """An index after its '[' (already read): the digits and the closing ']'."""
         token = self._advance()
         if token.kind != "number" or not INDEX.fullmatch(token.text):
             raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'", token.position)

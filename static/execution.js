@@ -82,7 +82,7 @@
     var root = page();
     if (!root || !document.getElementById("provenance")) return false;
     var partial = root.getAttribute("data-base") + "/provenance" + search;
-    fetch(partial, { headers: { "X-Partial": "provenance" }, credentials: "same-origin" })
+    fetch(partial, { credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) throw new Error("provenance: HTTP " + response.status);
         return response.text();

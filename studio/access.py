@@ -41,9 +41,10 @@ from typing import Final
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from studio.json_errors import json_error
 from studio.links import Links, route_path
 from studio.templating import templates
 
@@ -336,12 +337,10 @@ def _unauthenticated(request: Request) -> Response:
         "application/json" in request.headers.get("accept", "")
     )
     if wants_json:
-        return JSONResponse(
-            {
-                "error": f"sign in at {links.path(LOGIN_PATH)}, or send "
-                "'Authorization: Bearer <studio password>'"
-            },
-            status_code=401,
+        return json_error(
+            401,
+            f"sign in at {links.path(LOGIN_PATH)}, or send "
+            "'Authorization: Bearer <studio password>'",
             headers={"www-authenticate": 'Bearer realm="statetrail"'},
         )
     # The whole path the browser asked for, the root included, so it comes back to it.
@@ -357,7 +356,7 @@ def _unauthenticated(request: Request) -> Response:
 
 
 def _forbidden(message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=403)
+    return json_error(403, message)
 
 
 def _render(
@@ -374,7 +373,7 @@ async def _read_body(request: Request) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_FORM_BYTES:
-            raise _Refused(JSONResponse({"error": "request body too large"}, status_code=413))
+            raise _Refused(json_error(413, "request body too large"))
         chunks.append(chunk)
     return b"".join(chunks)
 

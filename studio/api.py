@@ -22,36 +22,20 @@ from collector.history import Diagnostic, History, StateUnavailableError, Step
 from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_patch
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
-from collector.store import Store
 from collector.store.in_flight import InFlightRow
-from collector.store.listing import ExecutionRow, sort_value
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
-from studio.inspect import Inspection
-from studio.params import BadParameter, encode_cursor, execution_query, pointer_param
+from studio.inspect import Inspection, parent_and_children
+from studio.json_errors import json_error
+from studio.params import BadParameter, execution_query, next_cursor, pointer_param
 from studio.services import inspector_of, store_of
-
-
-def error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
 
 
 def bad_parameter(exc: BadParameter) -> JSONResponse:
     extra: dict[str, Any] = {"parameter": exc.name}
     if exc.position is not None:
         extra["position"] = exc.position
-    return error(400, str(exc), **extra)
-
-
-def parent_and_children(
-    store: Store, run_id: str, parent_run_id: str | None
-) -> tuple[ExecutionRow | None, list[ExecutionRow]]:
-    """A stored run's parent row (None at the top, or not stored) and its child runs, oldest first.
-
-    Shared by the execution page and its JSON twin, so both name the same relatives.
-    """
-    parent = store.execution_row(parent_run_id) if parent_run_id else None
-    return parent, store.child_executions(run_id)
+    return json_error(400, str(exc), **extra)
 
 
 def in_flight_json(row: InFlightRow) -> dict[str, Any]:
@@ -93,8 +77,7 @@ def list_executions(request: Request) -> Response:
             {"executions": [in_flight_json(r) for r in rows], "next": None}
         )
     found = store.search(query)
-    page, more = found[: query.limit], len(found) > query.limit
-    last = page[-1] if page else None
+    page = found[: query.limit]
     # A `where` filter adds each run's end value of the paths it tests.
     fields = value_json(store, page, value_columns(query.where))
     return JSONResponse(
@@ -103,9 +86,7 @@ def list_executions(request: Request) -> Response:
                 execution_json(r) | ({"fields": fields[r.run_id]} if fields else {})
                 for r in page
             ],
-            "next": (
-                encode_cursor(sort_value(last, query.sort), last.run_id) if more and last else None
-            ),
+            "next": next_cursor(found, query),
         }
     )
 
@@ -250,11 +231,11 @@ def execution_state(request: Request) -> Response:
     try:
         sequence = int(text) if text else history.last_sequence
     except ValueError:
-        return error(400, "sequence: must be a whole number", parameter="sequence")
+        return json_error(400, "sequence: must be a whole number", parameter="sequence")
     if history.has_states and not history.start_sequence <= sequence <= history.last_sequence:
         # A sequence outside the run is the caller's mistake (400); 404 below means
         # this run has no states at all (start state missing or withheld).
-        return error(
+        return json_error(
             400,
             f"sequence: must be between {history.start_sequence} and {history.last_sequence}",
             parameter="sequence",
@@ -263,7 +244,7 @@ def execution_state(request: Request) -> Response:
         state = history.state_at(sequence)
         verified = history.verified_at(sequence)
     except StateUnavailableError as exc:
-        return error(404, str(exc), parameter="sequence")
+        return json_error(404, str(exc), parameter="sequence")
     return JSONResponse(
         {"id": inspection.run_id, "sequence": sequence, "verified": verified, "state": state}
     )
@@ -307,7 +288,7 @@ def execution_provenance(request: Request) -> Response:
         pointer = pointer_param(request.query_params.get("path", ""))
         found = inspection.provenance(pointer)
     except (BadParameter, ValueError) as exc:
-        return error(400, f"path: {exc}", parameter="path")
+        return json_error(400, f"path: {exc}", parameter="path")
     return JSONResponse({"id": inspection.run_id, **provenance_json(found)})
 
 
@@ -316,7 +297,7 @@ def _inspect(request: Request) -> Inspection | None:
 
 
 def _unknown(request: Request) -> JSONResponse:
-    return error(404, f"no execution with id {request.path_params['run_id']!r}")
+    return json_error(404, f"no execution with id {request.path_params['run_id']!r}")
 
 
 def _state_or_none(history: History, sequence: int) -> JsonValue:

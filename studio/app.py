@@ -40,7 +40,7 @@ from collector.pruner import Pruner
 from collector.replayer import Replayer
 from collector.sidecar import Sidecar, published
 from collector.store import Store, StoreError
-from studio import admin, admin_prune, api, execution_page, views
+from studio import admin, api, compare_page, execution_page, health, views
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
@@ -52,7 +52,9 @@ from studio.unavailable import store_unavailable
 
 logger = logging.getLogger(__name__)
 
-SHUTDOWN_GRACE_SECONDS = 30.0
+# How long a stopping server lets calls in progress finish: the gRPC receiver's
+# here, uvicorn's HTTP requests (collector/cli.py hands it the same bound).
+SHUTDOWN_GRACE_SECONDS: Final = 30
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
@@ -119,7 +121,7 @@ async def _lifespan(
             stack.callback(pruner.close)
         managed_keys = ManagedKeys(store)
         keys = KeyChecker(
-            config.load_api_keys(),
+            config.api_keys,
             managed_keys.accepts,
             extra_required=managed_keys.any_exist,
         )
@@ -229,15 +231,15 @@ ROUTES: Final = [
         name="api_provenance",
     ),
     Route("/api/executions/{run_id:run_id}", api.execution_detail, name="api_execution"),
-    Route("/compare", views.compare_page, name="compare"),
-    Route("/api/compare", views.compare_json, name="api_compare"),
-    Route("/healthz", views.healthz, name="healthz"),
+    Route("/compare", compare_page.compare_page, name="compare"),
+    Route("/api/compare", compare_page.compare_json, name="api_compare"),
+    Route("/healthz", health.healthz, name="healthz"),
     Route(TRACES_PATH, _export_traces, methods=["POST"], name="otlp_http_traces"),
     Route("/api/admin/keys", admin.list_keys, methods=["GET"], name="admin_keys"),
     Route("/api/admin/keys", admin.create_key, methods=["POST"], name="admin_create_key"),
     Route("/api/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
           name="admin_revoke_key"),
-    Route("/api/admin/prune", admin_prune.prune, methods=["POST"], name="admin_prune"),
+    Route("/api/admin/prune", admin.prune, methods=["POST"], name="admin_prune"),
     Route("/api/admin/executions", admin.list_executions, methods=["GET"],
           name="admin_executions"),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

@@ -38,9 +38,8 @@ from collector.jsondoc import resolve
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
-from studio.api import parent_and_children
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
-from studio.inspect import Inspection
+from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
@@ -228,9 +227,8 @@ async def span_page(request: Request) -> Response:
             }
             for event in details["events"]
         ],
-        "partial": _wants_partial(request),
     }
-    return templates.TemplateResponse(request, "_execution_span.html", context)
+    return templates.TemplateResponse(request, "span.html", context)
 
 
 # --- building the page ---------------------------------------------------------------
@@ -439,10 +437,6 @@ def _graph(
 
 
 # --- small helpers -------------------------------------------------------------------------
-
-
-def _wants_partial(request: Request) -> bool:
-    return "hx-request" in request.headers or "x-partial" in request.headers
 
 
 def _missing(request: Request, run_id: str) -> Response:

@@ -11,6 +11,9 @@ The background replayer offers the long histories it makes (collector/replayer.p
 so the first view of a long run that was just ingested does not replay it again.
 The stored row (verdict, counts) is read on every view: the replayer saves a
 verdict after the evidence arrived, so a cached row would go stale.
+
+`parent_and_children` reads a run's relatives for both the execution page and
+its JSON twin, so the two name the same runs.
 """
 
 from __future__ import annotations
@@ -173,3 +176,14 @@ def footprint(history: History) -> int:
     checkpoints = history.checkpoint_count * state_text * _OBJECT_BYTES_PER_JSON_BYTE
     patches = sum(len(step.transition.patch_json) for step in history.steps)
     return checkpoints + patches + _BYTES_PER_STEP * len(history.steps)
+
+
+def parent_and_children(
+    store: Store, run_id: str, parent_run_id: str | None
+) -> tuple[ExecutionRow | None, list[ExecutionRow]]:
+    """A stored run's parent row (None at the top, or not stored) and its child runs, oldest first.
+
+    Shared by the execution page and its JSON twin, so both name the same relatives.
+    """
+    parent = store.execution_row(parent_run_id) if parent_run_id else None
+    return parent, store.child_executions(run_id)

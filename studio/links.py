@@ -40,6 +40,21 @@ class Links:
         """The page of one execution."""
         return f"{self.root}/executions/{quote(run_id, safe='')}"
 
+    def provenance(
+        self, run_id: str, pointer: str, *, step: int | None = None, state: str | None = None
+    ) -> str:
+        """A run's page with the provenance panel of the field at `pointer` open.
+
+        At step `step` (default: the last), showing `state` ("recorded") if given.
+        The pointer keeps its slashes (`path=/a/b`), so the address reads like the field.
+        """
+        params = {"step": step, "path": pointer, "state": state}
+        query = urlencode(
+            {key: str(value) for key, value in params.items() if value is not None},
+            safe="/", quote_via=quote,
+        )
+        return f"{self.execution(run_id)}?{query}#provenance"
+
     def execution_span(self, run_id: str, span_id: str) -> str:
         """Every attribute and event of one span of a run's trace."""
         return f"{self.execution(run_id)}/spans/{quote(span_id, safe='')}"
@@ -52,6 +67,14 @@ class Links:
     def executions(self, **filters: str) -> str:
         """The executions list with these exact-match filters (`trace=`, `store=`, ...)."""
         return f"{self.root}/?{urlencode(filters)}" if filters else f"{self.root}/"
+
+    def compare(self, a: str, b: str) -> str:
+        """Runs `a` and `b` side by side."""
+        return f"{self.root}/compare?{urlencode({'a': a, 'b': b})}"
+
+    def compare_api(self, a: str, b: str) -> str:
+        """The comparison of runs `a` and `b` as JSON."""
+        return f"{self.root}/api/compare?{urlencode({'a': a, 'b': b})}"
 
 
 def route_path(scope: Scope) -> str:

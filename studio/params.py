@@ -9,13 +9,19 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
 from collector.durations import DurationError, parse_duration
 from collector.query import QueryError, parse_path, parse_query
-from collector.store.listing import SORT_COLUMNS, ExecutionQuery, SortKey
+from collector.store.listing import (
+    SORT_COLUMNS,
+    ExecutionQuery,
+    ExecutionRow,
+    SortKey,
+    sort_value,
+)
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
@@ -60,7 +66,7 @@ def execution_query(
         since_unix_nano=parse_time("since", params.get("since", ""), now),
         until_unix_nano=parse_time("until", params.get("until", ""), now),
         limit=parse_limit(params.get("limit", "")),
-        after=decode_cursor(params.get("cursor", "")),
+        after=decode_cursor(params.get("cursor", ""), sort, descending),
         sort=sort,
         descending=descending,
     )
@@ -124,20 +130,45 @@ def _age(text: str) -> int | None:
         return None
 
 
-def encode_cursor(start_unix_nano: int, run_id: str) -> str:
-    raw = f"{start_unix_nano}:{run_id}".encode()
+def next_cursor(found: Sequence[ExecutionRow], query: ExecutionQuery) -> str | None:
+    """The cursor of the page after this one, or None on the last page.
+
+    `found` is what the store answered: one row more than `query.limit` says
+    there is a next page, which starts after the last row shown. The cursor
+    carries that row's sort value and run id, and the order it was made for.
+    """
+    if len(found) <= query.limit:
+        return None
+    last = found[query.limit - 1]
+    order = _order_text(query.sort, query.descending)
+    raw = f"{order}:{sort_value(last, query.sort)}:{last.run_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(text: str) -> tuple[int, str] | None:
+def decode_cursor(text: str, sort: SortKey, descending: bool) -> tuple[int, str] | None:
+    """(sort value, run id) of the previous page's last row; raise BadParameter.
+
+    A cursor holds a value of the order it was made for (a duration, say), so
+    one made for another order is refused rather than misread as a start time.
+    """
     if not text:
         return None
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        start, run_id = raw.split(":", 1)
-        return int(start), run_id
+        order, value, run_id = raw.split(":", 2)
+        after = int(value), run_id
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise BadParameter("cursor", "not a cursor this server gave out") from exc
+    if order != _order_text(sort, descending):
+        raise BadParameter(
+            "cursor", f"made for sort={order}, not for this order; start again from the first page"
+        )
+    return after
+
+
+def _order_text(sort: SortKey, descending: bool) -> str:
+    """An order as `sort=` spells it: `-duration` is longest first."""
+    return f"-{sort}" if descending else sort
 
 
 def pointer_param(text: str) -> str:

@@ -110,6 +110,10 @@ def provenance_view(
     history = inspection.history
     api = href(links.execution_api(inspection.run_id, "provenance"), path=pointer)
     close = href(base, step=sequence)
+
+    def write_href(step: int) -> str:
+        return links.provenance(inspection.run_id, pointer, step=step)
+
     try:
         found = inspection.provenance(pointer)
     except ValueError as exc:
@@ -137,7 +141,7 @@ def provenance_view(
     def write(entry: ProvenanceEntry) -> Write:
         return Write(
             sequence=entry.sequence,
-            href=_write_href(base, entry.sequence, pointer),
+            href=write_href(entry.sequence),
             op=entry.op,
             op_path=entry.op_path,
             relation=entry.relation,
@@ -162,15 +166,12 @@ def provenance_view(
         total=len(entries),
         first_index=first,
         earlier_href=(
-            _write_href(base, entries[max(first - PROVENANCE_WINDOW // 2, 0)].sequence, pointer)
+            write_href(entries[max(first - PROVENANCE_WINDOW // 2, 0)].sequence)
             if first > 0
             else None
         ),
         later_href=(
-            _write_href(
-                base, entries[min(after + PROVENANCE_WINDOW // 2, len(entries) - 1)].sequence,
-                pointer,
-            )
+            write_href(entries[min(after + PROVENANCE_WINDOW // 2, len(entries) - 1)].sequence)
             if after < len(entries)
             else None
         ),
@@ -240,7 +241,3 @@ def _in_recorded_end(history: History, pointer: str) -> bool:
     """Whether the producer's recorded end state holds `pointer` (written by a lost step, say)."""
     recorded = history.recorded_end
     return not isinstance(recorded, Missing) and not isinstance(resolve(recorded, pointer), Missing)
-
-
-def _write_href(base: str, sequence: int, pointer: str) -> str:
-    return href(base, step=sequence, path=pointer) + "#provenance"

@@ -12,7 +12,7 @@ every leaf is cut at STRING_PREVIEW_CHARS (studio/view_text.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
@@ -76,7 +76,8 @@ def state_view(
     has_recorded = not isinstance(recorded_end, Missing)
     if recorded and not isinstance(recorded_end, Missing):
         changed = _changed_at(history, sequence)
-        tokens = tree_tokens(recorded_end, base, sequence, changed, pointer, state="recorded")
+        field_href = _field_href(links, inspection.run_id, sequence, state="recorded")
+        tokens = tree_tokens(recorded_end, field_href, changed, pointer)
         return StateView(
             available=True, reason="", sequence=sequence, verified=False, recorded=True,
             tokens=tokens,
@@ -100,7 +101,9 @@ def state_view(
     changed = _changed_at(history, sequence)
     return StateView(
         available=True, reason="", sequence=sequence, verified=verified, recorded=False,
-        tokens=tree_tokens(state, base, sequence, changed, pointer),
+        tokens=tree_tokens(
+            state, _field_href(links, inspection.run_id, sequence), changed, pointer
+        ),
         json_href=json_href, recorded_href=recorded_href, replayed_href=None,
     )
 
@@ -119,17 +122,22 @@ def _changed_at(history: History, sequence: int) -> frozenset[str]:
     return frozenset(step.changed_paths) if step is not None else frozenset()
 
 
+def _field_href(
+    links: Links, run_id: str, sequence: int, *, state: str | None = None
+) -> Callable[[str], str]:
+    """Where a field of the state after `sequence` links to: its provenance panel."""
+    return lambda pointer: links.provenance(run_id, pointer, step=sequence, state=state)
+
+
 def tree_tokens(
     value: JsonValue,
-    base: str,
-    sequence: int,
+    field_href: Callable[[str], str],
     changed: frozenset[str],
     selected: str | None,
-    *,
-    state: str | None = None,
 ) -> tuple[Token, ...]:
     """The JSON value flattened into open/leaf/close tokens for nested <details>.
 
+    `field_href` gives each field's link from its pointer.
     Containers along a changed or selected path start open (so the change is in
     view); others below the first level start closed. A container shows its
     first TREE_CHILDREN_SHOWN children plus any on a changed or selected path,
@@ -137,24 +145,22 @@ def tree_tokens(
     """
     focus = {*changed, *([selected] if selected else [])}
     tokens: list[Token] = []
-    _emit(tokens, "state", (), value, _Context(base, sequence, changed, focus, state))
+    _emit(tokens, "state", (), value, _Context(field_href, changed, focus))
     return tuple(tokens)
 
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    base: str
-    sequence: int
+    field_href: Callable[[str], str]
     changed: frozenset[str]
     focus: set[str]
-    state: str | None
 
 
 def _emit(
     tokens: list[Token], key: str, parts: tuple[str, ...], value: JsonValue, ctx: _Context
 ) -> None:
     pointer = pointer_text(parts)
-    link = href(ctx.base, step=ctx.sequence, path=pointer, state=ctx.state) + "#provenance"
+    link = ctx.field_href(pointer)
     changed = pointer in ctx.changed
     if not isinstance(value, dict | list):
         text, full = leaf_text(value)

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from collector.fieldindex import MAX_ROWS
+from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS
 from collector.timestamps import rfc3339
 from studio.assets import TEMPLATES_DIR
 from studio.links import Links
@@ -36,6 +37,8 @@ def _environment() -> Environment:
     environment.filters["duration"] = duration
     # The field index's per-run row cap, which the list names when it cuts a run off.
     environment.globals["max_index_rows"] = MAX_ROWS
+    # When the list calls an in-flight run quiet (its owner span probably lost).
+    environment.globals["in_flight_quiet_minutes"] = IN_FLIGHT_QUIET_NANOS // 60_000_000_000
     return environment
 
 

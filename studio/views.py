@@ -1,15 +1,15 @@
-"""Thin HTML handlers: parse the request, ask the store or inspector, render a template.
+"""The executions list: thin handlers that parse the request, ask the store, render.
 
-The executions page keeps every filter in the URL and builds every link from
-the current query string, so a view can be shared by copying its address and
-works without JavaScript. With htmx present, the filter form and facet links
-ask for the `#results` partial only (`HX-Target: results`); the server answers
-with the same data rendered without the layout.
+The page keeps every filter in the URL and builds every link from the current
+query string, so a view can be shared by copying its address and works without
+JavaScript. With htmx present, the filter form and facet links ask for the
+`#results` partial only (`HX-Target: results`); the server answers with the
+same data rendered without the layout. (The compare page is
+studio/compare_page.py; the execution page studio/execution_page.py.)
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping
@@ -18,9 +18,8 @@ from typing import Final, Literal
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
-from collector.jsondoc import JsonValue, Missing
 from collector.query import QueryError
 from collector.store import Store
 from collector.store.in_flight import InFlightRow
@@ -30,21 +29,18 @@ from collector.store.listing import (
     ExecutionRow,
     FacetName,
     SortKey,
-    sort_value,
 )
-from studio.api import error
-from studio.compare import Comparison, compare, comparison_json
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
 from studio.links import Links
-from studio.params import DEFAULT_SORT, BadParameter, encode_cursor, execution_query
-from studio.services import inspector_of, services_of, store_of
+from studio.params import DEFAULT_SORT, BadParameter, execution_query, next_cursor
+from studio.services import services_of, store_of
 from studio.templating import templates
 
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
 TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
-# Order of the parameters in the links we build, so equal views get equal URLs.
 # Exact-match filters that come from links (a run's correlation id, trace or store).
 LINK_FILTERS: Final = ("correlation", "trace", "store")
+# Order of the parameters in the links we build, so equal views get equal URLs.
 FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit", "sort")
 # The filters the form carries as hidden fields (it has inputs for the others).
 HIDDEN_FILTER_KEYS: Final = (*FACETS, *LINK_FILTERS, "limit", "sort")
@@ -118,16 +114,16 @@ class ExecutionsView:
     """What the executions page and its partial render."""
 
     filters: dict[str, str]
-    rows: tuple[ExecutionRow, ...]
-    in_flight: tuple[InFlightRow, ...]
-    facets: tuple[Facet, ...]
-    active: tuple[Link, ...]
-    presets: tuple[Link, ...]
-    older_href: str | None
-    newest_href: str | None
+    # The list's address, which the filter chips and time presets change a filter of.
+    base_href: str
     api_href: str
-    error: FilterError | None
-    onboarding: bool
+    rows: tuple[ExecutionRow, ...] = ()
+    in_flight: tuple[InFlightRow, ...] = ()
+    facets: tuple[Facet, ...] = ()
+    older_href: str | None = None
+    newest_href: str | None = None
+    error: FilterError | None = None
+    onboarding: bool = False
     # For a `where` filter: each run's end value of the paths it tests, and the
     # link from a run to the first path's provenance; hints when nothing matched.
     columns: tuple[ValueColumn, ...] = ()
@@ -142,141 +138,46 @@ class ExecutionsView:
     # When the page was made, for telling which in-flight runs went quiet.
     now_unix_nano: int = field(default_factory=time.time_ns)
 
+    @property
+    def active(self) -> tuple[Link, ...]:
+        """One removable chip per filter in effect (Datasette's "x" links)."""
+        base, filters = self.base_href, self.filters
+        return tuple(
+            Link(f"{key}: {filters[key]}", link(base, filters, **{key: ""}), True)
+            for key in ("where", *FACETS, *LINK_FILTERS, "since", "until")
+            if filters.get(key)
+        )
+
+    @property
+    def presets(self) -> tuple[Link, ...]:
+        """The time range's shortcuts: the last 15 minutes ... all time."""
+        base, filters = self.base_href, self.filters
+        since, until = filters.get("since", ""), filters.get("until", "")
+        presets = [
+            Link(f"last {age}", link(base, filters, since=age, until=""),
+                 since == age and not until)
+            for age in TIME_PRESETS
+        ]
+        everything = link(base, filters, since="", until="")
+        presets.append(Link("all time", everything, not since and not until))
+        return tuple(presets)
+
 
 def executions_page(request: Request) -> Response:
-    params = request.query_params
-    filters = current_filters(params)
+    filters = current_filters(request.query_params)
     links = Links.of(request)
-    base = links.executions()
     store = store_of(request)
     try:
-        query = execution_query(params)
+        query = execution_query(request.query_params)
     except BadParameter as exc:
         # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up).
         text = filters["where"].strip()
         destination = _id_lookup(store, links, text) if exc.name == "where" else None
         if destination is not None:
             return _go_to(request, destination)
-        view = _view(request, filters, error=filter_error(exc, filters))
+        view = _empty_view(request, links, filters, error=filter_error(exc, filters))
         return _render_executions(request, view, status_code=400)
-    found = store.search(query)
-    rows, more = tuple(found[: query.limit]), len(found) > query.limit
-    first_page = query.after is None
-    facet_counts = store.facets(query, FACETS)
-    view = _view(
-        request,
-        filters,
-        rows=rows,
-        in_flight=tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else (),
-        facets=tuple(facet(name, counts, filters, base) for name, counts in facet_counts.items()),
-        older_href=_older_href(base, filters, rows, query.sort) if more else None,
-        newest_href=None if first_page else link(base, filters),
-    )
-    columns = value_columns(query.where)
-    hints = empty_hints(store, query.where, filters["where"].strip()) if not rows else ()
-    view = replace(
-        view,
-        # Every run has exactly one kind, so the kind facet's counts add up to the total.
-        total=sum(count for _, count in facet_counts["kind"]),
-        sorts=_sort_links(base, filters, query),
-        order=ORDERS[(query.sort, query.descending)],
-        columns=columns,
-        cells=value_cells(store, rows, columns),
-        hints=tuple(
-            replace(hint, href=link(base, filters, where=hint.replacement))
-            if hint.replacement
-            else hint
-            for hint in hints
-        ),
-        partly_indexed=store.partly_indexed(query) if query.where is not None else 0,
-    )
-    if not rows and not view.in_flight and not any(filters.values()) and first_page:
-        view = _view(request, filters, onboarding=store.counts()["executions"] == 0)
-    return _render_executions(request, view)
-
-
-def compare_page(request: Request) -> Response:
-    """Two runs side by side: `?a=RUN&b=RUN`, or `?run=X&run=Y` from the list's checkboxes."""
-    picked = compare_ids(request)
-    context: dict[str, object] = {
-        "a": picked[0], "b": picked[1], "comparison": None, "json_text": json_text
-    }
-    if not picked[0] and not picked[1]:
-        return templates.TemplateResponse(request, "compare.html", {**context, "error": None})
-    if not picked[0] or not picked[1]:
-        message = "pick two runs to compare (tick two rows of the executions list)"
-        return templates.TemplateResponse(
-            request, "compare.html", {**context, "error": message}, status_code=400
-        )
-    comparison, missing = load_comparison(request, picked[0], picked[1])
-    if comparison is None:
-        return templates.TemplateResponse(
-            request,
-            "compare.html",
-            {**context, "error": missing},
-            status_code=404,
-        )
-    return templates.TemplateResponse(
-        request, "compare.html", {**context, "comparison": comparison, "error": None}
-    )
-
-
-def compare_json(request: Request) -> Response:
-    """The compare page's JSON twin: `/api/compare?a=RUN&b=RUN`."""
-    a, b = compare_ids(request)
-    if not a or not b:
-        return error(400, "give two run ids as ?a=RUN&b=RUN", parameter="a" if not a else "b")
-    comparison, missing = load_comparison(request, a, b)
-    if comparison is None:
-        return error(404, missing)
-    return JSONResponse(comparison_json(comparison))
-
-
-def json_text(value: JsonValue | Missing) -> str | None:
-    """Compact JSON for a diff cell; None for a value absent on that side."""
-    if isinstance(value, Missing):
-        return None
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def compare_ids(request: Request) -> tuple[str, str]:
-    """The two run ids asked for; empty strings for those not given."""
-    params = request.query_params
-    picked = [run for run in params.getlist("run") if run]
-    a = params.get("a", "").strip() or (picked[0] if picked else "")
-    b = params.get("b", "").strip() or (picked[1] if len(picked) > 1 else "")
-    return a, b
-
-
-def load_comparison(request: Request, a: str, b: str) -> tuple[Comparison | None, str]:
-    """The comparison, or None and what is unknown (both ids when neither exists)."""
-    inspector = inspector_of(request)
-    first = inspector.inspect(a)
-    second = inspector.inspect(b) if b != a else first
-    unknown = [repr(run) for run, found in ((a, first), (b, second)) if found is None]
-    if first is None or second is None:
-        return None, f"no execution with id {' or '.join(dict.fromkeys(unknown))}"
-    return compare(first, second), ""
-
-
-def healthz(request: Request) -> Response:
-    """Liveness plus counts; `replaying` says stored rows or verdicts may still change.
-
-    `backlog_bytes` is what was received and acknowledged (durable in the spool)
-    but not stored in DuckDB yet.
-    """
-    services = services_of(request)
-    # Backlog first: the extractor tells the replayer before it reports progress.
-    backlog = services.ingestor.backlog_bytes()
-    replaying = bool(backlog) or not services.replayer.wait_idle(0)
-    return JSONResponse(
-        {
-            "status": "ok",
-            "replaying": replaying,
-            "backlog_bytes": backlog,
-            **store_of(request).counts(),
-        }
-    )
+    return _render_executions(request, _executions_view(request, links, store, filters, query))
 
 
 # --- the executions view model ---------------------------------------------------------
@@ -320,60 +221,68 @@ def filter_error(exc: BadParameter, filters: Mapping[str, str]) -> FilterError:
     return FilterError(exc.name, exc.message, caret)
 
 
-def _view(
+def _executions_view(
+    request: Request, links: Links, store: Store, filters: dict[str, str], query: ExecutionQuery
+) -> ExecutionsView:
+    """One page of runs with its facets, sort links and paging links."""
+    base = links.executions()
+    found = store.search(query)
+    rows = tuple(found[: query.limit])
+    first_page = query.after is None
+    in_flight = tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else ()
+    if not rows and not in_flight and not any(filters.values()) and first_page:
+        return _empty_view(request, links, filters, onboarding=store.counts()["executions"] == 0)
+    facet_counts = store.facets(query, FACETS)
+    columns = value_columns(query.where)
+    hints = empty_hints(store, query.where, filters["where"].strip()) if not rows else ()
+    cursor = next_cursor(found, query)
+    return ExecutionsView(
+        filters=filters,
+        base_href=base,
+        api_href=_api_href(request, filters),
+        rows=rows,
+        in_flight=in_flight,
+        facets=tuple(facet(name, counts, filters, base) for name, counts in facet_counts.items()),
+        older_href=link(base, filters, cursor=cursor) if cursor else None,
+        newest_href=None if first_page else link(base, filters),
+        # Every run has exactly one kind, so the kind facet's counts add up to the total.
+        total=sum(count for _, count in facet_counts["kind"]),
+        sorts=_sort_links(base, filters, query),
+        order=ORDERS[(query.sort, query.descending)],
+        columns=columns,
+        cells=value_cells(store, rows, columns),
+        hints=tuple(
+            replace(hint, href=link(base, filters, where=hint.replacement))
+            if hint.replacement
+            else hint
+            for hint in hints
+        ),
+        partly_indexed=store.partly_indexed(query) if query.where is not None else 0,
+    )
+
+
+def _empty_view(
     request: Request,
+    links: Links,
     filters: dict[str, str],
     *,
-    rows: tuple[ExecutionRow, ...] = (),
-    in_flight: tuple[InFlightRow, ...] = (),
-    facets: tuple[Facet, ...] = (),
-    older_href: str | None = None,
-    newest_href: str | None = None,
     error: FilterError | None = None,
     onboarding: bool = False,
 ) -> ExecutionsView:
-    base = Links.of(request).executions()
-    api = request.url_for("api_executions").path
+    """The page without results: a filter to fix, or a store with nothing to list yet."""
     return ExecutionsView(
         filters=filters,
-        rows=rows,
-        in_flight=in_flight,
-        facets=facets,
-        active=_active(base, filters),
-        presets=_presets(base, filters),
-        older_href=older_href,
-        newest_href=newest_href,
-        api_href=link(api, filters, cursor=request.query_params.get("cursor", "")),
+        base_href=links.executions(),
+        api_href=_api_href(request, filters),
         error=error,
         onboarding=onboarding,
     )
 
 
-def _active(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
-    """One removable chip per filter in effect (Datasette's "x" links)."""
-    return tuple(
-        Link(f"{key}: {filters[key]}", link(base, filters, **{key: ""}), True)
-        for key in ("where", *FACETS, *LINK_FILTERS, "since", "until")
-        if filters.get(key)
-    )
-
-
-def _presets(base: str, filters: Mapping[str, str]) -> tuple[Link, ...]:
-    since, until = filters.get("since", ""), filters.get("until", "")
-    presets = [
-        Link(f"last {age}", link(base, filters, since=age, until=""), since == age and not until)
-        for age in TIME_PRESETS
-    ]
-    everything = link(base, filters, since="", until="")
-    presets.append(Link("all time", everything, not since and not until))
-    return tuple(presets)
-
-
-def _older_href(
-    base: str, filters: Mapping[str, str], rows: tuple[ExecutionRow, ...], sort: SortKey
-) -> str:
-    last = rows[-1]
-    return link(base, filters, cursor=encode_cursor(sort_value(last, sort), last.run_id))
+def _api_href(request: Request, filters: Mapping[str, str]) -> str:
+    """This page's JSON twin: the same filters and cursor."""
+    api = request.url_for("api_executions").path
+    return link(api, filters, cursor=request.query_params.get("cursor", ""))
 
 
 def _sort_links(

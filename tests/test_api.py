@@ -354,6 +354,16 @@ def test_list_rejects_an_unknown_sort(fixtures: Server) -> None:
     assert status == 400 and body["parameter"] == "sort"
 
 
+def test_list_refuses_a_cursor_made_for_another_order(fixtures: Server) -> None:
+    """A cursor carries a value of its own order: a duration is no start time."""
+    longest = ok(fixtures, "/api/executions", limit="1", sort="-duration")["next"]
+    assert longest is not None
+    assert ok(fixtures, "/api/executions", limit="1", sort="-duration", cursor=longest)["next"]
+    for sort in ("", "started", "-started", "duration", "-transitions"):
+        status, body = get(fixtures, "/api/executions", limit="1", sort=sort, cursor=longest)
+        assert status == 400 and body["parameter"] == "cursor", (sort, body)
+
+
 @pytest.mark.parametrize(
     ("expression", "position"),
     [

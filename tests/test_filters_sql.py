@@ -25,7 +25,7 @@ from collector.store.filters import (
 from collector.store.migrations import apply_migrations
 from collector.store.replays import ReplayRecord
 from collector.store.retention import delete_traces
-from studio.params import encode_cursor, execution_query
+from studio.params import execution_query, next_cursor
 
 # (start state, touched (pointer, value after) in order, final state)
 _History = tuple[JsonValue, list[tuple[str, JsonValue | Absent]], JsonValue]
@@ -450,9 +450,10 @@ def _paged(store: Store, where: str, recent_runs: int) -> list[str]:
     params = {"where": where, "limit": "3"}
     with store._cursor() as cursor:
         while True:
-            rows = listing.search(cursor, execution_query(params), recent_runs=recent_runs)
+            query = execution_query(params)
+            rows = listing.search(cursor, query, recent_runs=recent_runs)
             seen += [row.run_id for row in rows[:3]]
-            if len(rows) <= 3:
+            following = next_cursor(rows, query)
+            if following is None:
                 return seen
-            last = rows[2]
-            params["cursor"] = encode_cursor(last.start_unix_nano, last.run_id)
+            params["cursor"] = following

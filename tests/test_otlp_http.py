@@ -31,7 +31,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
-from support import FIXTURE_API_KEY, MakeServer, Server, fixture_requests
+from support import (
+    FIXTURE_API_KEY,
+    MakeServer,
+    Server,
+    fixture_requests,
+    free_port,
+    serving_in_thread,
+)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -363,6 +370,30 @@ def test_otlp_http_without_accepted_key_is_401(make_server: MakeServer) -> None:
     bearer = {"authorization": f"Bearer {FIXTURE_API_KEY}"}
     assert _post(server, _linear(), PROTOBUF, bearer).status_code == 200
     assert server.get_json("/healthz")["spans"] == 5
+
+
+def test_otlp_http_keys_file_is_read_once_when_the_config_is_built(tmp_path: Path) -> None:
+    """The keys the file held then are the keys served: removing it later is no crash."""
+    from collector.cli import _parser
+    from collector.config import serve_config
+    from studio.app import create_app
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"# ingestion keys\n{FIXTURE_API_KEY}  # the fixtures' key\n", "utf-8")
+    port = free_port()
+    args = _parser({}).parse_args([
+        "serve", "--db", str(tmp_path / "k.duckdb"), "--http-port", str(port),
+        "--keys-file", str(keys),
+    ])
+    config = serve_config(args)
+    keys.unlink()
+    with serving_in_thread(create_app(config, grpc=False), port) as base:
+        for headers, status in (({}, 401), ({"authorization": "Bearer wrong"}, 401), (KEY, 200)):
+            response = httpx.post(
+                f"{base}/v1/traces", content=_linear(),
+                headers={"content-type": PROTOBUF, **headers}, timeout=60,
+            )
+            assert response.status_code == status, headers
 
 
 def test_otlp_http_overload_is_503_with_retry_after(make_server: MakeServer) -> None:

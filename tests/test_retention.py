@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -106,6 +107,13 @@ def _prune_cli(db: Path, age: str) -> dict[str, int]:
     return counts
 
 
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer) -> None:
     server: Server = make_server()
     _send_fixtures(server, age_days=60, tag="old")
@@ -164,9 +172,11 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Make
     for exporter in exporters:
         exporter.start()
     try:
-        time.sleep(0.3)
+        # Exports are under way when the prune starts, and still succeed after it.
+        _wait_for(lambda: len(sent) >= 6 or bool(failures), "exports before the prune")
         pruned = _prune_cli(server.db, "30d")
-        time.sleep(0.3)
+        during = len(sent)
+        _wait_for(lambda: len(sent) >= during + 6 or bool(failures), "exports after the prune")
     finally:
         stop.set()
         for exporter in exporters:

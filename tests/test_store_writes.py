@@ -194,3 +194,17 @@ def _store_of(span: trace_pb2.Span) -> str:
             if attribute.key == junjo.STORE_ID:
                 return str(attribute.value.string_value)
     raise LookupError("no store id")
+
+
+def test_a_slow_query_draws_no_progress_bar_on_stdout(tmp_path: Path) -> None:
+    # DuckDB's Python client draws one on stdout (the file descriptor, past
+    # sys.stdout) for any query on a connection (not a cursor) running past 2 s:
+    # a long migration or checkpoint at start-up, into serve's log.
+    for read_only in (False, True):
+        store = Store(tmp_path / "st.duckdb", read_only=read_only)
+        try:
+            setting = "SELECT current_setting('enable_progress_bar')"
+            row = store._connection.execute(setting).fetchone()
+        finally:
+            store.close()
+        assert row == (False,), read_only

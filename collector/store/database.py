@@ -27,6 +27,10 @@ def configure(
     # 375-396 MB.
     connection.execute("SET allocator_flush_threshold = '8MB'")
     connection.execute("SET allocator_background_threads = true")
+    # The Python client draws a progress bar on stdout for a query past 2 s on
+    # a connection (its cursors start without one): a long migration or
+    # checkpoint at start-up would draw it into serve's log.
+    connection.execute("SET enable_progress_bar = false")
     if checkpoint_threshold is not None:
         connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
 

@@ -134,7 +134,11 @@ def _conditions(
 def _page_conditions(
     query: ExecutionQuery, *, field_filter: bool = True
 ) -> tuple[list[str], list[object]]:
-    """`_conditions` plus the cursor: only runs after the previous page's last."""
+    """`_conditions` plus the cursor: only runs after the previous page's last.
+
+    For the newest-first pages only, so the cursor's sort value is a start time
+    (studio/params.py refuses a cursor made for another order).
+    """
     conditions, params = _conditions(query, field_filter=field_filter)
     if query.after is not None:
         start, run_id = query.after

@@ -1,0 +1,24 @@
+"""GET /healthz: liveness, the store's counts, and whether stored answers may still change."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from studio.services import services_of
+
+
+def healthz(request: Request) -> Response:
+    """Liveness plus counts; `replaying` says stored rows or verdicts may still change.
+
+    `backlog_bytes` is what was received and acknowledged (durable in the spool)
+    but not stored in DuckDB yet.
+    """
+    services = services_of(request)
+    # Backlog first: the extractor tells the replayer before it reports progress.
+    backlog = services.ingestor.backlog_bytes()
+    replaying = bool(backlog) or not services.replayer.wait_idle(0)
+    counts = services.store.counts()
+    return JSONResponse(
+        {"status": "ok", "replaying": replaying, "backlog_bytes": backlog, **counts}
+    )
