@@ -139,6 +139,10 @@ class History:
         self._states = states
         self._recorded_end = recorded_end
         self._sequences = [step.sequence for step in steps]
+        # Every lookup by sequence bisects this list, so a step out of order would
+        # silently hide its neighbours. Sorting sorted input is one linear pass.
+        if sorted(self._sequences) != self._sequences:
+            raise ValueError("a History's steps must be in ascending sequence order")
 
     @property
     def recorded_end(self) -> JsonValue | Missing:

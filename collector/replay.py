@@ -649,12 +649,13 @@ def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, .
         "The workflow span that owns this store has not arrived yet (it is exported last, "
         "when the run ends). States will be rebuilt once it does.",
     )
+    # One transition without a sequence puts them all in time order, and then
+    # positions number every step, as for contract 1: a producer sequence kept
+    # among positions would break the ascending order History looks steps up by.
     by_time = any(t.sequence is None for t in received)
     ordered = _distinct(sorted(received, key=_time_order if by_time else _sequence_order))
-    steps = tuple(
-        _unreplayed_step(t.sequence if t.sequence is not None else position, t, frozenset())
-        for position, t in enumerate(ordered, 1)
-    )
+    sequenced = _assign_sequences(ordered, _Interval(0, None, by_time=by_time))
+    steps = tuple(_unreplayed_step(sequence, t, frozenset()) for sequence, t in sequenced)
     return History(
         execution=None,
         steps=steps,

@@ -667,6 +667,31 @@ def test_owner_not_arrived_gives_in_flight_timeline_without_states() -> None:
         history.state_at(1)
 
 
+def test_in_flight_steps_are_numbered_by_position_when_some_lack_a_sequence() -> None:
+    patch = [{"op": "replace", "path": "/title", "value": "x"}]
+    received = [
+        make_transition(None, patch, time_unix_nano=1, event_id="a"),
+        make_transition(7, patch, time_unix_nano=2),
+        make_transition(None, patch, time_unix_nano=3, event_id="c"),
+    ]
+
+    history = replay(None, received)
+
+    assert [step.sequence for step in history.steps] == [1, 2, 3]
+    assert [history.step(n).transition.time_unix_nano for n in (1, 2, 3)] == [1, 2, 3]
+
+
+def test_history_refuses_steps_out_of_sequence_order() -> None:
+    _, transitions, _ = basic()
+    history = replay(None, transitions)
+
+    with pytest.raises(ValueError, match="ascending"):
+        History(
+            execution=None, steps=history.steps[::-1], diagnostics=(), verdict="in_flight",
+            start_sequence=0, end_sequence=None, states=None, recorded_end=MISSING,
+        )
+
+
 def test_foreign_writer_in_another_trace_is_info_and_still_replayed() -> None:
     execution, transitions, states = basic()
     other_trace = "ffffffffffffffffffffffffffffffff"
