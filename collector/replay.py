@@ -74,6 +74,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final, TypeAlias
 
 from collector.checkpoints import States, Tape
@@ -93,7 +94,7 @@ from collector.jsondoc import (
     JsonValue,
     Missing,
     changed_paths,
-    differences,
+    iter_differences,
     json_equal,
     parse_json,
     parse_patch,
@@ -583,7 +584,12 @@ class _Replay:
         replayed = states.peek(last_index)
         if json_equal(replayed, recorded):
             return True
-        mismatched = differences(replayed, recorded, (), MISMATCH_POINTERS_SHOWN + 1)
+        mismatched = [
+            pointer or "/ (the whole state)"
+            for pointer, _, _ in islice(
+                iter_differences(replayed, recorded), MISMATCH_POINTERS_SHOWN + 1
+            )
+        ]
         shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
         more = " and more" if len(mismatched) > MISMATCH_POINTERS_SHOWN else ""
         if complete:
