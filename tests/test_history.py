@@ -333,10 +333,14 @@ def test_missing_sequences_are_the_holes_between_the_start_steps_and_the_end() -
     execution, transitions, _ = scenario({}, patches)
     kept = [t for t in transitions if t.sequence not in (1, 3, 5, 6, 8)]
 
-    missing = replay(execution, kept).missing_sequences
+    history = replay(execution, kept)
 
     # Keyed by the step received after each hole; None is the trailing one.
-    assert missing == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert history.missing_sequences == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert history.missing_count == 5
+    assert [history.missing_through(n) for n in (0, 1, 4, 5, 7, 8)] == [0, 1, 2, 3, 4, 5]
+    # Steps 2, 4 and 7 were received: a hole shows the last step before it.
+    assert [history.index_at(n) for n in (0, 1, 2, 3, 6, 7, 9)] == [-1, -1, 0, 0, 1, 2, 2]
     assert replay(execution, transitions).missing_sequences == {}
     # Without the owner span nothing bounds the start or the end: only inner holes.
     assert replay(None, kept).missing_sequences == {4: (3, 3), 7: (5, 6)}
