@@ -4,8 +4,9 @@ A `History` holds every state the store went through, rebuilt on demand from
 checkpoints (collector/checkpoints.py), which of those states the evidence
 verifies (`Step`), and `Diagnostic`s that say in plain words what is missing or
 contradictory and what to do about it. collector/replay.py builds one from an
-execution's transitions and evidence, and its docstring holds the rules:
-selection, verification, severity and verdicts. collector/snapshot.py saves a
+execution's transitions and evidence, and its docstring holds the rules of
+verification, severity and verdicts (selection's are collector/selection.py's,
+the findings' wording collector/findings.py's). collector/snapshot.py saves a
 long one and brings it back with `History.restored`.
 
 Invariant: a History is read-only once built, and every JSON value it hands out
