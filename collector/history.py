@@ -4,8 +4,9 @@ A `History` holds every state the store went through, rebuilt on demand from
 checkpoints (collector/checkpoints.py), which of those states the evidence
 verifies (`Step`), and `Diagnostic`s that say in plain words what is missing or
 contradictory and what to do about it. collector/replay.py builds one from an
-execution's transitions and evidence, and its docstring holds the rules:
-selection, verification, severity and verdicts. collector/snapshot.py saves a
+execution's transitions and evidence, and its docstring holds the rules of
+verification, severity and verdicts (selection's are collector/selection.py's,
+the findings' wording collector/findings.py's). collector/snapshot.py saves a
 long one and brings it back with `History.restored`.
 
 Invariant: a History is read-only once built, and every JSON value it hands out
@@ -139,6 +140,10 @@ class History:
         self._states = states
         self._recorded_end = recorded_end
         self._sequences = [step.sequence for step in steps]
+        # Every lookup by sequence bisects this list, so a step out of order would
+        # silently hide its neighbours. Sorting sorted input is one linear pass.
+        if sorted(self._sequences) != self._sequences:
+            raise ValueError("a History's steps must be in ascending sequence order")
 
     @property
     def recorded_end(self) -> JsonValue | Missing:
@@ -215,6 +220,27 @@ class History:
         lower = self.start_sequence if self.execution is not None else None
         return MappingProxyType(holes(self._sequences, lower, self.end_sequence))
 
+    @cached_property
+    def missing_count(self) -> int:
+        """How many transitions of the run never arrived: the sizes of `missing_sequences`."""
+        return sum(last - first + 1 for first, last in self.missing_sequences.values())
+
+    def missing_through(self, sequence: int) -> int:
+        """How many of the missing transitions come at or before `sequence`."""
+        return sum(
+            min(last, sequence) - first + 1
+            for first, last in self.missing_sequences.values()
+            if first <= sequence
+        )
+
+    def index_at(self, sequence: int) -> int:
+        """Where in `steps` the last step at or before `sequence` is; -1 before the first.
+
+        The step whose state `state_at(sequence)` shows: inside a hole, the last
+        one received before it.
+        """
+        return bisect_right(self._sequences, sequence) - 1
+
     @property
     def last_sequence(self) -> int:
         """The highest sequence `state_at` accepts: the interval's end or the last step."""
@@ -239,12 +265,12 @@ class History:
         received step; `verified_at` says whether to trust it.
         """
         states = self._require_states(sequence)
-        return states.after(bisect_right(self._sequences, sequence) - 1)
+        return states.after(self.index_at(sequence))
 
     def verified_at(self, sequence: int) -> bool:
         """Whether the state after `sequence` is proven by the evidence."""
         self._require_states(sequence)
-        index = bisect_right(self._sequences, sequence) - 1
+        index = self.index_at(sequence)
         if index < 0:
             return sequence == self.start_sequence
         step = self.steps[index]
@@ -283,7 +309,7 @@ class History:
 
     def _position(self, sequence: int) -> int | None:
         """Where in `steps` the step at `sequence` is, or None if it was not received."""
-        index = bisect_right(self._sequences, sequence) - 1
+        index = self.index_at(sequence)
         return index if index >= 0 and self._sequences[index] == sequence else None
 
     def _require_states(self, sequence: int) -> States:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from typing import Any, Final, TypeAlias
 
@@ -70,7 +70,7 @@ def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
         # replayed end state with the recorded one this way is ~10x faster. Only
         # a difference (or `1` against `1.0`) needs the walk below.
         return True
-    return not differences(left, right, (), 1)
+    return next(iter_differences(left, right), None) is None
 
 
 def _canonical(value: JsonValue) -> str:
@@ -367,35 +367,46 @@ def clone_or_missing(value: JsonValue | Missing) -> JsonValue | Missing:
 # --- comparing --------------------------------------------------------------------------
 
 
-def differences(
-    left: JsonValue | Missing, right: JsonValue | Missing, at: tuple[str, ...], limit: int
-) -> list[str]:
-    """Pointers where two JSON values differ, shallowest first, at most `limit`."""
+def iter_differences(
+    left: JsonValue | Missing, right: JsonValue | Missing
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
+    """(pointer, left value, right value) at each leaf-most place the two differ, in document order.
+
+    Document order is depth first: object keys sorted, array items by index, so
+    `/a/b` comes before `/c`. Objects are compared key by key and arrays index by
+    index, so an insert in the middle of an array shows every later index as
+    changed: that is what a positional RFC 6901 view of the two documents
+    honestly says. MISSING stands for a side that has nothing there; the whole
+    document differing is the pointer "". The values are the callers' own (not
+    copied). Lazy, so a caller that shows the first few pays for only those.
+    """
+    return _differences(left, right, ())
+
+
+def _differences(
+    left: JsonValue | Missing, right: JsonValue | Missing, at: tuple[str, ...]
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
     if isinstance(left, dict) and isinstance(right, dict):
-        found: list[str] = []
         for key in sorted(left.keys() | right.keys()):
-            if len(found) >= limit:
-                break
-            found += differences(
-                left.get(key, MISSING), right.get(key, MISSING), (*at, key), limit - len(found)
-            )
-        return found
-    if isinstance(left, list) and isinstance(right, list):
-        found = []
+            yield from _differences(left.get(key, MISSING), right.get(key, MISSING), (*at, key))
+    elif isinstance(left, list) and isinstance(right, list):
         for index in range(max(len(left), len(right))):
-            if len(found) >= limit:
-                break
-            found += differences(
+            yield from _differences(
                 left[index] if index < len(left) else MISSING,
                 right[index] if index < len(right) else MISSING,
                 (*at, str(index)),
-                limit - len(found),
             )
-        return found
-    return [] if _scalar_equal(left, right) else [pointer_text(at) or "/ (the whole state)"]
+    elif not _leaf_equal(left, right):
+        yield pointer_text(at), left, right
 
 
-def _scalar_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+def _leaf_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """JSON's equality where the two are not both objects or both arrays.
+
+    Numbers are equal by value whatever their spelling (`1` and `1.0` are one
+    JSON number), but a boolean is never a number (`true` is not `1`), and
+    values of different kinds (or MISSING against anything) are never equal.
+    """
     if isinstance(left, bool) or isinstance(right, bool):
         return type(left) is type(right) and left == right
     numbers = (int, float)

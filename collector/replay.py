@@ -16,18 +16,11 @@ working document and checkpoints that keep replay cheap are
 collector/checkpoints.py; parsing, patching and comparing JSON is
 collector/jsondoc.py.
 
-Selection (which transitions belong to the execution; SCHEMA.md section 7)
-    contract 2 and 3: the store's transitions with `lower < sequence <= upper`,
-        where lower is `transition_start` (0 when absent, as in contract 2) and
-        upper is `transition_end`, else `lower + transition_count`, else the last
-        sequence received (the producer's terminal read failed).
-    contract 1: no sequences. The store's transitions inside the owner span's
-        time window, ordered by (time_unix_nano, event_index); their positions
-        1..n stand in for sequences.
-    A missing contract version is inferred from the data; an unknown one is
-    reported and replayed by the newest rules.
-    Identical duplicates (an export retried) are collapsed silently. Conflicting
-    duplicates are reported; the earliest received is replayed.
+Selection (which transitions belong to the execution, in what order; SCHEMA.md
+section 7) is collector/selection.py; the integrity findings about what it
+picked (duplicates, gaps, revisions, foreign writers, OTLP losses) are worded
+in collector/findings.py. This module walks the chain, checks its end and
+gives the verdict.
 
 Verification
     * The start state is verified when it was recorded in full and parses.
@@ -71,12 +64,22 @@ Cost
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final, TypeAlias
 
 from collector.checkpoints import States, Tape
+from collector.findings import (
+    counted,
+    dropped_findings,
+    duplicate_findings,
+    foreign_findings,
+    gap_findings,
+    revision_findings,
+    span_label,
+    unknown_version_findings,
+)
 from collector.history import (
     Diagnostic,
     DiagnosticCode,
@@ -84,7 +87,6 @@ from collector.history import (
     Severity,
     Step,
     Verdict,
-    holes,
     recorded_end_of,
 )
 from collector.jsondoc import (
@@ -93,14 +95,25 @@ from collector.jsondoc import (
     JsonValue,
     Missing,
     changed_paths,
-    differences,
+    iter_differences,
     json_equal,
     parse_json,
     parse_patch,
 )
 from collector.model import EvidenceSpan, Execution, Transition, withheld
+from collector.selection import (
+    Interval,
+    Sequenced,
+    assign_sequences,
+    contract_version,
+    foreign_by_carrier,
+    in_flight_order,
+    interval_of,
+    own_evidence,
+    resolve_duplicates,
+    select,
+)
 
-KNOWN_CONTRACT_VERSIONS: Final = frozenset({1, 2, 3})
 MISMATCH_POINTERS_SHOWN: Final = 5
 
 AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], JsonValue], None]
@@ -141,13 +154,6 @@ def replay(
 # --- the replay itself ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Interval:
-    lower: int
-    upper: int | None
-    by_time: bool
-
-
 class _Replay:
     """One replay run. Collects diagnostics while it walks the chain once."""
 
@@ -180,16 +186,15 @@ class _Replay:
 
     def run(self) -> History:
         execution = self.execution
-        version = self._contract_version()
-        self.diagnostics += _dropped_findings(self._own_evidence())
+        version = contract_version(execution, self.received)
+        self.diagnostics += unknown_version_findings(execution, version)
+        self.diagnostics += dropped_findings(
+            own_evidence(execution, self.received, self.evidence, self.owner_span_ids)
+        )
         if execution.store_id is None:
-            return self._history((), "not_applicable", _Interval(0, 0, by_time=False))
-        interval = _interval(execution, version)
-        chosen, ambiguous = self._resolve_duplicates(self._select(interval))
-        sequenced = _assign_sequences(chosen, interval)
-        self._report_gaps(sequenced, interval)
-        self._report_revisions(sequenced, interval)
-        foreign = self._foreign(sequenced)
+            return self._history((), "not_applicable", Interval(0, 0, by_time=False))
+        interval = interval_of(execution, version)
+        sequenced, ambiguous, foreign = self._select(interval)
         start = self._start_state(has_transitions=bool(sequenced))
         recorded_end = self._recorded_end()
 
@@ -211,11 +216,25 @@ class _Replay:
         verdict = _verdict(complete, end_matches, chain.failed_at_first_step)
         return self._finish(steps, verdict, interval, states, recorded_end)
 
+    def _select(self, interval: Interval) -> tuple[Sequenced, frozenset[int], frozenset[int]]:
+        """The chain to walk, its ambiguous and its foreign sequences, reporting on each."""
+        execution = self.execution
+        chosen, conflicts = resolve_duplicates(select(execution, self.received, interval))
+        sequenced = assign_sequences(chosen, interval)
+        carriers = foreign_by_carrier(execution, sequenced, self.owner_span_ids)
+        self.diagnostics += duplicate_findings(execution.store_id, conflicts)
+        self.diagnostics += gap_findings(execution.store_id, sequenced, interval)
+        self.diagnostics += revision_findings(execution, sequenced, interval)
+        self.diagnostics += foreign_findings(execution, carriers)
+        ambiguous = frozenset(c.sequence for c in conflicts if c.patches_differ)
+        foreign = frozenset(sequence for carried in carriers.values() for sequence, _ in carried)
+        return sequenced, ambiguous, foreign
+
     def _finish(
         self,
         steps: tuple[Step, ...],
         verdict: Verdict,
-        interval: _Interval,
+        interval: Interval,
         states: States | None,
         recorded_end: JsonValue | Missing,
     ) -> History:
@@ -228,201 +247,6 @@ class _Replay:
                 "replay, not events lost on the way (span limits, dropped batches).",
             )
         return self._history(steps, verdict, interval, states=states, recorded_end=recorded_end)
-
-    # selection ------------------------------------------------------------------------
-
-    def _own_evidence(self) -> list[EvidenceSpan]:
-        """The evidence whose losses can touch this run: its own spans and its store's carriers.
-
-        A span outside the owner's subtree that carried none of the store's
-        transitions belongs to another run of the trace (a sibling subflow, the
-        parent's node); what it dropped is that run's loss, not this one's.
-        Without a known subtree every span counts.
-        """
-        owners = self.owner_span_ids
-        if owners is None:
-            return list(self.evidence)
-        store_id = self.execution.store_id
-        carriers = {(t.trace_id, t.span_id) for t in self.received if t.store_id == store_id}
-        return [
-            span
-            for span in self.evidence
-            if span.span_id in owners or (span.trace_id, span.span_id) in carriers
-        ]
-
-    def _contract_version(self) -> int:
-        declared = self.execution.contract_version
-        if declared in KNOWN_CONTRACT_VERSIONS:
-            return declared
-        inferred = 3 if any(t.sequence is not None for t in self.received) else 1
-        if self.execution.transition_start is not None:
-            inferred = 3
-        if declared is not None:
-            self.report(
-                "unknown_contract_version",
-                "warning",
-                f"This run declares telemetry contract version {declared}, which statetrail "
-                f"does not know (it knows 1, 2 and 3). It was replayed by the version "
-                f"{inferred} rules; upgrade statetrail if the results look wrong.",
-            )
-        return inferred
-
-    def _select(self, interval: _Interval) -> dict[int, list[Transition]]:
-        """Transitions of the interval grouped by sequence (time order for contract 1)."""
-        execution = self.execution
-        mine = [t for t in self.received if t.store_id == execution.store_id]
-        if interval.by_time:
-            # Without sequences a retried export would take a position of its own,
-            # so identical copies are dropped before positions are handed out.
-            window = _distinct(sorted(mine, key=_time_order))
-            timed = [t for t in window if _in_time_window(execution, t)]
-            return {position: [t] for position, t in enumerate(timed, 1)}
-        groups: dict[int, list[Transition]] = defaultdict(list)
-        for transition in mine:
-            sequence = transition.sequence
-            if sequence is None or sequence <= interval.lower:
-                continue
-            if interval.upper is not None and sequence > interval.upper:
-                continue
-            groups[sequence].append(transition)
-        return {sequence: sorted(groups[sequence], key=_time_order) for sequence in sorted(groups)}
-
-    def _resolve_duplicates(
-        self, grouped: dict[int, list[Transition]]
-    ) -> tuple[list[Transition], set[int]]:
-        """One transition per sequence (the earliest), and the ambiguous sequences.
-
-        Identical copies collapse silently; differing ones are reported, and are
-        ambiguous for replay when their patches differ.
-        """
-        chosen: list[Transition] = []
-        ambiguous: set[int] = set()
-        for sequence, variants in grouped.items():
-            distinct = _distinct(variants)
-            chosen.append(distinct[0])
-            if len(distinct) < 2:
-                continue
-            patches_differ = len({t.patch_json for t in distinct}) > 1
-            if patches_differ:
-                ambiguous.add(sequence)
-            spans = ", ".join(sorted({_span_label(t) for t in distinct}))
-            self.report(
-                "duplicate_sequence",
-                "error" if patches_differ else "warning",
-                f"Sequence {sequence} of store {self.execution.store_id} was received "
-                f"{len(distinct)} times with different content (carried by {spans}). "
-                + (
-                    "Their patches differ, so the state from here on cannot be verified; "
-                    "the earliest received was replayed."
-                    if patches_differ
-                    else "Their patches agree, so the state is unaffected; check the "
-                    "producer or the pipeline for re-emitted events."
-                ),
-                sequence=sequence,
-                span_id=distinct[1].span_id,
-            )
-        return chosen, ambiguous
-
-    # diagnostics on the selected chain -------------------------------------------------
-
-    def _report_gaps(self, sequenced: list[tuple[int, Transition]], interval: _Interval) -> None:
-        if interval.by_time:
-            return
-        sequences = (sequence for sequence, _ in sequenced)
-        for after, (first, last) in holes(sequences, interval.lower, interval.upper).items():
-            if after is None:
-                self.report(
-                    "missing_trailing_transitions",
-                    "error",
-                    f"The run ended at sequence {last}, but {_range_text(first, last)} "
-                    "never arrived, so the states after "
-                    f"sequence {first - 1} cannot be verified. If the run just finished, "
-                    "they may still be in flight; otherwise they were lost.",
-                    sequence=first,
-                )
-            else:
-                self.report(
-                    "sequence_gap",
-                    "error",
-                    f"{_range_text(first, last, capital=True)} of store "
-                    f"{self.execution.store_id} never arrived, so the states from "
-                    f"sequence {first} on are best effort and unverified. Usual causes: "
-                    "the span event limit (see any dropped-data finding), store writes made "
-                    "outside a recording span, or lost export batches.",
-                    sequence=first,
-                )
-
-    def _report_revisions(
-        self, sequenced: list[tuple[int, Transition]], interval: _Interval
-    ) -> None:
-        execution = self.execution
-        previous_sequence = interval.lower
-        previous_after = execution.revision_start
-        for sequence, transition in sequenced:
-            before, after = transition.revision_before, transition.revision_after
-            contiguous = sequence == previous_sequence + 1
-            if contiguous and None not in (before, previous_after) and before != previous_after:
-                self.report(
-                    "revision_discontinuity",
-                    "warning",
-                    f"Transition {sequence} starts at revision {before}, but the state before "
-                    f"it was at revision {previous_after}. The evidence is inconsistent: some "
-                    "store change was not recorded, or events were altered on the way.",
-                    sequence=sequence,
-                    span_id=transition.span_id,
-                )
-            if before is not None and after is not None and after not in (before, before + 1):
-                self.report(
-                    "revision_discontinuity",
-                    "warning",
-                    f"Transition {sequence} moves the revision from {before} to {after}; one "
-                    "committed update can only keep it or add one.",
-                    sequence=sequence,
-                    span_id=transition.span_id,
-                )
-            previous_sequence, previous_after = sequence, after
-        end, revision_end = interval.upper, execution.revision_end
-        if (
-            sequenced
-            and sequenced[-1][0] == end
-            and None not in (previous_after, revision_end)
-            and previous_after != revision_end
-        ):
-            self.report(
-                "revision_discontinuity",
-                "warning",
-                f"The last transition ends at revision {previous_after}, but the run "
-                f"recorded revision {revision_end} at its end.",
-                sequence=end,
-            )
-
-    def _foreign(self, sequenced: list[tuple[int, Transition]]) -> frozenset[int]:
-        """Sequences carried outside the owner; one info finding per carrier span."""
-        execution, owners = self.execution, self.owner_span_ids
-        foreign: dict[str, list[tuple[int, Transition]]] = defaultdict(list)
-        for sequence, transition in sequenced:
-            outside_trace = transition.trace_id != execution.trace_id
-            outside_owner = owners is not None and transition.span_id not in owners
-            if outside_trace or outside_owner:
-                foreign[transition.span_id].append((sequence, transition))
-        for span_id, carried in foreign.items():
-            first = carried[0][1]
-            elsewhere = first.trace_id != execution.trace_id
-            where = (
-                f"in another trace ({first.trace_id})" if elsewhere else "outside this run's spans"
-            )
-            self.report(
-                "foreign_writer",
-                "info",
-                f"{_count(len(carried), 'transition')} from sequence {carried[0][0]} "
-                f"{'was' if len(carried) == 1 else 'were'} written by "
-                f"span {_span_label(first)} {where}: another execution shares this store. "
-                "They are part of this run's history and are replayed as such.",
-                sequence=carried[0][0],
-                span_id=span_id,
-                trace_id=first.trace_id if elsewhere else None,
-            )
-        return frozenset(sequence for carried in foreign.values() for sequence, _ in carried)
 
     # states -----------------------------------------------------------------------------
 
@@ -486,9 +310,9 @@ class _Replay:
     def _walk(
         self,
         tape: Tape,
-        sequenced: list[tuple[int, Transition]],
-        interval: _Interval,
-        ambiguous: set[int],
+        sequenced: Sequenced,
+        interval: Interval,
+        ambiguous: frozenset[int],
         foreign: frozenset[int],
     ) -> _Chain:
         steps: list[Step] = []
@@ -529,7 +353,7 @@ class _Replay:
             self.report(
                 "patch_failed",
                 "warning",
-                f"{_count(len(skipped_after_doubt), 'patch', 'patches')} from sequence "
+                f"{counted(len(skipped_after_doubt), 'patch', 'patches')} from sequence "
                 f"{skipped_after_doubt[0]} "
                 "did not apply to the best-effort state that follows missing or broken "
                 "evidence; they were skipped. This follows from the earlier findings.",
@@ -554,7 +378,7 @@ class _Replay:
             self.report(
                 "invalid_json_payload",
                 "error",
-                f"The patch of transition {sequence} (span {_span_label(transition)}) is not a "
+                f"The patch of transition {sequence} (span {span_label(transition)}) is not a "
                 f"valid JSON Patch ({len(transition.patch_json)} characters), so the states "
                 "from here on cannot be verified. A cut payload usually means "
                 "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT is set in the application.",
@@ -568,7 +392,7 @@ class _Replay:
             "patch_failed",
             "error",
             f"The patch of transition {sequence} (action {transition.action!r}, span "
-            f"{_span_label(transition)}) does not apply to the replayed state: {error}. "
+            f"{span_label(transition)}) does not apply to the replayed state: {error}. "
             "It was skipped, and the states from here on cannot be verified.",
             sequence=sequence,
             span_id=transition.span_id,
@@ -583,7 +407,12 @@ class _Replay:
         replayed = states.peek(last_index)
         if json_equal(replayed, recorded):
             return True
-        mismatched = differences(replayed, recorded, (), MISMATCH_POINTERS_SHOWN + 1)
+        mismatched = [
+            pointer or "/ (the whole state)"
+            for pointer, _, _ in islice(
+                iter_differences(replayed, recorded), MISMATCH_POINTERS_SHOWN + 1
+            )
+        ]
         shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
         more = " and more" if len(mismatched) > MISMATCH_POINTERS_SHOWN else ""
         if complete:
@@ -606,7 +435,7 @@ class _Replay:
         self,
         steps: tuple[Step, ...],
         verdict: Verdict,
-        interval: _Interval,
+        interval: Interval,
         *,
         states: States | None = None,
         recorded_end: JsonValue | Missing = MISSING,
@@ -649,104 +478,19 @@ def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, .
         "The workflow span that owns this store has not arrived yet (it is exported last, "
         "when the run ends). States will be rebuilt once it does.",
     )
-    by_time = any(t.sequence is None for t in received)
-    ordered = _distinct(sorted(received, key=_time_order if by_time else _sequence_order))
     steps = tuple(
-        _unreplayed_step(t.sequence if t.sequence is not None else position, t, frozenset())
-        for position, t in enumerate(ordered, 1)
+        _unreplayed_step(sequence, t, frozenset()) for sequence, t in in_flight_order(received)
     )
     return History(
         execution=None,
         steps=steps,
-        diagnostics=(waiting, *_dropped_findings(evidence)),
+        diagnostics=(waiting, *dropped_findings(evidence)),
         verdict="in_flight",
         start_sequence=0,
         end_sequence=None,
         states=None,
         recorded_end=MISSING,
     )
-
-
-def _dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
-    """One finding per OTLP loss counter that is not zero."""
-    findings: list[Diagnostic] = []
-    for span in evidence:
-        losses = (
-            (span.dropped_events_count, "events", "OTEL_SPAN_EVENT_COUNT_LIMIT"),
-            (span.dropped_attributes_count, "attributes", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
-            (span.dropped_links_count, "links", "OTEL_SPAN_LINK_COUNT_LIMIT"),
-        )
-        for count, what, setting in losses:
-            if count <= 0:
-                continue
-            why = (
-                " The OpenTelemetry SDK keeps at most 128 events per span by default and "
-                "discards the rest, so set_state transitions carried there are missing."
-                if what == "events"
-                else ""
-            )
-            findings.append(
-                Diagnostic(
-                    "otlp_data_dropped",
-                    "warning",
-                    f"Span {span.name!r} ({span.span_id}) dropped {count} {what} before "
-                    f"export.{why} Raise {setting} in the application to keep them.",
-                    span_id=span.span_id,
-                )
-            )
-    return findings
-
-
-def _interval(execution: Execution, version: int) -> _Interval:
-    if version == 1:
-        return _Interval(0, None, by_time=True)
-    lower = execution.transition_start or 0
-    upper = execution.transition_end
-    if upper is None and execution.transition_count is not None:
-        upper = lower + execution.transition_count
-    return _Interval(lower, upper, by_time=False)
-
-
-def _assign_sequences(
-    chosen: list[Transition], interval: _Interval
-) -> list[tuple[int, Transition]]:
-    if interval.by_time:
-        return list(enumerate(chosen, 1))
-    return [(t.sequence, t) for t in chosen if t.sequence is not None]
-
-
-def _in_time_window(execution: Execution, transition: Transition) -> bool:
-    if execution.end_unix_nano <= 0:
-        return transition.time_unix_nano >= execution.start_unix_nano
-    return execution.start_unix_nano <= transition.time_unix_nano <= execution.end_unix_nano
-
-
-def _time_order(transition: Transition) -> tuple[int, int, str]:
-    return transition.time_unix_nano, transition.event_index, transition.event_id
-
-
-def _sequence_order(transition: Transition) -> tuple[int, int, int, str]:
-    return (transition.sequence or 0, *_time_order(transition))
-
-
-def _content(transition: Transition) -> tuple[object, ...]:
-    # What makes two copies of an event "the same": a retried export repeats all
-    # of it, while a genuine conflict differs in the event id or the change.
-    return (
-        transition.event_id,
-        transition.patch_json,
-        transition.revision_before,
-        transition.revision_after,
-        transition.action,
-    )
-
-
-def _distinct(transitions: Iterable[Transition]) -> list[Transition]:
-    """The first of each group of identical transitions, in the given order."""
-    first: dict[tuple[object, ...], Transition] = {}
-    for transition in transitions:
-        first.setdefault(_content(transition), transition)
-    return list(first.values())
 
 
 def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[int]) -> Step:
@@ -763,20 +507,3 @@ def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[i
 
 def _unverify(step: Step) -> Step:
     return step._replace(verified=False)
-
-
-def _span_label(transition: Transition) -> str:
-    name = transition.span_name or "unnamed span"
-    return f"{name!r} ({transition.span_id})"
-
-
-def _count(count: int, noun: str, plural: str | None = None) -> str:
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
-def _range_text(first: int, last: int, *, capital: bool = False) -> str:
-    """`transition 4`, or `transitions 4-9 (6 transitions)`; `Transition...` at a sentence start."""
-    noun = "Transition" if capital else "transition"
-    if first == last:
-        return f"{noun} {first}"
-    return f"{noun}s {first}-{last} ({last - first + 1:,} transitions)"

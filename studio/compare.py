@@ -14,13 +14,12 @@ the runs reached.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Final
 
 from collector.history import History, Step, walk
-from collector.jsondoc import MISSING, JsonValue, Missing, json_equal
-from collector.query_ast import Path
+from collector.jsondoc import MISSING, JsonValue, Missing, iter_differences, json_equal
 from collector.timestamps import rfc3339
 from studio.inspect import Inspection
 
@@ -89,37 +88,25 @@ class Comparison:
     unavailable: str | None
 
 
-def json_diff(a: JsonValue | Missing, b: JsonValue | Missing) -> list[DiffEntry]:
-    """Every leaf-most pointer where `a` and `b` differ, in document order.
+def bounded_diff(
+    a: JsonValue | Missing, b: JsonValue | Missing
+) -> tuple[list[DiffEntry], bool]:
+    """The first MAX_DIFF_ENTRIES places `a` and `b` differ, and whether there are more.
 
-    Objects are compared key by key and arrays index by index, so an insert in
-    the middle of an array shows every later index as changed: that is what a
-    positional RFC 6901 view of the two documents honestly says. Values in the
-    entries are the callers' own (not copied). Equality is JSON's: `1` is not `true`.
+    Positional, in document order (`collector.jsondoc.iter_differences`); the
+    values are the callers' own (not copied). Only one entry past the bound is
+    looked for, so a rewrite of a large state costs no more than the entries shown.
     """
-    return list(_diff(a, b, ()))
-
-
-def _diff(
-    a: JsonValue | Missing, b: JsonValue | Missing, tokens: tuple[str, ...]
-) -> Iterator[DiffEntry]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(a.keys() | b.keys()):
-            yield from _diff(a.get(key, MISSING), b.get(key, MISSING), (*tokens, key))
-    elif isinstance(a, list) and isinstance(b, list):
-        for index in range(max(len(a), len(b))):
-            left = a[index] if index < len(a) else MISSING
-            right = b[index] if index < len(b) else MISSING
-            yield from _diff(left, right, (*tokens, str(index)))
-    elif not json_equal(a, b):
-        yield DiffEntry(Path(tokens).pointer, a, b)
+    found = [
+        DiffEntry(pointer, left, right)
+        for pointer, left, right in islice(iter_differences(a, b), MAX_DIFF_ENTRIES + 1)
+    ]
+    return found[:MAX_DIFF_ENTRIES], len(found) > MAX_DIFF_ENTRIES
 
 
 def compare(a: Inspection, b: Inspection) -> Comparison:
     """Outcomes of both runs, their first divergence, and how their final states differ."""
-    final_diff, final_truncated = _bounded(
-        json_diff(_final_state(a.history), _final_state(b.history))
-    )
+    final_diff, final_truncated = bounded_diff(_final_state(a.history), _final_state(b.history))
     unavailable = _unavailable(a, b)
     divergence, compared = (None, 0) if unavailable else first_divergence(a.history, b.history)
     return Comparison(
@@ -223,7 +210,7 @@ def _divergence(
     state_b: JsonValue | Missing,
 ) -> Divergence:
     # The states may be walk()'s live documents: copy what the result keeps.
-    differences, truncated = _bounded(json_diff(state_a, state_b))
+    differences, truncated = bounded_diff(state_a, state_b)
     return Divergence(
         position, _side(step_a), _side(step_b), _copied(differences), truncated
     )
@@ -261,10 +248,6 @@ def _unavailable(a: Inspection, b: Inspection) -> str | None:
                 "so its steps cannot be compared"
             )
     return None
-
-
-def _bounded(entries: list[DiffEntry]) -> tuple[list[DiffEntry], bool]:
-    return entries[:MAX_DIFF_ENTRIES], len(entries) > MAX_DIFF_ENTRIES
 
 
 def _copied(entries: list[DiffEntry]) -> tuple[DiffEntry, ...]:

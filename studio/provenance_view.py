@@ -182,15 +182,11 @@ def provenance_view(
             or _in_start_state(history, pointer) is not False
             or _in_recorded_end(history, pointer)
         ),
-        missing=sum(last - first + 1 for first, last in history.missing_sequences.values()),
+        missing=history.missing_count,
         value_at=value_at,
         writer_at=write(writer_at) if writer_at else None,
         next_writer=write(next_writer) if next_writer else None,
-        missing_before=sum(
-            min(last, sequence) - first + 1
-            for first, last in history.missing_sequences.values()
-            if first <= sequence
-        ),
+        missing_before=history.missing_through(sequence),
     )
 
 

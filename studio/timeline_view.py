@@ -15,7 +15,6 @@ large state renders in a bounded time.
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -102,11 +101,11 @@ class StepDetail:
 
 def selected_sequence(history: History, asked: int | None) -> int:
     """The asked step snapped to a received one (or the start); default the last step."""
-    sequences = [step.sequence for step in history.steps]
+    steps = history.steps
     if asked is None:
-        return sequences[-1] if sequences else history.start_sequence
-    index = bisect_right(sequences, asked) - 1
-    return sequences[index] if index >= 0 else history.start_sequence
+        return steps[-1].sequence if steps else history.start_sequence
+    index = history.index_at(asked)
+    return steps[index].sequence if index >= 0 else history.start_sequence
 
 
 def build_timeline(
@@ -127,8 +126,7 @@ def build_timeline(
     foreign step links to the run that wrote it.
     """
     steps = history.steps
-    sequences = [step.sequence for step in steps]
-    index = bisect_right(sequences, selected) - 1  # -1: the start state is selected
+    index = history.index_at(selected)  # -1: the start state is selected
     first = centred_window(index, len(steps), TIMELINE_WINDOW)
     window = steps[first : first + TIMELINE_WINDOW]
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
@@ -145,7 +143,7 @@ def build_timeline(
     def at(position: int) -> str | None:
         if position < -1 or position >= len(steps) or position == index:
             return None
-        sequence = history.start_sequence if position == -1 else sequences[position]
+        sequence = history.start_sequence if position == -1 else steps[position].sequence
         return href(base, step=sequence)
 
     return Timeline(
@@ -159,7 +157,7 @@ def build_timeline(
         total=len(steps),
         first_index=first,
         start_sequence=history.start_sequence,
-        last_sequence=sequences[-1] if sequences else history.start_sequence,
+        last_sequence=steps[-1].sequence if steps else history.start_sequence,
         selected=selected,
         start_href=href(base, step=history.start_sequence),
         start_selected=index == -1,
@@ -173,7 +171,7 @@ def build_timeline(
         ),
         last_href=at(len(steps) - 1),
         missing_after=holes.get(None),
-        missing=sum(last - first + 1 for first, last in holes.values()),
+        missing=history.missing_count,
         asked_missing=asked if asked is not None and _in_hole(asked, holes) else None,
     )
 

@@ -76,7 +76,7 @@ def verdict_sentences(
 def _missing_sentences(history: History, waterfall: Waterfall) -> list[str]:
     sentences: list[str] = []
     gaps = sorted(history.missing_sequences.values())
-    missing = sum(last - first + 1 for first, last in gaps)
+    missing = history.missing_count
     if gaps:
         shown = ", ".join(_range(first, last) for first, last in gaps[:3])
         more = ""

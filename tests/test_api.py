@@ -731,6 +731,35 @@ def test_variant_late_owner_is_in_flight_until_it_arrives(variants: Server) -> N
     assert run_id in where(variants, 'ever title = "linear demo"')
 
 
+def test_variant_in_flight_mixing_sequenced_and_unsequenced_events_numbers_steps_in_order(
+    variants: Server,
+) -> None:
+    # What arrives of the store, in time order: an event without a sequence,
+    # sequence 7 (2-6 still on the way), another without a sequence, then 9-14.
+    # Ordered by time, every step must be numbered by its position, or the
+    # steps would read 1, 7, 3, ... and the page could not select 3 or 7.
+    requests = variant("mixed-sequences")
+    run_id = variant_run_id(requests)
+    for sequence in (6, 5, 4, 3, 2):
+        span, index = event_at(requests, sequence)
+        del span.events[index]
+    for sequence in (1, 8):
+        span, index = event_at(requests, sequence)
+        attributes = span.events[index].attributes
+        del attributes[[a.key for a in attributes].index(SEQUENCE)]
+    nodes, _ = split_off_workflow(requests)
+    send(variants, nodes)
+    variants.wait_replayed()
+
+    received = ok(variants, f"/api/executions/{run_id}/timeline")["transitions"]
+    sequences = [entry["sequence"] for entry in received]
+    assert sequences == list(range(1, 10))
+    for sequence in sequences:
+        url = f"{variants.url}/executions/{run_id}?step={sequence}"
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            assert f"<h2>Step {sequence} " in reply.read().decode()
+
+
 def test_variant_late_transitions_update_verdict_and_field_index(variants: Server) -> None:
     requests = variant("late-transitions")
     run_id = variant_run_id(requests)

@@ -26,7 +26,7 @@ from history_records import (
 )
 
 from collector.history import Diagnostic, History, StateUnavailableError, holes, walk
-from collector.jsondoc import MISSING, json_equal
+from collector.jsondoc import MISSING, iter_differences, json_equal
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.provenance import provenance
 from collector.replay import replay
@@ -333,10 +333,14 @@ def test_missing_sequences_are_the_holes_between_the_start_steps_and_the_end() -
     execution, transitions, _ = scenario({}, patches)
     kept = [t for t in transitions if t.sequence not in (1, 3, 5, 6, 8)]
 
-    missing = replay(execution, kept).missing_sequences
+    history = replay(execution, kept)
 
     # Keyed by the step received after each hole; None is the trailing one.
-    assert missing == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert history.missing_sequences == {2: (1, 1), 4: (3, 3), 7: (5, 6), None: (8, 8)}
+    assert history.missing_count == 5
+    assert [history.missing_through(n) for n in (0, 1, 4, 5, 7, 8)] == [0, 1, 2, 3, 4, 5]
+    # Steps 2, 4 and 7 were received: a hole shows the last step before it.
+    assert [history.index_at(n) for n in (0, 1, 2, 3, 6, 7, 9)] == [-1, -1, 0, 0, 1, 2, 2]
     assert replay(execution, transitions).missing_sequences == {}
     # Without the owner span nothing bounds the start or the end: only inner holes.
     assert replay(None, kept).missing_sequences == {4: (3, 3), 7: (5, 6)}
@@ -528,6 +532,20 @@ def test_end_state_mismatch_treats_true_and_one_as_different() -> None:
     assert "end_state_mismatch" in codes(history)
 
 
+def test_iter_differences_yields_leaves_in_document_order_with_json_equality() -> None:
+    left = {"b": [1, 2, True], "a": {"x": 1}, "c": "same", "d~/": False}
+    right = {"b": [1.0, 3], "a": {"x": 1.0, "y": None}, "c": "same", "d~/": 0}
+
+    assert list(iter_differences(left, right)) == [
+        ("/a/y", MISSING, None),
+        ("/b/1", 2, 3),
+        ("/b/2", True, MISSING),
+        ("/d~0~1", False, 0),
+    ]
+    assert list(iter_differences(True, 1)) == [("", True, 1)]
+    assert list(iter_differences({"n": 1e300}, {"n": 1e300})) == []
+
+
 def test_claimed_reconstructable_but_failed_only_when_not_verified() -> None:
     execution, transitions, _ = basic()
 
@@ -665,6 +683,31 @@ def test_owner_not_arrived_gives_in_flight_timeline_without_states() -> None:
     assert timeline(history)[1].changed_paths == ("/items/0",)
     with pytest.raises(StateUnavailableError):
         history.state_at(1)
+
+
+def test_in_flight_steps_are_numbered_by_position_when_some_lack_a_sequence() -> None:
+    patch = [{"op": "replace", "path": "/title", "value": "x"}]
+    received = [
+        make_transition(None, patch, time_unix_nano=1, event_id="a"),
+        make_transition(7, patch, time_unix_nano=2),
+        make_transition(None, patch, time_unix_nano=3, event_id="c"),
+    ]
+
+    history = replay(None, received)
+
+    assert [step.sequence for step in history.steps] == [1, 2, 3]
+    assert [history.step(n).transition.time_unix_nano for n in (1, 2, 3)] == [1, 2, 3]
+
+
+def test_history_refuses_steps_out_of_sequence_order() -> None:
+    _, transitions, _ = basic()
+    history = replay(None, transitions)
+
+    with pytest.raises(ValueError, match="ascending"):
+        History(
+            execution=None, steps=history.steps[::-1], diagnostics=(), verdict="in_flight",
+            start_sequence=0, end_sequence=None, states=None, recorded_end=MISSING,
+        )
 
 
 def test_foreign_writer_in_another_trace_is_info_and_still_replayed() -> None:

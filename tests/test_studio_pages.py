@@ -36,6 +36,7 @@ from support import (
 
 from collector import junjo
 from collector.fieldindex import MAX_ROWS
+from studio.compare import MAX_DIFF_ENTRIES, bounded_diff
 from studio.security import CONTENT_SECURITY_POLICY
 
 HOSTILE = '</script><img src=x onerror=alert(1)><b>"x"</b>'
@@ -463,6 +464,22 @@ def test_compare_json_finds_the_first_divergence(loaded: Loaded) -> None:
         {"path": "/items/1", "a": "laser", "a_present": True,
          "b": EDITED_VALUE, "b_present": True},
     ]
+
+
+def test_compare_diff_is_bounded_and_says_when_it_was_cut() -> None:
+    before = {f"k{n:04}": n for n in range(MAX_DIFF_ENTRIES + 100)}
+    after = {key: "changed" for key in before}
+
+    kept = list(before)[:MAX_DIFF_ENTRIES]
+
+    cut, truncated = bounded_diff(before, after)
+    whole, exactly_at_the_bound = bounded_diff(
+        {key: before[key] for key in kept}, {key: after[key] for key in kept}
+    )
+
+    assert truncated and len(cut) == MAX_DIFF_ENTRIES
+    assert [entry.pointer for entry in cut[:2]] == ["/k0000", "/k0001"]
+    assert not exactly_at_the_bound and len(whole) == MAX_DIFF_ENTRIES
 
 
 def test_compare_json_different_workflows_diverge_at_the_start(loaded: Loaded) -> None:
