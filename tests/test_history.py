@@ -26,7 +26,7 @@ from history_records import (
 )
 
 from collector.history import Diagnostic, History, StateUnavailableError, holes, walk
-from collector.jsondoc import MISSING, iter_differences, json_equal
+from collector.jsondoc import MISSING, JsonValue, iter_differences, json_equal
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.provenance import provenance
 from collector.replay import replay
@@ -533,8 +533,8 @@ def test_end_state_mismatch_treats_true_and_one_as_different() -> None:
 
 
 def test_iter_differences_yields_leaves_in_document_order_with_json_equality() -> None:
-    left = {"b": [1, 2, True], "a": {"x": 1}, "c": "same", "d~/": False}
-    right = {"b": [1.0, 3], "a": {"x": 1.0, "y": None}, "c": "same", "d~/": 0}
+    left: JsonValue = {"b": [1, 2, True], "a": {"x": 1}, "c": "same", "d~/": False}
+    right: JsonValue = {"b": [1.0, 3], "a": {"x": 1.0, "y": None}, "c": "same", "d~/": 0}
 
     assert list(iter_differences(left, right)) == [
         ("/a/y", MISSING, None),

@@ -36,6 +36,7 @@ from support import (
 
 from collector import junjo
 from collector.fieldindex import MAX_ROWS
+from collector.jsondoc import JsonValue
 from studio.compare import MAX_DIFF_ENTRIES, bounded_diff
 from studio.security import CONTENT_SECURITY_POLICY
 
@@ -467,8 +468,8 @@ def test_compare_json_finds_the_first_divergence(loaded: Loaded) -> None:
 
 
 def test_compare_diff_is_bounded_and_says_when_it_was_cut() -> None:
-    before = {f"k{n:04}": n for n in range(MAX_DIFF_ENTRIES + 100)}
-    after = {key: "changed" for key in before}
+    before: dict[str, JsonValue] = {f"k{n:04}": n for n in range(MAX_DIFF_ENTRIES + 100)}
+    after: dict[str, JsonValue] = {key: "changed" for key in before}
 
     kept = list(before)[:MAX_DIFF_ENTRIES]
 
