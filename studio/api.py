@@ -72,7 +72,7 @@ def list_executions(request: Request) -> Response:
         return bad_parameter(exc)
     store = store_of(request)
     if query.verdict == "in_flight":
-        rows = store.in_flight(limit=query.limit)
+        rows = store.in_flight(limit=query.limit, matching=query)
         return JSONResponse(
             {"executions": [in_flight_json(r) for r in rows], "next": None}
         )

@@ -229,7 +229,9 @@ def _executions_view(
     found = store.search(query)
     rows = tuple(found[: query.limit])
     first_page = query.after is None
-    in_flight = tuple(store.in_flight(limit=IN_FLIGHT_SHOWN)) if first_page else ()
+    in_flight = (
+        tuple(store.in_flight(limit=IN_FLIGHT_SHOWN, matching=query)) if first_page else ()
+    )
     if not rows and not in_flight and not any(filters.values()) and first_page:
         return _empty_view(request, links, filters, onboarding=store.counts()["executions"] == 0)
     facet_counts = store.facets(query, FACETS)

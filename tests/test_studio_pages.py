@@ -429,6 +429,37 @@ def test_executions_page_lists_in_flight_runs_first_with_links(loaded: Loaded) -
     assert '<section class="in-flight"' not in next_page  # only above the newest runs
 
 
+def test_the_in_flight_list_keeps_to_the_filters_a_run_in_flight_can_meet(
+    loaded: Loaded,
+) -> None:
+    flight = loaded.server.get_json(f"/api/executions/{loaded.in_flight}")
+    service, trace, (store,) = flight["service"], flight["trace_id"], flight["store_ids"]
+
+    def listed(**params: str) -> bool:
+        page = loaded.get("/", **params).text
+        section = re.search(r'<section class="in-flight".*?</section>', page, re.DOTALL)
+        on_page = section is not None and f"/executions/{loaded.in_flight}" in section.group(0)
+        api = loaded.server.get_json(
+            "/api/executions?" + urllib.parse.urlencode({"verdict": "in_flight", **params})
+        )["executions"]
+        in_api = loaded.in_flight in {row["id"] for row in api}
+        assert on_page == in_api, params
+        return on_page
+
+    # What its nodes' spans tell: service, trace, store, start.
+    assert listed(service=service) and listed(trace=trace) and listed(store=store)
+    started = flight["started_at"]  # the capture's own time: long past
+    assert listed(since=started) and listed(until="2999-01-01T00:00:00Z")
+    assert not listed(service="another-service")
+    assert not listed(trace="0" * 31 + "1")
+    assert not listed(store="another-store")
+    assert not listed(since="24h") and not listed(until=started)
+    # What it does not have until its owner span arrives: no run in flight matches.
+    assert not listed(where='title = "finished"')
+    assert not listed(workflow="Linear Workflow")
+    assert not listed(status="ok")
+
+
 def test_executions_page_empty_database_explains_how_to_send_telemetry(
     make_server: MakeServer,
 ) -> None:

@@ -311,9 +311,18 @@ class Store:
             return listing.children(cursor, run_id)
 
     def in_flight(
-        self, limit: int = 50, run_id: str | None = None
+        self,
+        limit: int = 50,
+        run_id: str | None = None,
+        matching: listing.ExecutionQuery | None = None,
     ) -> list[in_flight.InFlightRow]:
-        """Runs in flight (in_flight.py), known by Junjo's conventions for spans' runs."""
+        """Runs in flight (in_flight.py), known by Junjo's conventions for spans' runs.
+
+        With `matching`, only those the query could list: none when it filters by
+        what a run in flight does not have yet (a field value, a workflow name, ...).
+        """
+        if matching is not None and not in_flight.could_match(matching):
+            return []
         with self._cursor() as cursor:
             return in_flight.in_flight(
                 cursor,
@@ -321,6 +330,7 @@ class Store:
                 not_run_types=junjo.NOT_RUN_PARENT_SPAN_TYPES,
                 limit=limit,
                 run_id=run_id,
+                matching=matching,
             )
 
     def evidence_version(self, store_id: str | None, trace_id: str) -> tuple[int, int]:

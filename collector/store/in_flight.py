@@ -17,6 +17,8 @@ from typing import Final
 
 import duckdb
 
+from collector.store.listing import ExecutionQuery
+
 IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
 # An in-flight run that received nothing for this long has probably lost its
 # owner span (an exporter queue that overflowed, a process that exited before
@@ -61,7 +63,7 @@ _IN_FLIGHT_SQL: Final = """
               WHERE received_unix_nano >= $since
                 AND span_type IN ({not_run}) AND junjo_runtime_id IS NOT NULL)
           AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
-          {run_filter}
+          {span_conditions}
     )
     SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
            min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
@@ -70,9 +72,22 @@ _IN_FLIGHT_SQL: Final = """
     FROM parents p
     LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
     GROUP BY p.run_id
+    {run_conditions}
     ORDER BY min(p.start_unix_nano) DESC
     LIMIT $limit
 """
+
+
+def could_match(query: ExecutionQuery) -> bool:
+    """Whether a run in flight can be one of the runs `query` asks for.
+
+    Until its owner span arrives a run has no workflow name, status, kind or
+    correlation, and no replay to index its fields or give it a verdict: a
+    query naming any of those matches no run in flight. Service, trace, store
+    and start time are known from its nodes' spans (`in_flight` filters by them).
+    """
+    unknowable = (query.where, query.workflow, query.status, query.kind, query.correlation)
+    return all(value is None for value in unknowable) and query.verdict in (None, "in_flight")
 
 
 def in_flight(
@@ -82,12 +97,15 @@ def in_flight(
     not_run_types: Sequence[str],
     limit: int = 50,
     run_id: str | None = None,
+    matching: ExecutionQuery | None = None,
 ) -> list[InFlightRow]:
     """Runs whose nodes reported within IN_FLIGHT_WINDOW but whose owner span has not.
 
     `in_run_types` are the span types whose parent runtime id names the run
     they ran in; `not_run_types` those whose own runtime id may be a parent
-    but is never a run's. `run_id` asks about one run only.
+    but is never a run's. `run_id` asks about one run only; `matching` keeps
+    the runs that query's service, trace, store and time range admit (check
+    `could_match` first: its other filters are not looked at here).
 
     Only recent spans are looked at (they are stored in arrival order, so zone
     maps skip the rest): a run whose owner never arrives stops being "in flight"
@@ -96,16 +114,52 @@ def in_flight(
     params: dict[str, object] = {"limit": limit, "since": time.time_ns() - IN_FLIGHT_WINDOW_NANOS}
     in_run = _bind_each(params, "in_run", in_run_types)
     not_run = _bind_each(params, "not_run", not_run_types)
-    run_filter = ""
+    span_conditions: list[str] = []
+    run_conditions: list[str] = []
     if run_id is not None:
-        run_filter = "AND s.junjo_parent_runtime_id = $run_id"
+        span_conditions.append("s.junjo_parent_runtime_id = $run_id")
         params["run_id"] = run_id
-    sql = _IN_FLIGHT_SQL.format(in_run=in_run, not_run=not_run, run_filter=run_filter)
+    if matching is not None:
+        _add_query_conditions(matching, span_conditions, run_conditions, params)
+    sql = _IN_FLIGHT_SQL.format(
+        in_run=in_run,
+        not_run=not_run,
+        span_conditions="".join(f" AND {c}" for c in span_conditions),
+        run_conditions=f"HAVING {' AND '.join(run_conditions)}" if run_conditions else "",
+    )
     rows = cursor.execute(sql, params).fetchall()
     return [
         InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8])
         for r in rows
     ]
+
+
+def _add_query_conditions(
+    query: ExecutionQuery,
+    span_conditions: list[str],
+    run_conditions: list[str],
+    params: dict[str, object],
+) -> None:
+    """The filters of `query` a run in flight can be tested by, as the list tests runs.
+
+    Service and trace hold for each of its spans; the store (one of its nodes'
+    transitions went to it) and the start (its first node's, as far as the
+    spans received show) for the run as a whole.
+    """
+    tests: tuple[tuple[list[str], str, str, object], ...] = (
+        (span_conditions, "service", "s.service_name = $service", query.service),
+        (span_conditions, "trace_id", "s.trace_id = $trace_id", query.trace_id),
+        (run_conditions, "store_id", "count(*) FILTER (WHERE t.store_id = $store_id) > 0",
+         query.store_id),
+        (run_conditions, "started_since", "min(p.start_unix_nano) >= $started_since",
+         query.since_unix_nano),
+        (run_conditions, "started_until", "min(p.start_unix_nano) < $started_until",
+         query.until_unix_nano),
+    )
+    for conditions, name, condition, value in tests:
+        if value is not None:
+            conditions.append(condition)
+            params[name] = value
 
 
 def _bind_each(params: dict[str, object], name: str, values: Sequence[str]) -> str:
