@@ -18,7 +18,10 @@ means to fill reaches first, and checks that it did:
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,8 +34,9 @@ import httpx
 import pytest
 from crashload import stored_spans
 from google.rpc import error_details_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request
+from otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
 from support import EXPORT_METHOD, Server
 
 from collector.store import Store
@@ -225,3 +229,154 @@ def test_a_full_database_keeps_what_it_acknowledged_in_the_spool_and_stores_it_o
     _wait_stored(server, len(acked))
     assert server.stop() in (0, -15), server.output()
     _assert_stored_once(server.db, acked)
+
+
+def test_a_server_stopped_and_started_on_a_full_disk_stores_it_all_once_there_is_room(
+    make_server: Any, tmp_path: Path
+) -> None:
+    db = tmp_path / "full.duckdb"
+    Store(db).close()  # migrated while there was room
+    server: Server = make_server(db=db, start=False)
+    server.file_size_limit = db.stat().st_size + 64 * KIB
+    server.start()
+    acked: set[SpanKey] = set()
+    with _exporter(server) as export:
+        error, body, spans = _send_until_refused(export, acked)
+        _assert_retry(error, "could not store", ".wal")
+        stored = len(acked)
+        export(body, timeout=30)
+        acked |= spans
+        # A Junjo workflow too, acknowledged from the spool: executions and
+        # transitions must come through the restarts once as well.
+        workflow = relocated_fixture("d_subflow", end_unix_nano=time.time_ns(), tag="full")
+        for request in workflow:
+            export(request, timeout=30)
+    acked |= _span_keys(workflow)
+    # The drain cannot store the backlog and the closing checkpoint cannot
+    # grow the file: both give up, and the process exits cleanly.
+    assert server.stop() in (0, -15), server.output()
+    assert "checkpoint on close failed" in server.output()
+
+    # Started again on the still-full disk, the server comes up (its opening
+    # checkpoint fails), holds what the spool has, and takes more; once there
+    # is room, it stores all of it.
+    server.start()
+    assert "could not checkpoint" in server.output()
+    health = server.get_json("/healthz")
+    assert (health["status"], health["spans"]) == ("ok", stored), server.output()
+    assert health["backlog_bytes"] > 0
+    with _exporter(server) as export:
+        body, spans = _request(SPANS)
+        export(body, timeout=30)
+        acked |= spans
+        server.limit_file_size(None)
+        _wait_stored(server, len(acked))
+        health = server.wait_replayed()
+        assert (health["executions"], health["transitions"]) == (3, _set_state_events(workflow))
+        body, spans = _request(SPANS)
+        export(body, timeout=30)  # stored, and visible, at once again
+        acked |= spans
+    assert server.get_json("/healthz")["spans"] == len(acked)
+    assert server.stop() in (0, -15), server.output()
+    _assert_stored_once(db, acked)
+
+
+def _span_keys(bodies: list[bytes]) -> set[SpanKey]:
+    return {(span.trace_id.hex(), span.span_id.hex()) for span in _spans(bodies)}
+
+
+def _set_state_events(bodies: list[bytes]) -> int:
+    return sum(event.name == "set_state" for span in _spans(bodies) for event in span.events)
+
+
+def _spans(bodies: list[bytes]) -> Iterator[Any]:
+    for body in bodies:
+        request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                yield from scope_spans.spans
+
+
+# The ingest pipeline in a process of its own, whose files may not grow past a
+# limit: room for the WAL to reach the store's checkpoint threshold (DuckDB
+# checkpoints a commit that would take the WAL past it), none for the database
+# file to grow by what a checkpoint writes. That checkpoint fails, and DuckDB
+# refuses everything after it ("database has been invalidated"). The probe
+# exports until one is refused, makes room, sends it again and one more, and
+# prints what the store holds as JSON.
+CHECKPOINT_PROBE = textwrap.dedent(
+    """
+    import json, os, resource, sys, time
+    from pathlib import Path
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+    from collector.ingest import Ingestor, RetryLater
+    from collector.store import Store, StoreError
+
+    db = Path(sys.argv[1])
+    Store(db).close()
+    store = Store(db, checkpoint_threshold="1536KB")
+    ingestor = Ingestor(store, db.with_name(db.name + ".spool"))
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (db.stat().st_size + 64 * 1024, hard))
+
+    def export():
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        spans = request.resource_spans.add().scope_spans.add().spans
+        trace_id = os.urandom(16)
+        for n in range(200):
+            spans.append(trace_pb2.Span(trace_id=trace_id, span_id=os.urandom(8),
+                                        name=f"s{n}", start_time_unix_nano=1,
+                                        end_time_unix_nano=2))
+        return request
+
+    sent, refusal = [], None
+    while refusal is None and len(sent) < 500:
+        request = export()
+        try:
+            ingestor.ingest(request)
+        except RetryLater as exc:
+            refusal = str(exc)
+        sent.append(request)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    ingestor.ingest(sent[-1])  # the refused export, sent again
+    sent.append(export())
+    ingestor.ingest(sent[-1])
+    deadline = time.monotonic() + 20
+    while ingestor.backlog_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ingestor.close(drain_seconds=0)
+    try:
+        spans = store.counts()["spans"]
+        traces = [store.spans_of_trace(r.resource_spans[0].scope_spans[0].spans[0]
+                                       .trace_id.hex()) for r in sent]
+        stored = [sorted(row.span_id for row in rows) for rows in traces]
+    except StoreError as exc:
+        spans, stored = str(exc), []
+    store.close()
+    print(json.dumps({
+        "refusal": refusal,
+        "spans": spans,
+        "sent": [sorted(s.span_id.hex() for s in r.resource_spans[0].scope_spans[0].spans)
+                 for r in sent],
+        "stored": stored,
+    }))
+    """
+)
+
+
+def test_a_checkpoint_that_fails_on_a_full_disk_does_not_stop_storing_for_good(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CHECKPOINT_PROBE, str(tmp_path / "c.duckdb")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["refusal"] is not None, "the checkpoint never failed"
+    assert "checkpoint" in seen["refusal"], seen["refusal"]
+    assert len(seen["sent"]) > 3, "exports were stored before the checkpoint"
+    # Once there is room, every export is in the store once, with its own bytes.
+    assert seen["spans"] == 200 * len(seen["sent"]), (seen["spans"], result.stderr[-3000:])
+    assert seen["stored"] == seen["sent"]
