@@ -12,7 +12,9 @@ Failures:
 - The store refused the write (StoreError: disk, lock, WAL): nothing was
   stored, the records stay in the spool, and the extractor retries after a
   growing pause. Exports waiting to become visible are told, so a receiver
-  that is still holding the call answers "retry" rather than success.
+  that is still holding the call answers "retry" rather than success. (When
+  only DuckDB's automatic checkpoint after the COMMIT failed, the rows are
+  stored; the retry stores nothing twice, as for any redelivery.)
 - DuckDB keeps running out of its memory limit on one run (an export with a
   string of tens of MB in a column it holds in memory): after POISON_ATTEMPTS
   such refusals the run is stored a record at a time; a record that runs out

@@ -6,9 +6,11 @@ the database a real DuckDB file, and clients talk to it over real sockets.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -78,6 +80,9 @@ class Server:
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    # Bytes any one file the server writes may reach from its start (RLIMIT_FSIZE):
+    # a full disk (tests/test_disk_full.py). None: no limit.
+    file_size_limit: int | None = None
 
     @classmethod
     def on_free_ports(
@@ -128,9 +133,23 @@ class Server:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env}, cwd=self.cwd,
+                preexec_fn=_file_size_limiter(self.file_size_limit),
             )
         self._wait_ready()
         return self
+
+    def limit_file_size(self, limit: int | None) -> None:
+        """Cap (None: uncap) the size of every file the running server writes, now.
+
+        A write past the cap fails with EFBIG ("File too large") as one past a
+        full disk fails with ENOSPC: Python ignores SIGXFSZ, which would
+        otherwise kill the process. The cap is per file, so a test picks one
+        that the file it means to fill reaches first.
+        """
+        assert self.process is not None
+        _, hard = resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE)
+        soft = hard if limit is None else _capped(limit, hard)
+        resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (soft, hard))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
@@ -177,6 +196,20 @@ class MakeServer(Protocol):
     unless `start=False`; the fixture stops whatever is still running afterwards."""
 
     def __call__(self, *args: str, db: Path | None = None, start: bool = True) -> Server: ...
+
+
+def _capped(limit: int, hard: int) -> int:
+    return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+
+
+def _file_size_limiter(limit: int | None) -> functools.partial[None] | None:
+    """What the child runs before exec to start under `limit`: a C call, nothing to import."""
+    if limit is None:
+        return None
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return functools.partial(
+        resource.setrlimit, resource.RLIMIT_FSIZE, (_capped(limit, hard), hard)
+    )
 
 
 def export_raw(

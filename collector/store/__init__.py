@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -102,23 +102,19 @@ class Store:
         self.path = Path(path)
         self._read_only = read_only
         self._memory_limit = memory_limit
+        self._threads = threads
+        self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
-        try:
-            self._connection = duckdb.connect(str(self.path), read_only=read_only)
-        except duckdb.IOException as exc:
-            raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
-        database.configure(
-            self._connection,
-            memory_limit=memory_limit,
-            threads=threads,
-            checkpoint_threshold=None if read_only else checkpoint_threshold,
-        )
+        # Reentrant: a writer that finds the database invalidated reopens it
+        # (`_reopen`) while it holds this lock, as every other thread does.
+        self._write_lock = threading.RLock()
+        self._closed = False
+        # Set when DuckDB invalidated the connection (`_note_failure`).
+        self._invalidated = False
+        self._connection = self._connect()
         if not read_only:
             apply_migrations(self._connection)
-            # Start from a checkpointed file: whatever an earlier crash left in
-            # the WAL is folded in now rather than on some later write.
-            database.checkpoint(self._connection)
-        self._write_lock = threading.Lock()
+            self._checkpoint_on_open()
         # The cursor of a field-index rewrite in progress, for interrupt_maintenance.
         self._maintenance: duckdb.DuckDBPyConnection | None = None
         if not read_only:
@@ -127,7 +123,35 @@ class Store:
             # keeps a transaction open, and that blocks every checkpoint.)
             with self._cursor() as cursor:
                 self._next_chunk_id = span_reads.next_chunk_id(cursor)
-        self._closed = False
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """A connection to the file, with this store's settings."""
+        try:
+            connection = duckdb.connect(str(self.path), read_only=self._read_only)
+        except duckdb.IOException as exc:
+            raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
+        database.configure(
+            connection,
+            memory_limit=self._memory_limit,
+            threads=self._threads,
+            checkpoint_threshold=None if self._read_only else self._checkpoint_threshold,
+        )
+        return connection
+
+    def _checkpoint_on_open(self) -> None:
+        """Start from a checkpointed file: whatever an earlier crash left in the
+        WAL is folded in now rather than on some later write.
+
+        On a full disk the checkpoint cannot grow the file. Then the server
+        still starts, on the file reopened with its WAL (folded in by a later
+        checkpoint): it answers, keeps taking exports into the spool, and
+        stores them once there is room, rather than refusing to start.
+        """
+        try:
+            database.checkpoint(self._connection)
+        except duckdb.Error as exc:
+            logger.warning("could not checkpoint %s on open, keeping its WAL: %s", self.path, exc)
+            self._note_failure(self._connection, exc)
 
     def close(self) -> None:
         """Checkpoint and close, so the next open does not replay a long WAL."""
@@ -204,16 +228,60 @@ class Store:
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         # Every failure leaves as StoreError, so callers (receivers, studio
         # pages, /healthz) answer "unavailable, retry" without knowing DuckDB.
+        if self._invalidated:
+            self._reopen()
+        connection = self._connection
         try:
-            cursor = self._connection.cursor()
+            cursor = connection.cursor()
         except duckdb.Error as exc:
+            self._note_failure(connection, exc)
             raise StoreError(f"the database is not available: {exc}") from exc
         try:
             yield cursor
         except duckdb.Error as exc:
+            self._note_failure(connection, exc)
             raise StoreError(f"the database could not answer: {exc}") from exc
+        except StoreError as exc:
+            # transactions.transaction has turned DuckDB's error into a StoreError already.
+            self._note_failure(connection, exc.__cause__)
+            raise
         finally:
             cursor.close()
+
+    def _note_failure(
+        self, connection: duckdb.DuckDBPyConnection, error: BaseException | None
+    ) -> None:
+        """Mark the connection for reopening if DuckDB invalidated it.
+
+        After a fatal error, such as a checkpoint that could not grow the file
+        on a full disk, DuckDB refuses every query on that database until it is
+        opened again. Left so, storing would stop until a restart, however soon
+        there is room again, and /healthz would answer 503 meanwhile.
+        """
+        if isinstance(error, duckdb.FatalException) and connection is self._connection:
+            self._invalidated = True
+
+    def _reopen(self) -> None:
+        """Open the invalidated database again. Raises StoreError (and stays
+        marked, so that the next use tries again)."""
+        with self._write_lock:
+            if not self._invalidated or self._closed:
+                return
+            logger.warning("DuckDB invalidated %s after a fatal error; opening it again",
+                           self.path)
+            # DuckDB hands out the invalidated instance while a connection to it is open.
+            with suppress(duckdb.Error):
+                self._connection.close()
+            try:
+                self._connection = self._connect()
+                if not self._read_only:
+                    # A commit whose automatic checkpoint failed is durable, though
+                    # it raised: the chunk ids it took are in the file.
+                    with closing(self._connection.cursor()) as cursor:
+                        self._next_chunk_id = span_reads.next_chunk_id(cursor)
+            except duckdb.Error as exc:
+                raise StoreError(f"could not open the database again: {exc}") from exc
+            self._invalidated = False
 
     # -- writes -------------------------------------------------------------
 
