@@ -23,6 +23,7 @@ import duckdb
 import httpx
 import pytest
 from support import MakeServer, Server
+from test_execution_page import assert_span_anchors_resolve
 
 from collector.store import documents
 
@@ -221,15 +222,24 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: ReplayedRuns) -
     foreign = [d for d in three["diagnostics"] if d["code"] == "foreign_writer"]
     assert foreign and all(d["trace_id"] == four["trace_id"] for d in foreign)
     assert all(four["trace_id"] in d["message"] for d in foreign)
-    # The page links each such finding, and each foreign step, to the runs of
-    # the writer's trace; there, the writer is the only run.
+    # The page links each such finding to the runs of the writer's trace (there,
+    # the writer is the only run) and to the writer, and each foreign step to the
+    # writer, whose page shows the span that wrote it.
     page = urllib.request.urlopen(f"{server.url}/executions/{three['id']}").read().decode()
-    writer_runs = f'href="/?trace={four["trace_id"]}"'
-    assert f'<a class="x-goto" {writer_runs}' in page
-    assert f'<a class="x-mark mark-foreign" {writer_runs}' in page
+    writer = f'href="/executions/{four["id"]}"'
+    assert f'<a class="x-goto" href="/?trace={four["trace_id"]}"' in page
+    assert f'<a class="x-goto" {writer}' in page
+    assert f'<a class="x-mark mark-foreign" {writer}' in page
     in_that_trace = server.get_json(f"/api/executions?trace={four['trace_id']}")["executions"]
     assert [e["id"] for e in in_that_trace] == [four["id"]]
     assert "foreign_writer" not in _codes(four)
+    timeline = server.get_json(f"/api/executions/{three['id']}/timeline")["transitions"]
+    for step in (t for t in timeline if t["foreign"]):
+        page = httpx.get(
+            f"{server.url}/executions/{three['id']}", params={"step": step["sequence"]}
+        ).text
+        assert_span_anchors_resolve(page)
+        assert f'{writer[:-1]}?step={step["sequence"]}#span-{step["span_id"]}"' in page
 
 
 def test_live_large_state_loop_split_over_requests_is_verified(replayed: ReplayedRuns) -> None:
