@@ -4,7 +4,8 @@ Thin handlers: parse the request into a `Selection`, build the page's view
 model, render. The view models are built elsewhere: studio/timeline_view.py
 (timeline window, step diff), studio/state_tree.py (the state tree),
 studio/provenance_view.py (the provenance panel), studio/verdict_text.py
-(the verdict in plain words), studio/waterfall.py, studio/graph.py and
+(the verdict in plain words), studio/outcome.py (how a failed or cancelled
+run ended, and where), studio/waterfall.py, studio/graph.py and
 studio/writers.py (who wrote a step, and where its span is shown), all pure.
 This module assembles them with the header, findings and graph links, which
 stay here because they read the store (parent and child runs, spans, the
@@ -44,6 +45,7 @@ from collector.store.listing import ExecutionRow
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
+from studio.outcome import Outcome, outcome
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
 from studio.services import inspector_of, store_of
@@ -94,6 +96,8 @@ class Header:
     ancestors: tuple[ExecutionRow, ...] = ()
     # The field index holds only part of this run's states (filters may miss it).
     index_truncated: bool = False
+    # A failed or cancelled run: how it ended, and where (studio/outcome.py).
+    outcome: Outcome | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +385,10 @@ def _header(
         application_writes=_application_writes(execution, parent, links),
         ancestors=_ancestors(store, inspection.run_id, parent),
         index_truncated=row.index_truncated,
+        outcome=outcome(
+            execution.status, execution.error_type, execution.status_message,
+            execution.cancelled_reason, waterfall, links,
+        ),
     )
 
 

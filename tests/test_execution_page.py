@@ -254,6 +254,9 @@ def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -
     assert "<summary>Stack trace</summary>" in html and "Traceback" in html
     graph = html[html.index('id="graph"') : html.index('id="spans"')]
     assert "is-failed" in graph and "2 of 3 nodes ran" in _text(graph)
+    # The banner names the node that raised, linked to its span below.
+    (span,) = re.findall(r'Raised in node <a href="#span-(\w+)">ExplodingNode</a>\.', html)
+    assert f'id="span-{span}"' in html
 
 
 def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_child(
@@ -270,6 +273,10 @@ def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_chil
     cancelled = [name for name, classes in states.items() if "is-cancelled" in classes]
     assert len(failed) == len(cancelled) == 1 and failed != cancelled
     assert any(title.endswith("ran, cancelled") for _, title in children)
+    # The banner names the same two: the child that raised, and the sibling it stopped.
+    banner = _text(html[html.index('id="outcome"') : html.index('id="verdict"')])
+    assert f"Raised in node {failed[0]} ." in banner
+    assert f"Cancelled as a result: node {cancelled[0]} (sibling_failed)" in banner
 
 
 def test_execution_page_span_details_page(loaded: Server) -> None:

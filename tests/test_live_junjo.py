@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from html import unescape
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -240,6 +241,50 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: ReplayedRuns) -
         ).text
         assert_span_anchors_resolve(page)
         assert f'{writer[:-1]}?step={step["sequence"]}#span-{step["span_id"]}"' in page
+
+
+def _banner(html: str) -> str:
+    """The outcome banner's text, tags dropped and whitespace collapsed."""
+    start = html.index('id="outcome"')
+    block = html[start : html.index("</div>", start)]
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", block.split(">", 1)[1])).split())
+
+
+def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
+    replayed: ReplayedRuns,
+) -> None:
+    runs, server = replayed("failing", "failing_subflow", "cancelled")
+
+    def page(run_id: str) -> str:
+        return httpx.get(f"{server.url}/executions/{run_id}").text
+
+    # A node raised: the banner names it and links its span on the page.
+    failing = page(runs["failing"]["run_id"])
+    assert _banner(failing) == (
+        "RuntimeError: payment provider returned 502 Raised in node Explode."
+    )
+    (span,) = re.findall(r'Raised in node <a href="#span-([0-9a-f]+)">Explode</a>', failing)
+    assert f'id="span-{span}"' in failing
+    # A subflow's node raised: the parent's error wraps the child's; the banner
+    # opens the child run and tells its own error and node.
+    parent_id = runs["failing_subflow"]["run_id"]
+    detail = server.get_json(f"/api/executions/{parent_id}")
+    (child,) = detail["children"]
+    assert child["status"] == "error" and child["error_type"] == "RuntimeError"
+    html = page(parent_id)
+    assert _banner(html) == (
+        "WorkflowExecutionError: Workflow execution failed for Failing Review."
+        " Raised in subflow Failing Review: caused by RuntimeError:"
+        " payment provider returned 502 in node Explode of Failing Review."
+    )
+    assert f'subflow <a href="/executions/{child["id"]}">Failing Review</a>' in html
+    # Cancelled from outside while a node waited: why, and what was running.
+    cancelled_id = runs["cancelled"]["run_id"]
+    cancelled = server.get_json(f"/api/executions/{cancelled_id}")
+    assert (cancelled["status"], cancelled["cancelled_reason"]) == ("cancelled", "cancelled")
+    html = page(cancelled_id)
+    assert _banner(html) == "Cancelled (reason: cancelled) while node AwaitBank was running."
+    assert 'class="x-outcome is-cancelled"' in html
 
 
 def test_live_large_state_loop_split_over_requests_is_verified(replayed: ReplayedRuns) -> None:
