@@ -13,6 +13,10 @@ request, so the link cannot be made when the child arrives. The replayer
 reads every span of the traces it replays anyway (collector/store/replays.py
 `evidence_spans_for`); this walks them, and the store links each child in the
 same transaction that saves the replays (collector/store/lineage.py).
+
+The same walk names the run a span carrying a store write ran in
+(`carrier_runs`): the execution page says which run wrote a step of a store
+that another run shares, in its own trace or another.
 """
 
 from __future__ import annotations
@@ -62,6 +66,25 @@ def enclosing_runs(spans: Iterable[SpanInTrace]) -> list[tuple[str, str]]:
             assert parent.runtime_id is not None
             found.add((span.runtime_id, parent.runtime_id))
     return sorted(found)
+
+
+def carrier_runs(
+    carriers: Iterable[tuple[str, str]], spans: Iterable[SpanInTrace]
+) -> dict[tuple[str, str], str]:
+    """The run each carrier span (trace id, span id) ran in: its nearest owner span's run.
+
+    An owner span is its own run. A carrier that is not among `spans`, or whose
+    walk reaches a root or a span not stored yet, has no entry: its run is not
+    known (the owner span is exported last and may still be on its way).
+    """
+    by_key = {(span.trace_id, span.span_id): span for span in spans}
+    found: dict[tuple[str, str], str] = {}
+    for key in carriers:
+        span = by_key.get(key)
+        owner = _nearest_owner(span, by_key) if span is not None else None
+        if owner is not None and owner.runtime_id:
+            found[key] = owner.runtime_id
+    return found
 
 
 def _owns_a_run(span: SpanInTrace) -> bool:

@@ -4,9 +4,12 @@ Thin handlers: parse the request into a `Selection`, build the page's view
 model, render. The view models are built elsewhere: studio/timeline_view.py
 (timeline window, step diff), studio/state_tree.py (the state tree),
 studio/provenance_view.py (the provenance panel), studio/verdict_text.py
-(the verdict in plain words), studio/waterfall.py and studio/graph.py, all
-pure. This module assembles them with the header, findings and graph links,
-which stay here because they read the store (parent and child runs, spans).
+(the verdict in plain words), studio/outcome.py (how a failed or cancelled
+run ended, and where), studio/waterfall.py, studio/graph.py and
+studio/writers.py (who wrote a step, and where its span is shown), all pure.
+This module assembles them with the header, findings and graph links, which
+stay here because they read the store (parent and child runs, spans, the
+spans of other traces that wrote this run's store).
 
 The HTML twin of /api/executions/{id} (+ /timeline, /state, /provenance): every
 view is a URL (`?step=N` selects a transition, `&path=/a/b` opens a field's
@@ -35,12 +38,14 @@ from starlette.responses import Response
 from collector.decode import span_details
 from collector.history import Diagnostic, History
 from collector.jsondoc import resolve
+from collector.lineage import carrier_runs
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
+from studio.outcome import Outcome, outcome
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
 from studio.services import inspector_of, store_of
@@ -55,7 +60,8 @@ from studio.timeline_view import (
 )
 from studio.verdict_text import verdict_sentences
 from studio.view_text import href
-from studio.waterfall import Waterfall, attribute_text, build_waterfall, owning_runs
+from studio.waterfall import Waterfall, attribute_text, build_waterfall
+from studio.writers import Writers, foreign_carriers, other_traces
 
 POLL_SECONDS: Final = 2
 
@@ -90,6 +96,8 @@ class Header:
     ancestors: tuple[ExecutionRow, ...] = ()
     # The field index holds only part of this run's states (filters may miss it).
     index_truncated: bool = False
+    # A failed or cancelled run: how it ended, and where (studio/outcome.py).
+    outcome: Outcome | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,9 @@ class Finding:
     href: str | None
     # The executions list of the other trace a finding names.
     trace_href: str | None
+    # The run a foreign writer's span ran in, when known.
+    writer_run_id: str | None = None
+    writer_href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,14 +264,13 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         else (None, [])
     )
     graph, graph_note = _graph(inspection, children, waterfall, links)
+    writers = _writers(store, history, inspection.trace_id, waterfall)
     quiet = _quiet(inspection)
     return ExecutionView(
         header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
-        timeline=build_timeline(
-            history, links, base, selected, selection.step, owning_runs(waterfall)
-        ),
-        step=step_detail(history, selected),
+        timeline=build_timeline(history, links, base, selected, selection.step, writers),
+        step=step_detail(history, selected, links, writers),
         state=state_view(
             inspection, links, base, selected, selection.pointer,
             recorded=selection.shows_recorded(history),
@@ -270,7 +280,10 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
             if selection.pointer is not None
             else None
         ),
-        findings=tuple(_finding(d, links, base, waterfall) for d in history.diagnostics),
+        findings=tuple(
+            _finding(d, links, base, waterfall, writers, inspection.trace_id)
+            for d in history.diagnostics
+        ),
         waterfall=waterfall,
         graph=graph,
         graph_note=graph_note,
@@ -278,6 +291,21 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
     )
+
+
+def _writers(store: Store, history: History, trace_id: str, waterfall: Waterfall) -> Writers:
+    """Who wrote the steps: this trace's runs from the waterfall, others' from their traces.
+
+    Only traces that carried a step are read (spans without their bytes), so a
+    run whose store nobody else wrote pays nothing.
+    """
+    carriers = foreign_carriers(history, trace_id)
+    elsewhere = (
+        carrier_runs(carriers, store.evidence_spans_for(other_traces(carriers), ()))
+        if carriers
+        else {}
+    )
+    return Writers.of(trace_id, waterfall, elsewhere)
 
 
 def _quiet(inspection: Inspection) -> bool:
@@ -357,6 +385,10 @@ def _header(
         application_writes=_application_writes(execution, parent, links),
         ancestors=_ancestors(store, inspection.run_id, parent),
         index_truncated=row.index_truncated,
+        outcome=outcome(
+            execution.status, execution.error_type, execution.status_message,
+            execution.cancelled_reason, waterfall, links,
+        ),
     )
 
 
@@ -396,7 +428,14 @@ def _application_writes(
     return ApplicationWrites(store_id, start + 1, end, owner, where)
 
 
-def _finding(diagnostic: Diagnostic, links: Links, base: str, waterfall: Waterfall) -> Finding:
+def _finding(
+    diagnostic: Diagnostic,
+    links: Links,
+    base: str,
+    waterfall: Waterfall,
+    writers: Writers,
+    trace_id: str,
+) -> Finding:
     target: str | None = None
     if diagnostic.sequence is not None:
         target = href(base, step=diagnostic.sequence)
@@ -405,9 +444,13 @@ def _finding(diagnostic: Diagnostic, links: Links, base: str, waterfall: Waterfa
     trace_href = None
     if diagnostic.trace_id is not None:
         trace_href = links.executions(trace=diagnostic.trace_id)
+    writer = None
+    if diagnostic.code == "foreign_writer" and diagnostic.span_id is not None:
+        writer = writers.run_of(diagnostic.trace_id or trace_id, diagnostic.span_id)
     return Finding(
         diagnostic.code, diagnostic.severity, diagnostic.message,
         diagnostic.sequence, diagnostic.span_id, target, trace_href,
+        writer, links.execution(writer) if writer else None,
     )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from collector.junjo import WORKFLOW_NODE_COUNT
-from studio.waterfall import WaterfallRow
+from studio.waterfall import WaterfallRow, own_level
 
 NODE_HEIGHT: Final = 40
 CHILD_HEIGHT: Final = 30
@@ -38,7 +38,6 @@ LOOP_MARGIN: Final = 90
 CHAR_WIDTH: Final = 8
 MIN_NODE_WIDTH: Final = 96
 MAX_LABEL_CHARS: Final = 32
-OWNER_SPAN_TYPES: Final = frozenset({"workflow", "subflow", "agent"})
 
 
 class GraphError(ValueError):
@@ -140,12 +139,9 @@ def node_runs(rows: Sequence[WaterfallRow]) -> dict[str, NodeRun]:
     owner = next((row for row in rows if row.is_owner), None)
     if owner is None:
         return {}
-    by_id = {row.span_id: row for row in rows}
     runs: dict[str, NodeRun] = {}
-    for row in rows:
-        if not row.in_execution or row.is_owner or row.structural_id is None:
-            continue
-        if _nested_owner_between(row, owner.span_id, by_id):
+    for row in own_level(rows, owner):
+        if row.structural_id is None:
             continue
         seen = runs.get(row.structural_id, NodeRun())
         runs[row.structural_id] = NodeRun(
@@ -467,14 +463,3 @@ def _edge_path(tail: NodeBox, head: NodeBox, label: str | None, loop: bool) -> E
     middle = (y1 + y2) // 2
     d = f"M {x1} {y1} C {x1} {middle} {x2} {middle} {x2} {y2}"
     return EdgePath(d, label, (x1 + x2) // 2, middle, loop=False)
-
-
-def _nested_owner_between(
-    row: WaterfallRow, owner_span_id: str, by_id: Mapping[str, WaterfallRow]
-) -> bool:
-    parent = by_id.get(row.parent_span_id)
-    while parent is not None and parent.span_id != owner_span_id:
-        if parent.span_type in OWNER_SPAN_TYPES:
-            return True
-        parent = by_id.get(parent.parent_span_id)
-    return False

@@ -23,6 +23,7 @@ from collector.history import History, Step
 from studio.links import Links
 from studio.view_text import cut_text, href, json_text
 from studio.window import centred_window
+from studio.writers import Writers
 
 TIMELINE_WINDOW: Final = 200
 PATHS_PER_ROW: Final = 3
@@ -42,8 +43,8 @@ class TimelineRow:
     applied: bool
     foreign: bool
     selected: bool
-    # For a foreign step: the run that wrote it when its span is in this trace,
-    # else the runs of the trace that wrote it (who shares the store).
+    # For a foreign step: the run that wrote it when known, else the runs of
+    # the trace that wrote it (who shares the store).
     writer_runs_href: str | None
     # Sequences just before this one that never arrived (first, last), if any.
     missing_before: tuple[int, int] | None = None
@@ -97,6 +98,10 @@ class StepDetail:
     foreign: bool
     patch: str
     changes: tuple[Change, ...]
+    # The carrying span's row on this page, or where it is shown when it is not
+    # here (studio/writers.py); `writer_run_id` wrote a foreign step, if known.
+    span_href: str
+    writer_run_id: str | None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -114,16 +119,15 @@ def build_timeline(
     base: str,
     selected: int,
     asked: int | None = None,
-    span_runs: Mapping[str, str] | None = None,
+    writers: Writers | None = None,
 ) -> Timeline:
     """The window of TIMELINE_WINDOW rows around `selected`, with links to step through.
 
     Sequences that never arrived are marked where they belong (`missing_before`,
     `missing_after`), so a hole in the evidence shows as a hole, not as
     neighbouring steps that look consecutive. `asked` is the step the user asked
-    for; when it never arrived the timeline says so. `span_runs` maps the spans of
-    this run's trace to the run that owns each (`waterfall.owning_runs`), so a
-    foreign step links to the run that wrote it.
+    for; when it never arrived the timeline says so. `writers` knows the run
+    each carrier span ran in, so a foreign step links to the run that wrote it.
     """
     steps = history.steps
     index = history.index_at(selected)  # -1: the start state is selected
@@ -131,14 +135,7 @@ def build_timeline(
     window = steps[first : first + TIMELINE_WINDOW]
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
     holes = history.missing_sequences
-    trace_id = history.execution.trace_id if history.execution else None
-    writers = span_runs or {}
-
-    def writer(step: Step) -> str | None:
-        transition = step.transition
-        if not step.foreign or transition.trace_id != trace_id:
-            return None
-        return writers.get(transition.span_id)
+    known = writers or Writers(frozenset(), {})
 
     def at(position: int) -> str | None:
         if position < -1 or position >= len(steps) or position == index:
@@ -150,7 +147,7 @@ def build_timeline(
         rows=tuple(
             _timeline_row(
                 step, base, origin, step.sequence == selected, holes.get(step.sequence),
-                writer(step), links,
+                known, links,
             )
             for step in window
         ),
@@ -190,11 +187,12 @@ def _timeline_row(
     origin: int,
     selected: bool,
     missing_before: tuple[int, int] | None,
-    writer_run_id: str | None,
+    writers: Writers,
     links: Links,
 ) -> TimelineRow:
     transition = step.transition
     paths = step.changed_paths
+    foreign = step.foreign
     return TimelineRow(
         sequence=step.sequence,
         href=href(base, step=step.sequence),
@@ -206,21 +204,26 @@ def _timeline_row(
         more_paths=max(len(paths) - PATHS_PER_ROW, 0),
         verified=step.verified,
         applied=step.applied,
-        foreign=step.foreign,
+        foreign=foreign,
         selected=selected,
         writer_runs_href=(
-            (links.execution(writer_run_id) if writer_run_id else
-             links.executions(trace=transition.trace_id))
-            if step.foreign
-            else None
+            writers.runs_href(links, transition.trace_id, transition.span_id) if foreign else None
         ),
         missing_before=missing_before,
-        writer_run_id=writer_run_id,
+        writer_run_id=(
+            writers.run_of(transition.trace_id, transition.span_id) if foreign else None
+        ),
     )
 
 
-def step_detail(history: History, sequence: int) -> StepDetail | None:
-    """The step at `sequence` with its patch and per-operation diff; None at the start state."""
+def step_detail(
+    history: History, sequence: int, links: Links, writers: Writers
+) -> StepDetail | None:
+    """The step at `sequence` with its patch and per-operation diff; None at the start state.
+
+    Its span is linked where it can be read (`Writers.span_href`): a foreign
+    step's span may sit in another run's trace, not on this page.
+    """
     step = history.find_step(sequence)
     if step is None:
         return None
@@ -245,6 +248,10 @@ def step_detail(history: History, sequence: int) -> StepDetail | None:
         foreign=step.foreign,
         patch=_pretty_patch(transition.patch_json),
         changes=changes,
+        span_href=writers.span_href(links, transition, step.sequence),
+        writer_run_id=(
+            writers.run_of(transition.trace_id, transition.span_id) if step.foreign else None
+        ),
     )
 
 

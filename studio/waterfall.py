@@ -162,6 +162,31 @@ def owning_runs(waterfall: Waterfall) -> dict[str, str]:
     return owners
 
 
+def own_level(rows: Sequence[WaterfallRow], owner: WaterfallRow) -> list[WaterfallRow]:
+    """The spans an owner span's run ran itself, in tree order; not the owner's own.
+
+    Spans below a nested owner (a subflow, a workflow run inside a node, an
+    agent) belong to that owner's run, so they are left out; the nested owner's
+    own span is in.
+    """
+    by_id = {row.span_id: row for row in rows}
+    return [row for row in rows if _run_above(row, owner.span_id, by_id)]
+
+
+def _run_above(row: WaterfallRow, owner_span_id: str, by_id: dict[str, WaterfallRow]) -> bool:
+    """Whether the nearest owner span above `row` is the one with `owner_span_id`."""
+    seen = {row.span_id}
+    parent = by_id.get(row.parent_span_id)
+    while parent is not None and parent.span_id not in seen:
+        if parent.span_id == owner_span_id:
+            return True
+        if parent.span_type in OWNER_SPAN_TYPES:
+            return False
+        seen.add(parent.span_id)
+        parent = by_id.get(parent.parent_span_id)
+    return False
+
+
 def attribute_text(value: AttributeValue) -> str:
     """An attribute value as people read it: strings as-is, anything else as JSON."""
     if isinstance(value, str):

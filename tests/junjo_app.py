@@ -26,6 +26,7 @@ from junjo import (
     RunConcurrent,
     Subflow,
     Workflow,
+    WorkflowCancelledError,
     WorkflowExecutionError,
 )
 from junjo_agent import agent_workflow
@@ -194,6 +195,72 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
     return _refund_workflow("Failing Refund Workflow", graph)
 
 
+class FailingReview(Subflow[RefundState, RefundStore, RefundState, RefundStore]):
+    """A subflow whose node raises: the parent fails with a WorkflowExecutionError."""
+
+    async def pre_run_actions(self, parent_store: RefundStore, subflow_store: RefundStore) -> None:
+        await subflow_store.note("reviewing")
+
+    async def post_run_actions(self, parent_store: RefundStore, subflow_store: RefundStore) -> None:
+        await parent_store.note("reviewed")
+
+
+def failing_subflow_workflow() -> Workflow[RefundState, RefundStore]:
+    def review_graph() -> Graph:
+        explode = Explode()
+        return Graph(source=explode, sinks=[explode], edges=[])
+
+    def graph() -> Graph:
+        load, decide = LoadOrder(), Decide()
+        review = FailingReview(
+            name="Failing Review", graph_factory=review_graph,
+            store_factory=lambda: RefundStore(initial_state=RefundState()),
+        )
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[Edge(tail=load, head=review), Edge(tail=review, head=decide)],
+        )
+
+    return _refund_workflow("Refund With Failing Review", graph)
+
+
+class AwaitBank(Node[RefundStore]):
+    """Waits for an answer that never comes, once it has told the application it started."""
+
+    def __init__(self, started: asyncio.Event) -> None:
+        super().__init__()
+        self.started = started
+
+    async def service(self, store: RefundStore) -> None:
+        await store.note("waiting for the bank")
+        self.started.set()
+        await asyncio.Event().wait()  # never set: only cancelling the run ends it
+
+
+def hanging_workflow(started: asyncio.Event) -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        load, wait, decide = LoadOrder(), AwaitBank(started), Decide()
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[Edge(tail=load, head=wait), Edge(tail=wait, head=decide)],
+        )
+
+    return _refund_workflow("Hanging Refund Workflow", graph)
+
+
+async def cancelled_run() -> dict[str, Any]:
+    """A run cancelled from outside while a node waits, as a caller's timeout does."""
+    started = asyncio.Event()
+    task = asyncio.create_task(hanging_workflow(started).execute())
+    await started.wait()
+    task.cancel()
+    try:
+        await task
+    except WorkflowCancelledError as exc:
+        return {"scenario": "cancelled", "run_id": exc.run_id}
+    raise AssertionError("the hanging run ended without being cancelled")
+
+
 class Chat(BaseModel):
     role: str
     text: str
@@ -335,6 +402,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "subflow": subflow_workflow,
     "concurrent_subflow": concurrent_subflow_workflow,
     "failing": failing_workflow,
+    "failing_subflow": failing_subflow_workflow,
     "large_state_loop": large_state_loop_workflow,
     "agent_in_node": agent_workflow,
 }
@@ -357,6 +425,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
     """Every execution a scenario ran, as the application saw it."""
     if name == "borrowed_store":
         return await borrowed_store_runs()
+    if name == "cancelled":
+        return [await cancelled_run()]
     return [await run(name)]
 
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import spans_of, variant
+from otlp_craft import new_span_id, new_trace_id, spans_of, variant
 from support import (
     MakeServer,
     Server,
@@ -42,10 +42,11 @@ from studio.inspect import Inspection
 from studio.links import Links
 from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
 from studio.templating import templates
-from studio.timeline_view import build_timeline
+from studio.timeline_view import build_timeline, step_detail
 from studio.verdict_text import verdict_sentences
 from studio.view_text import items_text, keys_text
 from studio.waterfall import build_waterfall, owning_runs
+from studio.writers import Writers
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
 
@@ -253,6 +254,9 @@ def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -
     assert "<summary>Stack trace</summary>" in html and "Traceback" in html
     graph = html[html.index('id="graph"') : html.index('id="spans"')]
     assert "is-failed" in graph and "2 of 3 nodes ran" in _text(graph)
+    # The banner names the node that raised, linked to its span below.
+    (span,) = re.findall(r'Raised in node <a href="#span-(\w+)">ExplodingNode</a>\.', html)
+    assert f'id="span-{span}"' in html
 
 
 def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_child(
@@ -269,6 +273,10 @@ def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_chil
     cancelled = [name for name, classes in states.items() if "is-cancelled" in classes]
     assert len(failed) == len(cancelled) == 1 and failed != cancelled
     assert any(title.endswith("ran, cancelled") for _, title in children)
+    # The banner names the same two: the child that raised, and the sibling it stopped.
+    banner = _text(html[html.index('id="outcome"') : html.index('id="verdict"')])
+    assert f"Raised in node {failed[0]} ." in banner
+    assert f"Cancelled as a result: node {cancelled[0]} (sibling_failed)" in banner
 
 
 def test_execution_page_span_details_page(loaded: Server) -> None:
@@ -359,11 +367,91 @@ def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
     history = replay(execution, transitions, owner_span_ids={OWNER_SPAN, "aaaaaaaaaaaaaaaa"})
     assert all(step.foreign for step in history.steps)
 
-    (row,) = build_timeline(history, Links(), "/executions/RunA", 1, span_runs=runs).rows
+    writers = Writers.of(TRACE, waterfall)
+    (row,) = build_timeline(history, Links(), "/executions/RunA", 1, writers=writers).rows
     assert (row.writer_run_id, row.writer_runs_href) == ("RunB", "/executions/RunB")
+    # The span is in this trace, so the step panel links its row on this page.
+    step = step_detail(history, 1, Links(), writers)
+    assert step is not None and step.span_href == f"#span-{NODE_SPAN}"
+    assert step.writer_run_id == "RunB"
     # Without the trace's spans the link falls back to the writer's trace.
     (row,) = build_timeline(history, Links(), "/executions/RunA", 1).rows
     assert row.writer_run_id is None and row.writer_runs_href == f"/?trace={TRACE}"
+
+
+def _set_attribute(span: trace_pb2.Span, key: str, value: str | int) -> None:
+    (item,) = [item for item in span.attributes if item.key == key]
+    if isinstance(value, str):
+        item.value.string_value = value
+    else:
+        item.value.int_value = value
+
+
+def _string_attribute(span: trace_pb2.Span, key: str) -> str:
+    (item,) = [item for item in span.attributes if item.key == key]
+    return str(item.value.string_value)
+
+
+def assert_span_anchors_resolve(html: str) -> None:
+    """Every in-page span link names a span row that is on the page."""
+    targets = set(re.findall(r'id="span-([^"]+)"', html))
+    linked = set(re.findall(r'href="#span-([^"]+)"', html))
+    assert linked <= targets, linked - targets
+
+
+def test_a_foreign_step_from_another_trace_links_where_its_span_is_shown(
+    make_server: MakeServer,
+) -> None:
+    # One store lent to two runs, each in its own trace (SCHEMA.md 7.1, 7.4): run
+    # A's steps 3-7 were written in run B's trace, and steps 8-11 in a trace whose
+    # owner span never arrived. Neither span is on A's page.
+    server: Server = make_server()
+    (request,) = variant("shared-store")
+    (scope,) = [scope for rs in request.resource_spans for scope in rs.scope_spans]
+    spans = {span.name: span for span in scope.spans}
+    owner = spans["Linear Workflow"]
+    run_a = _string_attribute(owner, junjo.RUNTIME_ID)
+    trace_b, trace_c = new_trace_id(), new_trace_id()
+    borrower = scope.spans.add()
+    borrower.CopyFrom(owner)
+    borrower.trace_id, borrower.span_id, borrower.name = trace_b, new_span_id(), "Borrower"
+    _set_attribute(borrower, junjo.RUNTIME_ID, "run-b")
+    _set_attribute(borrower, junjo.TRANSITION_START, 2)
+    _set_attribute(borrower, junjo.TRANSITION_END, 7)
+    in_b, in_c = spans["ListNode"], spans["NestedNode"]
+    in_b.trace_id, in_b.parent_span_id = trace_b, borrower.span_id
+    in_c.trace_id, in_c.parent_span_id = trace_c, new_span_id()
+    ((_, metadata),) = fixture_requests("a_linear")
+    export_raw(server.grpc_target, request.SerializeToString(), metadata)
+    server.wait_replayed()
+    span_b, span_c = in_b.span_id.hex(), in_c.span_id.hex()
+
+    timeline = server.get_json(f"/api/executions/{run_a}/timeline")["transitions"]
+    foreign = [t for t in timeline if t["foreign"]]
+    assert [t["sequence"] for t in foreign] == list(range(3, 12))
+    for step in foreign:
+        path = (step["changed_paths"] or ["/"])[0]
+        for params in ({}, {"path": path}, {"state": "recorded"}):
+            page = _get(server, f"/executions/{run_a}", step=step["sequence"], **params)
+            assert page.status_code == 200
+            assert_span_anchors_resolve(page.text)
+
+    def step_panel(html: str) -> str:
+        return html[html.index('id="step"') : html.index('id="provenance"')]
+
+    # Written by run B: the span is read on B's page, at the same step, where it is shown.
+    html = _get(server, f"/executions/{run_a}", step=3).text
+    at_b = f"/executions/run-b?step=3#span-{span_b}"
+    assert f'href="{at_b}"' in step_panel(html)
+    assert "of run run-b" in _text(step_panel(html))
+    assert f'id="span-{span_b}"' in _get(server, at_b.split("#")[0]).text
+    # The timeline and the finding name the writing run too.
+    assert '<a class="x-mark mark-foreign" href="/executions/run-b"' in html
+    assert 'href="/executions/run-b" title="The run that wrote them"' in html
+    # No run is known for trace C's span: the panel lists that trace's runs.
+    html = _get(server, f"/executions/{run_a}", step=8).text
+    assert f'href="/?trace={trace_c.hex()}"' in step_panel(html)
+    assert f"#span-{span_c}" not in html
 
 
 def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None:

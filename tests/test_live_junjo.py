@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from html import unescape
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ import duckdb
 import httpx
 import pytest
 from support import MakeServer, Server
+from test_execution_page import assert_span_anchors_resolve
 
 from collector.store import documents
 
@@ -221,15 +223,68 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: ReplayedRuns) -
     foreign = [d for d in three["diagnostics"] if d["code"] == "foreign_writer"]
     assert foreign and all(d["trace_id"] == four["trace_id"] for d in foreign)
     assert all(four["trace_id"] in d["message"] for d in foreign)
-    # The page links each such finding, and each foreign step, to the runs of
-    # the writer's trace; there, the writer is the only run.
+    # The page links each such finding to the runs of the writer's trace (there,
+    # the writer is the only run) and to the writer, and each foreign step to the
+    # writer, whose page shows the span that wrote it.
     page = urllib.request.urlopen(f"{server.url}/executions/{three['id']}").read().decode()
-    writer_runs = f'href="/?trace={four["trace_id"]}"'
-    assert f'<a class="x-goto" {writer_runs}' in page
-    assert f'<a class="x-mark mark-foreign" {writer_runs}' in page
+    writer = f'href="/executions/{four["id"]}"'
+    assert f'<a class="x-goto" href="/?trace={four["trace_id"]}"' in page
+    assert f'<a class="x-goto" {writer}' in page
+    assert f'<a class="x-mark mark-foreign" {writer}' in page
     in_that_trace = server.get_json(f"/api/executions?trace={four['trace_id']}")["executions"]
     assert [e["id"] for e in in_that_trace] == [four["id"]]
     assert "foreign_writer" not in _codes(four)
+    timeline = server.get_json(f"/api/executions/{three['id']}/timeline")["transitions"]
+    for step in (t for t in timeline if t["foreign"]):
+        page = httpx.get(
+            f"{server.url}/executions/{three['id']}", params={"step": step["sequence"]}
+        ).text
+        assert_span_anchors_resolve(page)
+        assert f'{writer[:-1]}?step={step["sequence"]}#span-{step["span_id"]}"' in page
+
+
+def _banner(html: str) -> str:
+    """The outcome banner's text, tags dropped and whitespace collapsed."""
+    start = html.index('id="outcome"')
+    block = html[start : html.index("</div>", start)]
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", block.split(">", 1)[1])).split())
+
+
+def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
+    replayed: ReplayedRuns,
+) -> None:
+    runs, server = replayed("failing", "failing_subflow", "cancelled")
+
+    def page(run_id: str) -> str:
+        return httpx.get(f"{server.url}/executions/{run_id}").text
+
+    # A node raised: the banner names it and links its span on the page.
+    failing = page(runs["failing"]["run_id"])
+    assert _banner(failing) == (
+        "RuntimeError: payment provider returned 502 Raised in node Explode."
+    )
+    (span,) = re.findall(r'Raised in node <a href="#span-([0-9a-f]+)">Explode</a>', failing)
+    assert f'id="span-{span}"' in failing
+    # A subflow's node raised: the parent's error wraps the child's; the banner
+    # opens the child run and tells its own error and node.
+    parent_id = runs["failing_subflow"]["run_id"]
+    detail = server.get_json(f"/api/executions/{parent_id}")
+    (child,) = detail["children"]
+    assert child["status"] == "error" and child["error_type"] == "RuntimeError"
+    html = page(parent_id)
+    assert _banner(html) == (
+        "WorkflowExecutionError: Workflow execution failed for Failing Review."
+        " Raised in subflow Failing Review: caused by RuntimeError:"
+        " payment provider returned 502 in node Explode of Failing Review."
+    )
+    assert f'subflow <a href="/executions/{child["id"]}">Failing Review</a>' in html
+    # Cancelled from outside while a node waited: why, and what was running.
+    cancelled_id = runs["cancelled"]["run_id"]
+    cancelled = server.get_json(f"/api/executions/{cancelled_id}")
+    assert (cancelled["status"], cancelled["cancelled_reason"]) == ("cancelled", "cancelled")
+    html = page(cancelled_id)
+    assert _banner(html) == "Cancelled (reason: cancelled) while node AwaitBank was running."
+    assert 'class="x-outcome is-cancelled"' in html
 
 
 def test_live_large_state_loop_split_over_requests_is_verified(replayed: ReplayedRuns) -> None:

@@ -1,0 +1,169 @@
+"""How a run ended, for the banner of its page: where it failed, or what was cut short.
+
+Pure stage: the run's own status and its trace's span waterfall in, an
+`Outcome` out. Junjo marks every span around a failure ERROR (SCHEMA.md
+section 6): the node that raised, its RunConcurrent, each enclosing subflow
+and the workflow. So the node that raised is a failed span of the run's own
+level (`waterfall.own_level`, what the graph counts too) with no failed span
+of that level below it. A failed subflow or agent there is a child run, and
+the child's level is searched the same way for the node that raised in it: a
+parent's `WorkflowExecutionError` wraps the child's own error, which is the
+one worth reading.
+
+A cancelled run is told the same way: its spans that were running carry
+`junjo.cancelled`, and those with no cancelled span below them are what it
+was doing when it stopped. A failure inside a RunConcurrent cancels the
+pending siblings (reason `sibling_failed`); they are listed as stopped.
+Everything is read from spans that arrived; a span that never did is not
+guessed at, so the banner can say less, never something false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from collector.model import ExecutionStatus
+from studio.links import Links
+from studio.waterfall import Waterfall, WaterfallRow, own_level
+
+# Telemetry can nest child runs in a cycle: the search stops this deep.
+MAX_CHILD_DEPTH: Final = 16
+# Span types a culprit is named by; anything else (a RunConcurrent, a plain node) is a node.
+_RUN_KINDS: Final = frozenset({"workflow", "subflow", "agent"})
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """A span the run's end is traced to: the node that raised, or one that was running.
+
+    `href` is its row on this page (the page shows its whole trace), or for a
+    child run (`run_id`) that run's page. `cause` is what raised, or was
+    running, inside that child run, when its spans say.
+    """
+
+    name: str
+    kind: str  # "node", or the child run's kind: "subflow", "agent", "workflow"
+    href: str
+    error_type: str | None
+    message: str
+    cancelled_reason: str | None
+    run_id: str | None = None
+    cause: Culprit | None = None
+
+    @property
+    def innermost(self) -> Culprit:
+        """The deepest cause: the node that really raised (or ran), however deep the runs nest."""
+        found = self
+        while found.cause is not None:
+            found = found.cause
+        return found
+
+    @property
+    def innermost_run(self) -> Culprit:
+        """The child run the innermost cause ran in (this one if it has no cause)."""
+        found = self
+        while found.cause is not None and found.cause.cause is not None:
+            found = found.cause
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A failed or cancelled run's end: what it raised or why it stopped, and where."""
+
+    status: ExecutionStatus
+    error_type: str | None
+    message: str
+    cancelled_reason: str | None
+    # Failed: the spans that raised. Cancelled: the spans that were running.
+    culprits: tuple[Culprit, ...]
+    # Failed: spans cancelled because of the failure (RunConcurrent siblings).
+    stopped: tuple[Culprit, ...] = ()
+
+
+def outcome(
+    status: ExecutionStatus,
+    error_type: str | None,
+    message: str,
+    cancelled_reason: str | None,
+    waterfall: Waterfall,
+    links: Links,
+) -> Outcome | None:
+    """The banner of a failed or cancelled run; None for one that ended well.
+
+    A run that recorded an error type without an error status (a producer's
+    quirk) still gets its error shown, as the page always did.
+    """
+    failed = status == "error" or error_type is not None
+    if not failed and status != "cancelled":
+        return None
+    owner = next((row for row in waterfall.rows if row.is_owner), None)
+    rows = waterfall.rows
+    if owner is None:
+        return Outcome(status, error_type, message, cancelled_reason, ())
+    if failed:
+        return Outcome(
+            "error", error_type, message, cancelled_reason,
+            _culprits(rows, owner, "error", links),
+            _culprits(rows, owner, "cancelled", links, follow=False),
+        )
+    return Outcome(
+        status, error_type, message, cancelled_reason,
+        _culprits(rows, owner, "cancelled", links),
+    )
+
+
+def _culprits(
+    rows: Sequence[WaterfallRow],
+    owner: WaterfallRow,
+    status: ExecutionStatus,
+    links: Links,
+    *,
+    follow: bool = True,
+    depth: int = 0,
+) -> tuple[Culprit, ...]:
+    """The owner's own spans with `status` that no other of them with it is below.
+
+    `follow` searches a child run's own level for its culprit (what raised
+    inside a failed subflow); stopped siblings need no more than their names.
+    """
+    level = own_level(rows, owner)
+    marked = [row for row in level if row.status == status]
+    above = _ancestors_of(marked, {row.span_id: row for row in level})
+    found: list[Culprit] = []
+    for row in marked:
+        if row.span_id in above:
+            continue
+        cause = None
+        if follow and row.run_id is not None and depth < MAX_CHILD_DEPTH:
+            cause = next(iter(_culprits(rows, row, status, links, depth=depth + 1)), None)
+        found.append(_culprit(row, links, cause))
+    return tuple(found)
+
+
+def _ancestors_of(rows: Sequence[WaterfallRow], level: dict[str, WaterfallRow]) -> set[str]:
+    """The spans of the level that sit above any of `rows`."""
+    found: set[str] = set()
+    for row in rows:
+        parent = level.get(row.parent_span_id)
+        while parent is not None and parent.span_id not in found:
+            found.add(parent.span_id)
+            parent = level.get(parent.parent_span_id)
+    return found
+
+
+def _culprit(row: WaterfallRow, links: Links, cause: Culprit | None) -> Culprit:
+    exception = row.exceptions[0] if row.exceptions else None
+    is_run = row.run_id is not None and row.span_type in _RUN_KINDS
+    return Culprit(
+        name=row.name,
+        kind=row.span_type if is_run and row.span_type else "node",
+        href=links.execution(row.run_id) if is_run and row.run_id else f"#span-{row.span_id}",
+        error_type=row.error_type or (exception.type if exception else None) or None,
+        message=row.status_message or (exception.message if exception else ""),
+        cancelled_reason=row.cancelled_reason,
+        run_id=row.run_id if is_run else None,
+        cause=cause,
+    )
