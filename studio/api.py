@@ -269,6 +269,11 @@ def provenance_entry_json(entry: ProvenanceEntry) -> dict[str, Any]:
         "span_id": entry.span_id,
         "node": entry.span_name,
         "verified": entry.verified,
+        # Added fields: a received write whose patch did not apply changed nothing.
+        "applied": entry.applied,
+        "not_applied_because": entry.not_applied,
+        "attempted": json_value(entry.attempted),
+        "attempted_present": entry.attempted is not MISSING,
     }
 
 
