@@ -637,6 +637,30 @@ def test_invalid_json_payload_in_a_cut_end_state_is_partial() -> None:
     assert history.replayed_end == states[-1]
 
 
+def test_claimed_reconstructable_names_the_causes_the_evidence_shows() -> None:
+    execution, transitions, _ = basic()
+    gap = [t for t in transitions if t.sequence != 2]
+
+    def message(*evidence: EvidenceSpan) -> str:
+        history = replay(execution, gap, evidence_spans=evidence)
+        return finding(history, "claimed_reconstructable_but_failed").message
+
+    # An untraced write: the sequence is missing, yet no span counted a loss.
+    untraced = message(EvidenceSpan(TRACE, NODE_SPAN, "DemoNode", "node", 0, 0, 0))
+    assert "never recorded in any span received here" in untraced
+    assert "a store write with no recording span current" in untraced
+    assert "dropped" not in untraced and "span event limit" not in untraced
+    # The span event limit dropped as many events as are missing: that is the cause.
+    limited = message(EvidenceSpan(TRACE, NODE_SPAN, "DemoNode", "node", 0, 1, 0))
+    assert "1 event the span event limit dropped" in limited
+    assert "never recorded" not in limited
+    # A cut payload, no gap: neither drops nor unrecorded writes are named.
+    cut = [transitions[0]._replace(patch_json="[{"), *transitions[1:]]
+    cut_message = finding(replay(execution, cut), "claimed_reconstructable_but_failed").message
+    assert "payloads cut on the way" in cut_message
+    assert "dropped" not in cut_message and "never recorded" not in cut_message
+
+
 def test_state_withheld_start_is_not_applicable() -> None:
     execution, transitions, _ = basic()
 
