@@ -53,6 +53,8 @@ def in_flight_json(row: InFlightRow) -> dict[str, Any]:
         "received_transitions": row.transition_count,
         "trace_id": row.trace_id,
         "store_ids": list(row.store_ids),
+        # Of those, the run's own store: the one its timeline replays.
+        "store_id": row.own_store_id,
         "span_count": row.span_count,
     }
 
