@@ -231,7 +231,7 @@ def claimed_reconstructable_findings(
         )
     if missing > dropped:
         causes.append(
-            "transitions never recorded in any span received here (a store write with no "
+            "transitions never recorded in any span received (a store write with no "
             "recording span current, such as setup code or a task outside a traced node, "
             "or spans that never arrived)"
         )
@@ -246,8 +246,8 @@ def claimed_reconstructable_findings(
             "claimed_reconstructable_but_failed",
             "warning",
             "The producer marked this run reconstructable, but the evidence received here "
-            "does not verify it. Junjo's claim covers only its own in-process replay; here "
-            f"the evidence shows {'; and '.join(causes)}.",
+            "does not verify it. Junjo's claim covers only its own in-process replay. "
+            f"Likely causes, from the evidence: {'; '.join(causes)}.",
         )
     ]
 

@@ -647,7 +647,7 @@ def test_claimed_reconstructable_names_the_causes_the_evidence_shows() -> None:
 
     # An untraced write: the sequence is missing, yet no span counted a loss.
     untraced = message(EvidenceSpan(TRACE, NODE_SPAN, "DemoNode", "node", 0, 0, 0))
-    assert "never recorded in any span received here" in untraced
+    assert "never recorded in any span received (" in untraced
     assert "a store write with no recording span current" in untraced
     assert "dropped" not in untraced and "span event limit" not in untraced
     # The span event limit dropped as many events as are missing: that is the cause.
