@@ -43,14 +43,16 @@ def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceV
     return replay_with(execution, transitions, links), version
 
 
-def load_in_flight_history(store: Store, trace_id: str, store_ids: Sequence[str]) -> History:
-    """Replay what arrived of a run whose owner span has not: its stores' transitions.
+def load_in_flight_history(store: Store, trace_id: str, store_id: str | None) -> History:
+    """Replay what arrived of a run whose owner span has not: its own store's transitions.
 
+    Sequences are per store (SCHEMA.md section 7), so only the run's own store
+    (`InFlightRow.own_store_id`) is replayed, never the stores of subflows
+    whose spans name it; None (no write of its own has arrived) gives no steps.
     Without the owner there is no interval, no start state and no subtree, so
     every received transition is shown, none verified (collector/replay.py).
     """
-    by_store = store.transitions_for_stores(store_ids)
-    transitions = [t for store_id in store_ids for t in by_store.get(store_id, ())]
+    transitions = store.transitions_for_store(store_id) if store_id else []
     links = store.evidence_spans_for([trace_id], carriers_of(transitions))
     return replay(None, transitions, evidence_spans=[link.span for link in links])
 

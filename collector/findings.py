@@ -14,7 +14,7 @@ Pure: no I/O, no logging, no clock; inputs are never mutated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from collector.history import Diagnostic, holes
 from collector.model import EvidenceSpan, Execution, Transition
@@ -206,6 +206,50 @@ def foreign_findings(
             )
         )
     return findings
+
+
+def claimed_reconstructable_findings(
+    earlier: Sequence[Diagnostic], evidence: Iterable[EvidenceSpan], missing: int
+) -> list[Diagnostic]:
+    """The warning for a run its producer called reconstructable that the evidence does not verify.
+
+    Junjo's claim covers only its own in-process replay. The causes named are
+    the ones the evidence shows (SCHEMA.md section 7.5): events dropped by the
+    span event limit only when a loss counter says so, and transitions that no
+    span received recorded (a write with no recording span current, or spans
+    that never arrived) for what the counters do not account for. `earlier`
+    are the findings already made, `evidence` the spans whose losses touch the
+    run, `missing` how many of its transitions never arrived.
+    """
+    dropped = sum(span.dropped_events_count for span in evidence)
+    codes = {finding.code for finding in earlier}
+    causes: list[str] = []
+    if dropped and missing:
+        causes.append(
+            f"{counted(dropped, 'event')} the span event limit dropped (see the dropped-data "
+            "finding)"
+        )
+    if missing > dropped:
+        causes.append(
+            "transitions never recorded in any span received (a store write with no "
+            "recording span current, such as setup code or a task outside a traced node, "
+            "or spans that never arrived)"
+        )
+    if "invalid_json_payload" in codes:
+        causes.append("payloads cut on the way (see the invalid-payload finding)")
+    if "state_withheld" in codes:
+        causes.append("payloads the producer withheld")
+    if not causes:
+        causes.append("evidence that contradicts itself or cannot be read (see the findings above)")
+    return [
+        Diagnostic(
+            "claimed_reconstructable_but_failed",
+            "warning",
+            "The producer marked this run reconstructable, but the evidence received here "
+            "does not verify it. Junjo's claim covers only its own in-process replay. "
+            f"Likely causes, from the evidence: {'; '.join(causes)}.",
+        )
+    ]
 
 
 def span_label(transition: Transition) -> str:

@@ -5,6 +5,11 @@ Input: a `History` (collector/history.py) and an RFC 6901 pointer. Output: a
 at the pointer, with the value before and after it, and the last write that
 changed it.
 
+A received write whose patch did not apply (after transitions that never
+arrived, or after a patch that was cut, withheld or failed) is listed too,
+with `applied=False` and why: it changed no replayed state, so it is never a
+writer, but saying no write named the field would be false.
+
 A write inside the value (a descendant) is shown at the path it wrote, not as
 the whole value before and after: a list appended to at every step of a long
 run would otherwise cost a copy of the whole list per step (quadratic time,
@@ -18,7 +23,7 @@ every value it returns is a fresh copy the caller owns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal, TypeAlias
 
 from collector.history import History, Step
@@ -38,8 +43,15 @@ from collector.jsondoc import (
     pointer_text,
     resolve_parts,
 )
+from collector.model import withheld
 
 Relation: TypeAlias = Literal["self", "ancestor", "descendant", "shifted"]
+
+# Why a received write did not apply: transitions before it never arrived; an earlier
+# patch was cut, withheld or failed; or its own patch does not fit a proven state.
+NotApplied: TypeAlias = Literal[
+    "after_missing_transitions", "after_broken_evidence", "patch_failed"
+]
 
 # Closest first: when one operation relates to the pointer in two ways, the first wins.
 _RELATION_RANK: Final[tuple[Relation, ...]] = ("self", "ancestor", "descendant", "shifted")
@@ -54,6 +66,12 @@ class ProvenanceEntry:
     list index whose insert or removal shifted the pointer's element.
     `before`/`after` are the values at `value_path`: the asked pointer, except
     for a descendant write, where they are the values at the path written.
+
+    `applied` is False for a received write whose patch did not apply
+    (`not_applied` says why): `before` and `after` are then both the replayed
+    value it left unchanged, `attempted` the value it carried (MISSING for a
+    remove, move or copy, and for every applied write, whose `after` shows it),
+    and it never counts as a change.
     """
 
     sequence: int
@@ -70,18 +88,22 @@ class ProvenanceEntry:
     span_id: str
     span_name: str
     verified: bool
+    applied: bool = True
+    not_applied: NotApplied | None = None
+    attempted: JsonValue | Missing = MISSING
 
     @property
     def changed(self) -> bool:
-        return not json_equal(self.before, self.after)
+        return self.applied and not json_equal(self.before, self.after)
 
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
     """Every recorded write that reached a pointer, oldest first.
 
-    `last_writer` is the latest write that changed the value; None means the
-    final value came from the start state (or the pointer never existed).
+    `last_writer` is the latest applied write that changed the value; None
+    means the final value came from the start state (or the pointer never
+    existed in a replayed state).
     """
 
     pointer: str
@@ -94,7 +116,10 @@ def provenance(history: History, pointer: str) -> Provenance:
 
     Operations on the pointer, an ancestor (replacing the parent object), a
     descendant, or a sibling list index that shifted the element all count; a
-    move touches both its `from` and its `path`. Values are read from the
+    move touches both its `from` and its `path`. Received writes that did not
+    apply are listed where they came, marked (see ProvenanceEntry); a shift
+    they would have caused is not, since it names neither the field nor a
+    parent or member of it. Values are read from the
     replayed states around each operation, so one forward pass answers the
     question in the cost of a replay, plus copies of the values each write
     touched (see the module docstring). Raises ValueError for a malformed pointer.
@@ -106,8 +131,13 @@ def provenance(history: History, pointer: str) -> Provenance:
     # state_at hands out a fresh copy, so patching it in place below is safe.
     doc = _Working(history, target)
     needle = _region_needle(target)
+    verified = history.verified_at(history.start_sequence)
     for step in history.steps:
+        verified_before, verified = verified, step.verified
         if not step.applied:
+            if _may_name_region(step.transition.patch_json, needle):
+                reason = _why_not_applied(history, step, verified_before)
+                entries.extend(_unapplied_entries(doc.value, step, pointer, reason))
             continue
         if needle is not None and doc.skips(step.transition.patch_json, needle):
             doc.finish_step(step)
@@ -158,15 +188,10 @@ class _Working:
     def skips(self, patch_text: str, needle: str) -> bool:
         """Skip a whole step, unparsed, if its text proves it writes outside the region.
 
-        Every pointer into the region, as JSON text, starts with `needle` (`"/` and
-        the region's key), and the root pointer is `""`. Without either, and with
-        no escape that could spell a pointer differently, no operation of the step
-        reads or writes the region. That holds for an object root only, as in
+        See `_may_name_region`. That holds for an object root only, as in
         `apply_unrelated`.
         """
-        if not isinstance(self.value, dict) or "\\" in patch_text:
-            return False
-        if needle in patch_text or '""' in patch_text:
+        if not isinstance(self.value, dict) or _may_name_region(patch_text, needle):
             return False
         self._stale = True
         return True
@@ -202,6 +227,58 @@ class _Working:
 
     def _within(self, pointer: str) -> bool:
         return pointer_parts(pointer)[: len(self._region)] == self._region
+
+
+def _why_not_applied(history: History, step: Step, before_verified: bool) -> NotApplied:
+    if history.missing_through(step.sequence):
+        return "after_missing_transitions"
+    return "patch_failed" if before_verified else "after_broken_evidence"
+
+
+def _unapplied_entries(
+    doc: JsonValue, step: Step, pointer: str, reason: NotApplied
+) -> list[ProvenanceEntry]:
+    """The operations of a step that did not apply that name the target, a parent or a member.
+
+    `doc` is exact inside the target's region (see _Working), which is all
+    these entries read. A withheld or unparseable patch names nothing anyone
+    can read, so it gives none (its step's own findings say so).
+    """
+    if withheld(step.transition.patch_mode):
+        return []
+    target = pointer_parts(pointer)
+    entries: list[ProvenanceEntry] = []
+    for op in parse_patch(step.transition.patch_json) or []:
+        relation = _op_relation(op, target)
+        if relation is None or relation == "shifted":
+            continue
+        value_path = pointer if relation != "descendant" else _inside(op, target)
+        value = resolve_parts(doc, pointer_parts(value_path))
+        entry = _provenance_entry(
+            step, op, relation, value_path, clone_or_missing(value), clone_or_missing(value)
+        )
+        carries = op.get("op") in {"add", "replace", "test"}
+        carried = op.get("value", MISSING) if carries else MISSING
+        entries.append(
+            replace(entry, applied=False, not_applied=reason, attempted=clone_or_missing(carried))
+        )
+    return entries
+
+
+def _inside(op: JsonPatchOp, target: tuple[str, ...]) -> str:
+    """The pointer of a descendant operation that lies inside the target: its path, or `from`."""
+    path = str(op["path"])
+    return path if pointer_parts(path)[: len(target)] == target else str(op["from"])
+
+
+def _may_name_region(patch_text: str, needle: str | None) -> bool:
+    """False when a patch's text proves no operation of it names a pointer in the region.
+
+    Every pointer into the region, as JSON text, starts with `needle` (`"/` and
+    the region's key), and the root pointer is `""`; an escape could spell a
+    pointer differently. With no needle (the root itself), anything may.
+    """
+    return needle is None or "\\" in patch_text or needle in patch_text or '""' in patch_text
 
 
 def _region_needle(target: tuple[str, ...]) -> str | None:

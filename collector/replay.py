@@ -71,6 +71,7 @@ from typing import Final, TypeAlias
 
 from collector.checkpoints import States, Tape
 from collector.findings import (
+    claimed_reconstructable_findings,
     counted,
     dropped_findings,
     duplicate_findings,
@@ -87,6 +88,7 @@ from collector.history import (
     Severity,
     Step,
     Verdict,
+    holes,
     recorded_end_of,
 )
 from collector.jsondoc import (
@@ -171,6 +173,8 @@ class _Replay:
         self.owner_span_ids = owner_span_ids
         self.on_applied = on_applied
         self.diagnostics: list[Diagnostic] = []
+        # The spans whose losses touch this run (selection.own_evidence), set by `run`.
+        self.own_evidence: list[EvidenceSpan] = []
 
     def report(
         self,
@@ -188,9 +192,10 @@ class _Replay:
         execution = self.execution
         version = contract_version(execution, self.received)
         self.diagnostics += unknown_version_findings(execution, version)
-        self.diagnostics += dropped_findings(
-            own_evidence(execution, self.received, self.evidence, self.owner_span_ids)
+        self.own_evidence = own_evidence(
+            execution, self.received, self.evidence, self.owner_span_ids
         )
+        self.diagnostics += dropped_findings(self.own_evidence)
         if execution.store_id is None:
             return self._history((), "not_applicable", Interval(0, 0, by_time=False))
         interval = interval_of(execution, version)
@@ -239,12 +244,12 @@ class _Replay:
         recorded_end: JsonValue | Missing,
     ) -> History:
         if self.execution.reconstructable and verdict in ("partial", "failed"):
-            self.report(
-                "claimed_reconstructable_but_failed",
-                "warning",
-                "The producer marked this run reconstructable, but the evidence received "
-                "here does not verify it. Junjo's claim covers only its own in-process "
-                "replay, not events lost on the way (span limits, dropped batches).",
+            missing = 0
+            if not interval.by_time:
+                found = holes((step.sequence for step in steps), interval.lower, interval.upper)
+                missing = sum(last - first + 1 for first, last in found.values())
+            self.diagnostics += claimed_reconstructable_findings(
+                self.diagnostics, self.own_evidence, missing
             )
         return self._history(steps, verdict, interval, states=states, recorded_end=recorded_end)
 

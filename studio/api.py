@@ -53,6 +53,8 @@ def in_flight_json(row: InFlightRow) -> dict[str, Any]:
         "received_transitions": row.transition_count,
         "trace_id": row.trace_id,
         "store_ids": list(row.store_ids),
+        # Of those, the run's own store: the one its timeline replays.
+        "store_id": row.own_store_id,
         "span_count": row.span_count,
     }
 
@@ -269,6 +271,11 @@ def provenance_entry_json(entry: ProvenanceEntry) -> dict[str, Any]:
         "span_id": entry.span_id,
         "node": entry.span_name,
         "verified": entry.verified,
+        # Added fields: a received write whose patch did not apply changed nothing.
+        "applied": entry.applied,
+        "not_applied_because": entry.not_applied,
+        "attempted": json_value(entry.attempted),
+        "attempted_present": entry.attempted is not MISSING,
     }
 
 

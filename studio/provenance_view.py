@@ -2,7 +2,8 @@
 
 A pure builder from a replayed `History` and its provenance (via the
 Inspector's `Inspection`) to frozen dataclasses the template renders; no
-request, store or I/O. Every write links to its step with the field still
+request, store or I/O. Received writes that did not apply are listed too,
+marked, with why, and never named as the writer. Every write links to its step with the field still
 open (`?step=N&path=/a/b#provenance`), so the panel works with JavaScript off.
 
 Invariant: the work is bounded whatever the run's length. The panel lists
@@ -14,18 +15,28 @@ before and after, and every value is cut at DIFF_VALUE_CHARS
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from collector.history import History, StateUnavailableError
 from collector.jsondoc import Missing, resolve
-from collector.provenance import ProvenanceEntry
+from collector.provenance import NotApplied, ProvenanceEntry
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
 
 PROVENANCE_WINDOW: Final = 50
+
+# Why a received write did not apply, as the panel says it.
+NOT_APPLIED_TEXT: Final[dict[NotApplied, str]] = {
+    "after_missing_transitions": "it came after transitions that never arrived, so the state "
+    "it was written against could not be rebuilt",
+    "after_broken_evidence": "it came after a patch that was cut, withheld or did not apply, "
+    "so the state it was written against could not be rebuilt",
+    "patch_failed": "its patch does not apply to the replayed state",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +55,11 @@ class Write:
     last: bool
     # Written after the selected step: not (yet) part of the value shown.
     later: bool = False
+    # False for a received write whose patch did not apply: `not_applied` says why, and
+    # `attempted` is the value it carried (None when it carried none: remove, move, copy).
+    applied: bool = True
+    not_applied: str = ""
+    attempted: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,9 @@ class ProvenanceView:
     next_writer: Write | None = None
     # Transitions up to the selected step that never arrived: any could have written it.
     missing_before: int = 0
+    # Received writes to it up to the selected step, after `writer_at` (if any), that did
+    # not apply: the value shown lacks them.
+    unapplied_before: int = 0
     # Transitions of the whole run that never arrived.
     missing: int = 0
     # Why there is no provenance at all (no states to read it from), if so.
@@ -153,6 +172,9 @@ def provenance_view(
             verified=entry.verified,
             last=entry is found.last_writer,
             later=entry.sequence > sequence,
+            applied=entry.applied,
+            not_applied=NOT_APPLIED_TEXT[entry.not_applied] if entry.not_applied else "",
+            attempted=json_text(entry.attempted),
         )
 
     value_at = _value_at(history, sequence, pointer)
@@ -187,7 +209,15 @@ def provenance_view(
         writer_at=write(writer_at) if writer_at else None,
         next_writer=write(next_writer) if next_writer else None,
         missing_before=history.missing_through(sequence),
+        unapplied_before=_unapplied_between(
+            entries, writer_at.sequence if writer_at else history.start_sequence, sequence
+        ),
     )
+
+
+def _unapplied_between(entries: Sequence[ProvenanceEntry], after: int, through: int) -> int:
+    """How many received writes in (after, through] did not apply."""
+    return sum(1 for e in entries if not e.applied and after < e.sequence <= through)
 
 
 def _empty(

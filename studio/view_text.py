@@ -1,4 +1,4 @@
-"""Text the execution page's views print: page URLs and JSON values cut to a bounded size.
+"""Text the execution page's views print: page URLs, JSON values cut to a bounded size, pointers.
 
 Shared by studio/timeline_view.py, studio/state_tree.py and
 studio/provenance_view.py, and importing none of them, so nothing cycles. Every
@@ -16,6 +16,9 @@ from collector.jsondoc import JsonValue, Missing
 
 STRING_PREVIEW_CHARS: Final = 200
 DIFF_VALUE_CHARS: Final = 4000
+
+# How the empty pointer (RFC 6901: the whole document) is named; "/" is the key "".
+WHOLE_STATE: Final = "the whole state"
 
 
 def href(base: str, **params: object) -> str:
@@ -54,3 +57,35 @@ def leaf_text(value: JsonValue) -> tuple[str, str | None]:
     if len(text) <= STRING_PREVIEW_CHARS:
         return text, None
     return text[:STRING_PREVIEW_CHARS] + "…", text
+
+
+def key_label(key: str) -> str:
+    """A member name as shown, quoted as a JSON string when it would read as another.
+
+    An empty name, one edged with white space (HTML collapses it), one that
+    starts with a quote (so a quoted label stays unambiguous) or one holding an
+    unprintable character is quoted, with the unprintable escaped: `/meta/""` is
+    not `/meta`, and `" spaced "` is not `spaced`.
+    """
+    if key and key == key.strip() and not key.startswith('"') and key.isprintable():
+        return key
+    return '"' + "".join(_escaped(char) for char in key) + '"'
+
+
+def _escaped(char: str) -> str:
+    if char in '"\\':
+        return "\\" + char
+    return char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+
+
+def pointer_label(pointer: str) -> str:
+    """An RFC 6901 pointer as shown: WHOLE_STATE for "", else each token through key_label.
+
+    Tokens keep their `~0`/`~1` escapes, as in the patches received. Text that
+    is no pointer (a malformed `?path=`) is shown as it came.
+    """
+    if not pointer:
+        return WHOLE_STATE
+    if not pointer.startswith("/"):
+        return pointer
+    return "".join("/" + key_label(token) for token in pointer.split("/")[1:])

@@ -760,6 +760,26 @@ def test_variant_in_flight_mixing_sequenced_and_unsequenced_events_numbers_steps
             assert f"<h2>Step {sequence} " in reply.read().decode()
 
 
+def test_variant_in_flight_run_with_two_stores_replays_only_its_own(variants: Server) -> None:
+    # d_subflow's parent workflow, its owner span still on the way. Its nodes and its
+    # finished subflow's span name it as their run, and the subflow span carries the
+    # subflow store's sequence 1 beside the parent's 2-4 (SCHEMA.md section 7.1).
+    # Sequences are per store: the run's steps are its own store's 1-5, not 1, 1, 2, 2, ...
+    requests = variant("in-flight-two-stores", "d_subflow")
+    run_id = variant_run_id(requests)
+    own_store = _attribute(workflow_span(requests).attributes, "junjo.workflow.store.id")
+    nodes, _ = split_off_workflow(requests)
+    send(variants, nodes)
+    variants.wait_replayed()
+
+    [row] = [e for e in listed(variants, verdict="in_flight") if e["id"] == run_id]
+    assert len(row["store_ids"]) == 2 and row["store_id"] == own_store.value.string_value
+    received = ok(variants, f"/api/executions/{run_id}/timeline")["transitions"]
+    assert [(t["sequence"], t["store_id"]) for t in received] == [
+        (sequence, own_store.value.string_value) for sequence in range(1, 6)
+    ]
+
+
 def test_variant_late_transitions_update_verdict_and_field_index(variants: Server) -> None:
     requests = variant("late-transitions")
     run_id = variant_run_id(requests)

@@ -13,12 +13,13 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from html import unescape
+from types import SimpleNamespace
 from typing import Any
 
 import duckdb
 import httpx
 import pytest
-from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, scenario
+from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import new_span_id, new_trace_id, spans_of, variant
 from support import (
@@ -37,14 +38,16 @@ from collector.replay import replay
 from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page
+from studio.api import provenance_json
 from studio.graph import layout, node_runs
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
+from studio.state_tree import state_view
 from studio.templating import templates
 from studio.timeline_view import build_timeline, step_detail
 from studio.verdict_text import verdict_sentences
-from studio.view_text import items_text, keys_text
+from studio.view_text import items_text, keys_text, pointer_label
 from studio.waterfall import build_waterfall, owning_runs
 from studio.writers import Writers
 
@@ -537,6 +540,86 @@ def test_provenance_panel_never_claims_what_the_evidence_cannot_show() -> None:
     assert "unverified" in text
     assert "1 transition before it never arrived: it may have been written in that one" in text
     assert "comes from the start state" not in text
+
+
+def test_provenance_panel_lists_received_writes_that_did_not_apply() -> None:
+    """The write that made /scratch was lost; the writes into it arrived and could not apply."""
+    patches: list[Patch] = [
+        [{"op": "add", "path": "/scratch", "value": {}}],
+        *([{"op": "add", "path": f"/scratch/{n}", "value": n}] for n in (2, 3)),
+    ]
+    execution, transitions, _ = scenario({}, patches)
+    inspection = Inspection("run", None, execution, None, replay(execution, transitions[1:]))
+
+    view = provenance_view(inspection, Links(), "/executions/run", 3, "/scratch")
+    html = templates.get_template("_execution_provenance.html").render(provenance=view)
+    text = _text(html)
+
+    assert "No received transition wrote it" not in text
+    assert "No write to it applied up to step 3: 2 received writes to it did not apply" in text
+    assert "after 1 transition that never arrived, which may have written it too" in text
+    assert [(w.sequence, w.applied, w.attempted) for w in view.writes] == [
+        (2, False, "2"),
+        (3, False, "3"),
+    ]
+    assert text.count("Received, but not applied: it came after transitions that never "
+                      "arrived") == 2
+    assert html.count("is-unapplied") == 2 and "would have written" in text
+    # The JSON twin lists them too, with fields added beside the old ones.
+    writes = provenance_json(inspection.provenance("/scratch"))["writes"]
+    assert [(w["applied"], w["not_applied_because"], w["attempted"]) for w in writes] == [
+        (False, "after_missing_transitions", 2),
+        (False, "after_missing_transitions", 3),
+    ]
+    assert all(w["verified"] is False and "before" in w for w in writes)
+
+
+def test_pointer_labels_tell_the_whole_state_and_empty_or_spaced_keys_apart() -> None:
+    labels = {p: pointer_label(p) for p in ("", "/", "/meta", "/meta/", "/ spaced ",
+                                              "/spaced", '/""', "/m~1n", "/a b")}
+
+    assert labels == {
+        "": "the whole state",
+        "/": '/""',
+        "/meta": "/meta",
+        "/meta/": '/meta/""',
+        "/ spaced ": '/" spaced "',
+        "/spaced": "/spaced",
+        '/""': '/"\\"\\""',
+        "/m~1n": "/m~1n",
+        "/a b": "/a b",
+    }
+    assert len(set(labels.values())) == len(labels)
+
+
+def test_execution_page_shows_the_whole_state_and_empty_keys_unambiguously() -> None:
+    start = {"meta": {"": 1, "x": 2}, " spaced ": 3, "spaced": 4}
+    patches = [[{"op": "replace", "path": "/meta/", "value": 5},
+                {"op": "replace", "path": "/ spaced ", "value": 6}]]
+    execution, transitions, _ = scenario(start, patches)
+    inspection = Inspection("run", None, execution, None, replay(execution, transitions))
+    links = Links()
+
+    def render(name: str, **context: Any) -> str:
+        return _text(templates.get_template(name).render(links=links, **context))
+
+    whole = provenance_view(inspection, links, "/executions/run", 1, "")
+    panel = render("_execution_provenance.html", provenance=whole)
+    assert "Provenance of the whole state" in panel and "Provenance of /" not in panel
+    empty_key = provenance_view(inspection, links, "/executions/run", 1, "/meta/")
+    assert 'Provenance of /meta/""' in render("_execution_provenance.html", provenance=empty_key)
+    page = SimpleNamespace(
+        header=SimpleNamespace(run_id="run"),
+        timeline=SimpleNamespace(asked_missing=None),
+        step=step_detail(inspection.history, 1),
+        state=state_view(inspection, links, "/executions/run", 1, None, recorded=False),
+    )
+    diff = render("_execution_step.html", view=page)
+    assert 'replace /meta/""' in diff and 'replace /" spaced "' in diff
+    tree = templates.get_template("_execution_state.html").render(links=links, view=page)
+    assert 'title="Provenance of the whole state"' in tree
+    assert '>&#34;&#34;</a>' in tree and '>&#34; spaced &#34;</a>' in tree
+    assert 'title="Provenance of /&#34; spaced &#34;"' in tree
 
 
 def test_verdict_names_only_the_drops_counted_against_this_run() -> None:

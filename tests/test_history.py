@@ -637,6 +637,30 @@ def test_invalid_json_payload_in_a_cut_end_state_is_partial() -> None:
     assert history.replayed_end == states[-1]
 
 
+def test_claimed_reconstructable_names_the_causes_the_evidence_shows() -> None:
+    execution, transitions, _ = basic()
+    gap = [t for t in transitions if t.sequence != 2]
+
+    def message(*evidence: EvidenceSpan) -> str:
+        history = replay(execution, gap, evidence_spans=evidence)
+        return finding(history, "claimed_reconstructable_but_failed").message
+
+    # An untraced write: the sequence is missing, yet no span counted a loss.
+    untraced = message(EvidenceSpan(TRACE, NODE_SPAN, "DemoNode", "node", 0, 0, 0))
+    assert "never recorded in any span received (" in untraced
+    assert "a store write with no recording span current" in untraced
+    assert "dropped" not in untraced and "span event limit" not in untraced
+    # The span event limit dropped as many events as are missing: that is the cause.
+    limited = message(EvidenceSpan(TRACE, NODE_SPAN, "DemoNode", "node", 0, 1, 0))
+    assert "1 event the span event limit dropped" in limited
+    assert "never recorded" not in limited
+    # A cut payload, no gap: neither drops nor unrecorded writes are named.
+    cut = [transitions[0]._replace(patch_json="[{"), *transitions[1:]]
+    cut_message = finding(replay(execution, cut), "claimed_reconstructable_but_failed").message
+    assert "payloads cut on the way" in cut_message
+    assert "dropped" not in cut_message and "never recorded" not in cut_message
+
+
 def test_state_withheld_start_is_not_applicable() -> None:
     execution, transitions, _ = basic()
 
@@ -1082,6 +1106,53 @@ def test_provenance_marks_writes_after_a_gap_unverified() -> None:
     result = provenance(history, "/meta/owner")
 
     assert [(e.sequence, e.verified) for e in result.entries] == [(4, False)]
+
+
+def test_provenance_lists_received_writes_that_did_not_apply_after_a_gap() -> None:
+    """A span limit dropped the write that made /scratch; the later writes into it arrived."""
+    patches: list[Patch] = [
+        [{"op": "add", "path": "/n", "value": 1}],
+        [{"op": "add", "path": "/scratch", "value": {}}],
+        *([{"op": "add", "path": f"/scratch/{key}", "value": key}] for key in ("3", "4")),
+        [{"op": "remove", "path": "/scratch"}],
+    ]
+    execution, transitions, _ = scenario({}, patches)
+    history = replay(execution, [t for t in transitions if t.sequence != 2])
+
+    result = provenance(history, "/scratch")
+    inside = provenance(history, "/scratch/3")
+
+    assert [(e.sequence, e.op, e.relation, e.value_path) for e in result.entries] == [
+        (3, "add", "descendant", "/scratch/3"),
+        (4, "add", "descendant", "/scratch/4"),
+        (5, "remove", "self", "/scratch"),
+    ]
+    assert all(not e.applied and not e.verified and not e.changed for e in result.entries)
+    assert {e.not_applied for e in result.entries} == {"after_missing_transitions"}
+    assert [e.attempted for e in result.entries] == ["3", "4", MISSING]
+    # They changed no replayed state, so none of them is the writer.
+    assert result.last_writer is None
+    write = inside.entries[0]
+    assert (write.sequence, write.relation, write.applied) == (3, "self", False)
+    assert (write.before, write.after, write.attempted) == (MISSING, MISSING, "3")
+
+
+def test_provenance_says_why_a_write_did_not_apply() -> None:
+    patches: list[Patch] = [
+        [{"op": "add", "path": "/a", "value": {}}],
+        [{"op": "replace", "path": "/a", "value": 2}],
+    ]
+    execution, transitions, _ = scenario({}, patches)
+    broken = json.dumps([{"op": "replace", "path": "/a/x", "value": 1}])
+    transitions[0] = transitions[0]._replace(patch_json=broken)
+
+    entries = provenance(replay(execution, transitions), "/a").entries
+
+    # /a does not exist yet, so the first write fails on a proven state; the next follows it.
+    assert [(e.sequence, e.applied, e.not_applied) for e in entries] == [
+        (1, False, "patch_failed"),
+        (2, False, "after_broken_evidence"),
+    ]
 
 
 def test_provenance_on_fixture_a_linear_finds_the_list_reorder() -> None:

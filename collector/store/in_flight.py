@@ -40,6 +40,8 @@ class InFlightRow:
     transition_count: int
     # When the newest of those spans reached this server (its clock, not the producer's).
     last_received_unix_nano: int = 0
+    # The run's own store, of `store_ids` (see _IN_FLIGHT_SQL); None while nothing says.
+    own_store_id: str | None = None
 
     def is_quiet(self, now_unix_nano: int) -> bool:
         """Nothing arrived for IN_FLIGHT_QUIET_NANOS: the owner span was probably lost."""
@@ -50,11 +52,20 @@ class InFlightRow:
 # run but its own owner span has not arrived. Spans of the `{not_run}` types
 # are parents too (RunConcurrent, of concurrent children), so their own
 # runtime ids are excluded.
+#
+# Those spans can carry several stores' events (SCHEMA.md section 7.1): a
+# subflow span that arrived carries its own store's (pre_run_actions) beside
+# the parent's (post_run_actions). Sequences are per store, so the run's
+# history is its own store's alone: the store most of those events wrote once
+# each carrier's own store (the subflow's, known from its execution row) is
+# left out. That leaves the nodes' writes and a subflow's writes back to the run.
 _IN_FLIGHT_SQL: Final = """
     WITH parents AS (
         SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
-               s.start_unix_nano, s.end_unix_nano, s.received_unix_nano
+               s.start_unix_nano, s.end_unix_nano, s.received_unix_nano,
+               carrier.store_id AS carrier_store_id
         FROM spans s
+        LEFT JOIN executions carrier ON carrier.run_id = s.junjo_runtime_id
         WHERE s.received_unix_nano >= $since
           AND s.junjo_parent_runtime_id IS NOT NULL
           AND s.span_type IN ({in_run})
@@ -68,7 +79,10 @@ _IN_FLIGHT_SQL: Final = """
     SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
            min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
            list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
-           count(t.store_id), max(p.received_unix_nano)
+           count(t.store_id), max(p.received_unix_nano),
+           mode(t.store_id) FILTER (
+               WHERE t.store_id IS DISTINCT FROM p.carrier_store_id
+           )
     FROM parents p
     LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
     GROUP BY p.run_id
@@ -129,7 +143,9 @@ def in_flight(
     )
     rows = cursor.execute(sql, params).fetchall()
     return [
-        InFlightRow(r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8])
+        InFlightRow(
+            r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8], r[9]
+        )
         for r in rows
     ]
 
