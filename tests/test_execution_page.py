@@ -611,7 +611,7 @@ def test_execution_page_shows_the_whole_state_and_empty_keys_unambiguously() -> 
     page = SimpleNamespace(
         header=SimpleNamespace(run_id="run"),
         timeline=SimpleNamespace(asked_missing=None),
-        step=step_detail(inspection.history, 1),
+        step=step_detail(inspection.history, 1, links, Writers(frozenset(), {})),
         state=state_view(inspection, links, "/executions/run", 1, None, recorded=False),
     )
     diff = render("_execution_step.html", view=page)
