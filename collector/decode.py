@@ -6,6 +6,8 @@ every span into Python objects costs ~25 us a span, so a span is kept whole as
 the protobuf bytes it arrived in (decoded again lazily when someone looks at
 it), only the columns that are queried are decoded here, and extraction reads
 the few attributes it needs by key (collector/wire.py, `string_attribute`).
+The Resource and InstrumentationScope a span was sent under are kept the same
+way, as their own bytes (`ResourceRecord`), once per ResourceSpans/ScopeSpans.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple, TypeAlias, assert_never, cast
+from typing import Any, Final, Literal, NamedTuple, TypeAlias, TypeVar, assert_never, cast
 
 from google.protobuf import message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from collector import wire
@@ -29,6 +32,8 @@ ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
 SpanPB2: TypeAlias = trace_pb2.Span
 AnyValuePB2: TypeAlias = common_pb2.AnyValue
 KeyValuePB2: TypeAlias = common_pb2.KeyValue
+ResourcePB2: TypeAlias = resource_pb2.Resource
+ScopePB2: TypeAlias = common_pb2.InstrumentationScope
 
 AttributeValue: TypeAlias = (
     str | bool | int | float | bytes | list["AttributeValue"] | dict[str, "AttributeValue"] | None
@@ -72,13 +77,25 @@ _PROTOBUF_ERRORS: Final = (message.DecodeError, RuntimeWarning)
 
 @dataclass(frozen=True, slots=True)
 class ResourceRecord:
-    """A resource + scope pair, content-addressed so repeats are stored once."""
+    """A resource + scope pair as sent, content-addressed so repeats are stored once.
+
+    `resource_raw` and `scope_raw` are the Resource's and the InstrumentationScope's
+    own protobuf bytes, kept as spans keep theirs: every attribute with its type
+    (bytes stay bytes, NaN stays NaN), repeated keys, and the dropped counts. The
+    service name, scope name and version and the attributes as JSON are decoded
+    from them, for querying and listing. The key covers the bytes and both schema
+    URLs: whatever tells two resources apart makes them two rows.
+    """
 
     key: str
     service_name: str
     scope_name: str
     scope_version: str
     attributes_json: str
+    resource_raw: bytes
+    resource_schema_url: str
+    scope_raw: bytes
+    scope_schema_url: str
 
 
 class SpanRecord(NamedTuple):
@@ -142,28 +159,53 @@ def iter_spans(body: bytes) -> Iterator[DecodedSpan | RejectedSpan]:
     except _PROTOBUF_ERRORS as exc:
         raise DecodeError(f"body is not an ExportTraceServiceRequest: {exc}") from exc
     for resource_spans in request.resource_spans:
-        resource_attributes = decode_attributes(resource_spans.resource.attributes)
-        service = resource_attributes.get(SERVICE_NAME_KEY)
-        service_name = service if isinstance(service, str) and service else UNKNOWN_SERVICE
+        service_name, attributes_json = _resource_columns(resource_spans.resource)
         for scope_spans in resource_spans.scope_spans:
-            resource = _resource_record(
-                service_name,
-                scope_spans.scope.name,
-                scope_spans.scope.version,
-                resource_attributes,
-            )
+            resource = _resource_record(resource_spans, scope_spans, service_name, attributes_json)
             for raw in scope_spans.spans:
                 yield _span_record(raw, resource)
 
 
+def _resource_columns(raw: bytes) -> tuple[str, str]:
+    """A Resource's service name and its attributes as JSON: once per ResourceSpans."""
+    attributes = decode_attributes(decode_resource(raw).attributes)
+    service = attributes.get(SERVICE_NAME_KEY)
+    service_name = service if isinstance(service, str) and service else UNKNOWN_SERVICE
+    return service_name, _json_text(attributes, sort_keys=True)
+
+
 def _resource_record(
-    service_name: str, scope_name: str, scope_version: str, attributes: Attributes
+    resource_spans: wire.ResourceSpansView,
+    scope_spans: wire.ScopeSpansView,
+    service_name: str,
+    attributes_json: str,
 ) -> ResourceRecord:
-    attributes_json = _json_text(attributes, sort_keys=True)
-    digest = hashlib.blake2b(
-        "\x00".join((attributes_json, scope_name, scope_version)).encode(), digest_size=12
-    ).hexdigest()
-    return ResourceRecord(digest, service_name, scope_name, scope_version, attributes_json)
+    scope = decode_scope(scope_spans.scope)
+    return ResourceRecord(
+        key=_content_key(
+            resource_spans.resource,
+            resource_spans.schema_url.encode(),
+            scope_spans.scope,
+            scope_spans.schema_url.encode(),
+        ),
+        service_name=service_name,
+        scope_name=scope.name,
+        scope_version=scope.version,
+        attributes_json=attributes_json,
+        resource_raw=resource_spans.resource,
+        resource_schema_url=resource_spans.schema_url,
+        scope_raw=scope_spans.scope,
+        scope_schema_url=scope_spans.schema_url,
+    )
+
+
+def _content_key(*parts: bytes) -> str:
+    # Each part is prefixed with its length: bytes can hold any separator.
+    digest = hashlib.blake2b(digest_size=12)
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
 
 
 def screen(request: ExportRequestPB2) -> tuple[int, list[RejectedSpan]]:
@@ -309,11 +351,59 @@ def decode_span(raw: bytes) -> SpanPB2:
     return span
 
 
+def decode_resource(raw: bytes) -> ResourcePB2:
+    """A Resource's own bytes (from a request, or stored) as protobuf. Raises DecodeError."""
+    return _parsed(ResourcePB2(), raw, "a resource")
+
+
+def decode_scope(raw: bytes) -> ScopePB2:
+    """An InstrumentationScope's own bytes as protobuf. Raises DecodeError."""
+    return _parsed(ScopePB2(), raw, "an instrumentation scope")
+
+
+_Message = TypeVar("_Message", bound=message.Message)
+
+
+def _parsed(empty: _Message, raw: bytes, what: str) -> _Message:
+    try:
+        empty.ParseFromString(raw)
+    except _PROTOBUF_ERRORS as exc:
+        raise DecodeError(f"{what} does not decode: {exc}") from exc
+    return empty
+
+
+class TypedAttribute(NamedTuple):
+    """One KeyValue as sent: its value's OTLP type named ("bytes", "double", ...)."""
+
+    key: str
+    value_type: str
+    value: AttributeValue
+
+
+def typed_attributes(attributes: Iterable[KeyValuePB2]) -> list[TypedAttribute]:
+    """A repeated KeyValue field in order, a repeated key as often as it was sent.
+
+    Unlike `decode_attributes`, for the pages that show what was sent rather
+    than what a reader of a key would find. An unset value is typed "empty".
+    """
+    return [
+        TypedAttribute(
+            kv.key,
+            (kv.value.WhichOneof("value") or "empty").removesuffix("_value"),
+            decode_value(kv.value),
+        )
+        for kv in attributes
+    ]
+
+
 def span_details(raw: bytes) -> dict[str, Any]:
     """Everything about a stored span that the studio shows, as plain JSON values."""
     span = decode_span(raw)
     return {
         "attributes": json_safe(decode_attributes(span.attributes)),
+        "dropped_attributes_count": span.dropped_attributes_count,
+        "dropped_events_count": span.dropped_events_count,
+        "dropped_links_count": span.dropped_links_count,
         "events": [
             {
                 "name": event.name,

@@ -15,7 +15,10 @@ module do better without changing what is stored:
 - An embedded message is encoded exactly like a `bytes` field. Reading a
   scope's spans as `repeated bytes` gives each span's own bytes as they
   arrived, so a stored span is the producer's span byte for byte and is never
-  serialized again.
+  serialized again. The Resource and the InstrumentationScope are read as
+  bytes too, for the same reason: stored as sent, every field and type of
+  theirs survives (a repeated key, bytes against a string, NaN), and they are
+  parsed once per ResourceSpans and ScopeSpans, not per span.
 
 Only the fields extraction reads are declared. The others stay in the span's
 bytes, which is what the studio decodes (with the generated classes) when it
@@ -27,7 +30,9 @@ that carries a field OTLP does not define is left out of the map (the protobuf
 runtime keeps it as unknown data of the span or event, so that it would
 serialize again). Extraction then reads that attribute as absent, and replay
 reports the hole; the stored span keeps it, and the studio shows it. Checking
-every span and event for such data would cost ~1.4 us a message.
+every span and event for such data would cost ~1.4 us a message. Likewise, a
+Resource or scope sent twice within one ResourceSpans or ScopeSpans (which
+protobuf would merge) is read as its last copy.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ from typing import Any, Final, Protocol, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 _PACKAGE: Final = "statetrail.otlp_view"
@@ -75,13 +79,17 @@ class SpanView(Protocol):
 
 
 class ScopeSpansView(Protocol):
-    scope: common_pb2.InstrumentationScope
+    # The InstrumentationScope's own bytes (empty when absent).
+    scope: bytes
     spans: Sequence[bytes]
+    schema_url: str
 
 
 class ResourceSpansView(Protocol):
-    resource: resource_pb2.Resource
+    # The Resource's own bytes (empty when absent).
+    resource: bytes
     scope_spans: Sequence[ScopeSpansView]
+    schema_url: str
 
 
 class RequestView(Protocol):
@@ -100,7 +108,6 @@ def _schema() -> descriptor_pb2.FileDescriptorProto:
         syntax="proto3",
         dependency=[
             common_pb2.DESCRIPTOR.name,
-            resource_pb2.DESCRIPTOR.name,
             trace_pb2.DESCRIPTOR.name,
         ],
     )
@@ -108,15 +115,15 @@ def _schema() -> descriptor_pb2.FileDescriptorProto:
     _add(request, "resource_spans", 1, _Field.TYPE_MESSAGE, _REPEATED, f".{_PACKAGE}.ResourceSpans")
 
     resource_spans = file.message_type.add(name="ResourceSpans")
-    resource_type = _otlp(resource_pb2.Resource)
-    _add(resource_spans, "resource", 1, _Field.TYPE_MESSAGE, type_name=resource_type)
+    _add(resource_spans, "resource", 1, _Field.TYPE_BYTES)
     scope_spans_type = f".{_PACKAGE}.ScopeSpans"
     _add(resource_spans, "scope_spans", 2, _Field.TYPE_MESSAGE, _REPEATED, scope_spans_type)
+    _add(resource_spans, "schema_url", 3, _Field.TYPE_STRING)
 
     scope_spans = file.message_type.add(name="ScopeSpans")
-    scope_type = _otlp(common_pb2.InstrumentationScope)
-    _add(scope_spans, "scope", 1, _Field.TYPE_MESSAGE, type_name=scope_type)
+    _add(scope_spans, "scope", 1, _Field.TYPE_BYTES)
     _add(scope_spans, "spans", 2, _Field.TYPE_BYTES, _REPEATED)
+    _add(scope_spans, "schema_url", 3, _Field.TYPE_STRING)
 
     event = file.message_type.add(name="Event")
     _add(event, "time_unix_nano", 1, _Field.TYPE_FIXED64)

@@ -35,7 +35,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from collector.decode import span_details
 from collector.history import Diagnostic, History
 from collector.jsondoc import resolve
 from collector.lineage import carrier_runs
@@ -49,6 +48,7 @@ from studio.outcome import Outcome, outcome
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
 from studio.services import inspector_of, store_of
+from studio.span_view import span_view
 from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
@@ -60,7 +60,7 @@ from studio.timeline_view import (
 )
 from studio.verdict_text import verdict_sentences
 from studio.view_text import href
-from studio.waterfall import Waterfall, attribute_text, build_waterfall
+from studio.waterfall import Waterfall, build_waterfall
 from studio.writers import Writers, foreign_carriers, other_traces
 
 POLL_SECONDS: Final = 2
@@ -212,33 +212,19 @@ async def provenance_partial(request: Request) -> Response:
 
 
 async def span_page(request: Request) -> Response:
-    """GET /executions/{run_id}/spans/{span_id}: every attribute and event of one span."""
+    """GET /executions/{run_id}/spans/{span_id}: every attribute and event of one span,
+    and the resource and scope it was sent under (studio/span_view.py)."""
     run_id, span_id = request.path_params["run_id"], request.path_params["span_id"]
     inspection = await run_in_threadpool(inspector_of(request).inspect, run_id)
     if inspection is None:
         return _missing(request, run_id)
-    spans = await run_in_threadpool(store_of(request).spans_of_trace, inspection.trace_id)
+    store = store_of(request)
+    spans = await run_in_threadpool(store.spans_of_trace, inspection.trace_id)
     span = next((s for s in spans if s.span_id == span_id), None)
     if span is None:
         return _error_page(request, 404, f"no span {span_id!r} in this run's trace", run_id)
-    details = span_details(span.raw)
-    context = {
-        "run_id": run_id,
-        "span": span,
-        "attributes": sorted(
-            (key, attribute_text(value)) for key, value in details["attributes"].items()
-        ),
-        "events": [
-            {
-                "name": event["name"],
-                "offset_nano": max(event["time_unix_nano"] - span.start, 0),
-                "attributes": sorted(
-                    (key, attribute_text(value)) for key, value in event["attributes"].items()
-                ),
-            }
-            for event in details["events"]
-        ],
-    }
+    resource = await run_in_threadpool(store.resource_of_span, inspection.trace_id, span_id)
+    context = {"run_id": run_id, "span": span, "view": span_view(span, resource)}
     return templates.TemplateResponse(request, "span.html", context)
 
 

@@ -1,7 +1,8 @@
 """Hand-built OTLP requests for the tests: plain spans, relocated and renewed fixtures.
 
-Two kinds: plain spans with chosen ids and times (`plain_request`), and copies
-of a captured Junjo fixture moved in time with fresh trace, run and store ids
+Three kinds: plain spans with chosen ids and times (`plain_request`), spans
+under a chosen resource and scope (`request_under`), and copies of a captured
+Junjo fixture moved in time with fresh trace, run and store ids
 (`relocated_fixture`), so one fixture yields any number of distinct executions
 at any age.
 """
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support import fixture_requests
 
@@ -62,6 +64,24 @@ def plain_request(
                 end_time_unix_nano=end_unix_nano,
             )
         )
+    return request
+
+
+def request_under(
+    resource: resource_pb2.Resource,
+    scope: common_pb2.InstrumentationScope,
+    spans: Iterable[trace_pb2.Span],
+    *,
+    resource_schema_url: str = "",
+    scope_schema_url: str = "",
+) -> ExportRequest:
+    """These spans sent under exactly this resource and scope, with these schema URLs."""
+    request = ExportRequest()
+    resource_spans = request.resource_spans.add(schema_url=resource_schema_url)
+    resource_spans.resource.CopyFrom(resource)
+    scope_spans = resource_spans.scope_spans.add(schema_url=scope_schema_url)
+    scope_spans.scope.CopyFrom(scope)
+    scope_spans.spans.extend(spans)
     return request
 
 

@@ -168,8 +168,14 @@ def requests(draw: st.DrawFn) -> ExportRequest:
     for _ in range(draw(st.integers(1, 2))):
         resource_spans = request.resource_spans.add()
         resource_spans.resource.attributes.extend(draw(_attributes(["service.name", "r"])))
+        resource_spans.resource.dropped_attributes_count = draw(st.integers(0, 2**32 - 1))
+        resource_spans.schema_url = draw(st.text(max_size=8))
         scope_spans = resource_spans.scope_spans.add()
         scope_spans.scope.name = draw(st.text(max_size=8))
+        scope_spans.scope.version = draw(st.text(max_size=4))
+        scope_spans.scope.attributes.extend(draw(_attributes(["s"])))
+        scope_spans.scope.dropped_attributes_count = draw(st.integers(0, 2**32 - 1))
+        scope_spans.schema_url = draw(st.text(max_size=8))
         scope_spans.spans.extend(draw(st.lists(_spans(), min_size=1, max_size=3)))
     return request
 

@@ -15,6 +15,7 @@ from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
 from collector.store.listing import ExecutionQuery
 from collector.store.migrations import MIGRATIONS, apply_migrations
+from studio.span_view import sent_under
 
 
 def _file_before(path: Path, migration_name: str) -> None:
@@ -216,5 +217,53 @@ def test_correlation_migration_keeps_older_runs_listed_without_one(tmp_path: Pat
         )
         ticket = store.search(ExecutionQuery(correlation="TICKET-42"))
         assert [row.run_id for row in ticket] == [new]
+    finally:
+        store.close()
+
+
+def test_resource_bytes_migration_keeps_older_resources_beside_ones_kept_as_sent(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m015_resource_bytes")
+    old_trace = f"{0:032x}"
+    connection = duckdb.connect(str(path))
+    try:
+        connection.execute(
+            "INSERT INTO resources VALUES ('old-key', 'old-service', 'junjo', '1.0',"
+            " '{\"service.name\": \"old-service\", \"blob\": \"00ff\"}')"
+        )
+        connection.execute(
+            "INSERT INTO spans (trace_id, span_id, parent_span_id, name, kind,"
+            " start_unix_nano, end_unix_nano, status_code, status_message, resource_key,"
+            " service_name, scope_name, dropped_attributes_count, dropped_events_count,"
+            " dropped_links_count, event_count, received_unix_nano, raw)"
+            " VALUES (?, 'aa', '', 'old', 1, 1, 2, 0, '', 'old-key', 'old-service', 'junjo',"
+            " 0, 0, 0, 0, 0, '')",
+            [old_trace],
+        )
+    finally:
+        connection.close()
+
+    store = Store(path)
+    try:
+        (body, _), *_ = fixture_requests("a_linear")
+        batch = batch_from_export(body)
+        store.write([batch])
+        old = store.resource_of_span(old_trace, "aa")
+        assert old is not None
+        assert (old.service_name, old.scope_name, old.scope_version) == (
+            "old-service", "junjo", "1.0",
+        )
+        assert (old.resource_raw, old.resource_schema_url, old.scope_raw) == (None, None, None)
+        shown = sent_under(old)
+        assert not shown.recorded and shown.resource.schema_url is None
+        assert [(a.key, a.value_type, a.text) for a in shown.resource.attributes] == [
+            ("blob", "", "00ff"), ("service.name", "", "old-service"),
+        ]
+        span = batch.spans[0]
+        new = store.resource_of_span(span.trace_id, span.span_id)
+        assert new is not None and new.resource_raw == span.resource.resource_raw
+        assert sent_under(new).recorded
     finally:
         store.close()

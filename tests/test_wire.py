@@ -30,8 +30,11 @@ from collector.decode import (
     DecodedSpan,
     DecodeError,
     RejectedSpan,
+    ResourceRecord,
     bool_attribute,
     decode_attributes,
+    decode_resource,
+    decode_scope,
     decode_span,
     int_attribute,
     iter_spans,
@@ -42,8 +45,14 @@ from collector.wire import parse_span_view
 
 
 def _spans(request: ExportRequest) -> list[trace_pb2.Span]:
+    return [span for span, _, _ in _placed_spans(request)]
+
+
+def _placed_spans(
+    request: ExportRequest,
+) -> list[tuple[trace_pb2.Span, trace_pb2.ResourceSpans, trace_pb2.ScopeSpans]]:
     return [
-        span
+        (span, resource_spans, scope_spans)
         for resource_spans in request.resource_spans
         for scope_spans in resource_spans.scope_spans
         for span in scope_spans.spans
@@ -52,14 +61,15 @@ def _spans(request: ExportRequest) -> list[trace_pb2.Span]:
 
 def _assert_same_spans(body: bytes) -> None:
     """Every span read through wire.py is the span the real schema reads, byte for byte."""
-    expected = _spans(parse_request(body))
+    expected = _placed_spans(parse_request(body))
     records = list(iter_spans(body))
     assert len(records) == len(expected)
-    for decoded, span in zip(records, expected, strict=True):
+    for decoded, (span, resource_spans, scope_spans) in zip(records, expected, strict=True):
         if isinstance(decoded, RejectedSpan):
             assert decoded.name == span.name
             continue
         record, view = decoded
+        _assert_same_resource(record.resource, resource_spans, scope_spans, body)
         assert decode_span(record.raw) == span
         assert record.raw in body
         assert (record.trace_id, record.span_id) == (span.trace_id.hex(), span.span_id.hex())
@@ -69,6 +79,23 @@ def _assert_same_spans(body: bytes) -> None:
             assert event_view.name == event.name
             assert event_view.time_unix_nano == event.time_unix_nano
             _assert_same_attributes(event_view.attributes, event.attributes)
+
+
+def _assert_same_resource(
+    resource: ResourceRecord,
+    resource_spans: trace_pb2.ResourceSpans,
+    scope_spans: trace_pb2.ScopeSpans,
+    body: bytes,
+) -> None:
+    """The resource and scope are kept as their own bytes, which read as the real schema's."""
+    assert decode_resource(resource.resource_raw) == resource_spans.resource
+    assert decode_scope(resource.scope_raw) == scope_spans.scope
+    assert resource.resource_raw in body and resource.scope_raw in body
+    assert resource.resource_schema_url == resource_spans.schema_url
+    assert resource.scope_schema_url == scope_spans.schema_url
+    assert (resource.scope_name, resource.scope_version) == (
+        scope_spans.scope.name, scope_spans.scope.version,
+    )
 
 
 def _assert_same_attributes(view: AttributeValues, attributes: Iterable[KeyValue]) -> None:
@@ -153,3 +180,19 @@ def test_wire_span_that_does_not_decode_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         list(iter_spans(spoiled))
     assert [type(decoded) for decoded in iter_spans(body)] == [DecodedSpan]
+
+
+def test_wire_resource_key_tells_apart_what_the_json_attributes_do_not() -> None:
+    def key(blob: AnyValue, resource_url: str = "", scope_url: str = "") -> str:
+        request = ExportRequest()
+        resource_spans = request.resource_spans.add(schema_url=resource_url)
+        resource_spans.resource.attributes.add(key="blob", value=blob)
+        scope_spans = resource_spans.scope_spans.add(schema_url=scope_url)
+        scope_spans.spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+        (decoded,) = iter_spans(request.SerializeToString())
+        assert isinstance(decoded, DecodedSpan)
+        return decoded.record.resource.key
+
+    as_bytes, as_string = AnyValue(bytes_value=b"\x00\xff"), AnyValue(string_value="00ff")
+    assert key(as_bytes) == key(AnyValue(bytes_value=b"\x00\xff"))
+    assert len({key(as_bytes), key(as_string), key(as_bytes, "u"), key(as_bytes, "", "u")}) == 4

@@ -502,6 +502,11 @@ class Store:
             except span_bytes.ChunkError as exc:
                 raise StoreError(f"the spans of trace {trace_id} cannot be read: {exc}") from exc
 
+    def resource_of_span(self, trace_id: str, span_id: str) -> span_reads.ResourceRow | None:
+        """The resource and scope a stored span was sent under, with their own bytes."""
+        with self._cursor() as cursor:
+            return span_reads.resource_of_span(cursor, trace_id, span_id)
+
     # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
     # Writes take the write lock so they never race `close`; they are rare
     # (an operator command, or a key's last-used time at most once a minute).

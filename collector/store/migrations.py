@@ -412,3 +412,16 @@ def m014_field_index_layout(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute(
         "INSERT INTO field_index_layout SELECT 0, count(*) FROM field_values"
     )
+
+
+@migration
+def m015_resource_bytes(connection: duckdb.DuckDBPyConnection) -> None:
+    # The Resource's and the InstrumentationScope's own protobuf bytes and both
+    # schema URLs, kept as spans keep theirs (collector/decode.py, ResourceRecord):
+    # the JSON `attributes` lost types, repeated keys, scope attributes and the
+    # dropped counts. Rows stored before keep NULL; their keys were digests of
+    # the JSON, so a resource seen again now is a new row, never a mix of both.
+    connection.execute("ALTER TABLE resources ADD COLUMN resource_raw BLOB")
+    connection.execute("ALTER TABLE resources ADD COLUMN resource_schema_url VARCHAR")
+    connection.execute("ALTER TABLE resources ADD COLUMN scope_raw BLOB")
+    connection.execute("ALTER TABLE resources ADD COLUMN scope_schema_url VARCHAR")

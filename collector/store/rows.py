@@ -203,6 +203,12 @@ def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
             "scope_name": [r.scope_name for r in resources],
             "scope_version": [r.scope_version for r in resources],
             "attributes": [r.attributes_json for r in resources],
+            "resource_raw": pa.array([r.resource_raw for r in resources], pa.binary()),
+            "resource_schema_url": pa.array(
+                [r.resource_schema_url for r in resources], pa.string()
+            ),
+            "scope_raw": pa.array([r.scope_raw for r in resources], pa.binary()),
+            "scope_schema_url": pa.array([r.scope_schema_url for r in resources], pa.string()),
         }
     )
 

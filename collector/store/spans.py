@@ -4,7 +4,10 @@ Only the queryable columns and the span's own protobuf bytes are returned; the
 attributes and events inside `raw` are decoded by the caller, and only for what
 it shows (collector/decode.py explains why spans are kept whole). The bytes
 come out of their compressed chunk (collector/store/span_bytes.py), or, for a
-span stored before chunks existed, out of its own `raw` column.
+span stored before chunks existed, out of its own `raw` column. The resource
+and scope a span was sent under are read for one span at a time
+(`resource_of_span`): only the span page shows them, and the waterfall of a
+trace would pay for every span's.
 """
 
 from __future__ import annotations
@@ -36,6 +39,41 @@ class SpanRow:
     # bounded, so it matches the stored run ids.
     runtime_id: str | None
     raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRow:
+    """The resource and instrumentation scope a span was sent under, as stored.
+
+    `resource_raw` and `scope_raw` are their own protobuf bytes (collector/decode.py,
+    ResourceRecord). They and the schema URLs are None for rows stored before
+    they were kept (migration m015), which have only the columns decoded at ingest.
+    """
+
+    service_name: str
+    scope_name: str
+    scope_version: str
+    attributes_json: str
+    resource_raw: bytes | None
+    resource_schema_url: str | None
+    scope_raw: bytes | None
+    scope_schema_url: str | None
+
+
+def resource_of_span(
+    cursor: duckdb.DuckDBPyConnection, trace_id: str, span_id: str
+) -> ResourceRow | None:
+    """The resource row of one stored span; None if there is no such span."""
+    row = cursor.execute(
+        """
+        SELECT r.service_name, r.scope_name, r.scope_version, r.attributes,
+               r.resource_raw, r.resource_schema_url, r.scope_raw, r.scope_schema_url
+        FROM spans s JOIN resources r ON r.resource_key = s.resource_key
+        WHERE s.trace_id = ? AND s.span_id = ?
+        """,
+        [trace_id, span_id],
+    ).fetchone()
+    return None if row is None else ResourceRow(*row)
 
 
 def spans_of_trace(cursor: duckdb.DuckDBPyConnection, trace_id: str) -> list[SpanRow]:
