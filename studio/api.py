@@ -27,8 +27,11 @@ from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, parent_and_children
 from studio.json_errors import json_error
+from studio.links import Links
+from studio.outcome import outcome, outcome_json
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
 from studio.services import inspector_of, store_of
+from studio.waterfall import build_waterfall
 
 
 def bad_parameter(exc: BadParameter) -> JSONResponse:
@@ -139,7 +142,26 @@ def execution_detail(request: Request) -> Response:
             "parent": execution_json(parent) if parent else None,
             "children": [execution_json(child) for child in children],
             "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
+            "outcome": _outcome(request, inspection),
         }
+    )
+
+
+def _outcome(request: Request, inspection: Inspection) -> dict[str, Any] | None:
+    """How a failed or cancelled run ended, and where, as its page's banner says (null
+    for a run that ended well or is still in flight); reads its trace's spans only then."""
+    execution = inspection.execution
+    if inspection.row is None or execution is None:
+        return None
+    if execution.status == "ok" and execution.error_type is None:
+        return None
+    spans = store_of(request).spans_of_trace(execution.trace_id)
+    return outcome_json(
+        outcome(
+            execution.status, execution.error_type, execution.status_message,
+            execution.cancelled_reason, build_waterfall(spans, execution.span_id),
+            Links.of(request),
+        )
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from collector.model import ExecutionStatus
 from studio.links import Links
@@ -45,6 +45,7 @@ class Culprit:
 
     name: str
     kind: str  # "node", or the child run's kind: "subflow", "agent", "workflow"
+    span_id: str
     href: str
     error_type: str | None
     message: str
@@ -160,6 +161,7 @@ def _culprit(row: WaterfallRow, links: Links, cause: Culprit | None) -> Culprit:
     return Culprit(
         name=row.name,
         kind=row.span_type if is_run and row.span_type else "node",
+        span_id=row.span_id,
         href=links.execution(row.run_id) if is_run and row.run_id else f"#span-{row.span_id}",
         error_type=row.error_type or (exception.type if exception else None) or None,
         message=row.status_message or (exception.message if exception else ""),
@@ -167,3 +169,30 @@ def _culprit(row: WaterfallRow, links: Links, cause: Culprit | None) -> Culprit:
         run_id=row.run_id if is_run else None,
         cause=cause,
     )
+
+
+def outcome_json(found: Outcome | None) -> dict[str, Any] | None:
+    """The banner as the JSON API answers it: the same facts, addresses left out."""
+    if found is None:
+        return None
+    return {
+        "status": found.status,
+        "error_type": found.error_type,
+        "message": found.message,
+        "cancelled_reason": found.cancelled_reason,
+        "culprits": [_culprit_json(culprit) for culprit in found.culprits],
+        "stopped": [_culprit_json(culprit) for culprit in found.stopped],
+    }
+
+
+def _culprit_json(culprit: Culprit) -> dict[str, Any]:
+    return {
+        "name": culprit.name,
+        "kind": culprit.kind,
+        "span_id": culprit.span_id,
+        "run_id": culprit.run_id,
+        "error_type": culprit.error_type,
+        "message": culprit.message,
+        "cancelled_reason": culprit.cancelled_reason,
+        "cause": _culprit_json(culprit.cause) if culprit.cause is not None else None,
+    }

@@ -260,6 +260,14 @@ def test_execution_page_failed_run_shows_error_and_stack_trace(loaded: Server) -
     # The banner names the node that raised, linked to its span below.
     (span,) = re.findall(r'Raised in node <a href="#span-(\w+)">ExplodingNode</a>\.', html)
     assert f'id="span-{span}"' in html
+    # The JSON twin tells the same.
+    ended = loaded.get_json(f"/api/executions/{run_id}")["outcome"]
+    assert (ended["status"], ended["error_type"]) == ("error", "RuntimeError")
+    (culprit,) = ended["culprits"]
+    assert (culprit["name"], culprit["kind"], culprit["span_id"]) == ("ExplodingNode", "node", span)
+    assert culprit["error_type"] == "RuntimeError" and ended["stopped"] == []
+    ok_run = manifest("a_linear")["outcome"]["run_id"]
+    assert loaded.get_json(f"/api/executions/{ok_run}")["outcome"] is None
 
 
 def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_child(
@@ -280,6 +288,11 @@ def test_execution_page_graph_marks_the_failed_and_the_cancelled_concurrent_chil
     banner = _text(html[html.index('id="outcome"') : html.index('id="verdict"')])
     assert f"Raised in node {failed[0]} ." in banner
     assert f"Cancelled as a result: node {cancelled[0]} (sibling_failed)" in banner
+    ended = loaded.get_json(f"/api/executions/{run['id']}")["outcome"]
+    assert [c["name"] for c in ended["culprits"]] == failed
+    assert [(c["name"], c["cancelled_reason"]) for c in ended["stopped"]] == [
+        (cancelled[0], "sibling_failed")
+    ]
 
 
 def test_execution_page_span_details_page(loaded: Server) -> None:

@@ -278,12 +278,16 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
         " payment provider returned 502 in node Explode of Failing Review."
     )
     assert f'subflow <a href="/executions/{child["id"]}">Failing Review</a>' in html
+    (through,) = detail["outcome"]["culprits"]
+    assert (through["kind"], through["run_id"]) == ("subflow", child["id"])
+    assert (through["cause"]["name"], through["cause"]["error_type"]) == ("Explode", "RuntimeError")
     # Cancelled from outside while a node waited: why, and what was running.
     cancelled_id = runs["cancelled"]["run_id"]
     cancelled = server.get_json(f"/api/executions/{cancelled_id}")
     assert (cancelled["status"], cancelled["cancelled_reason"]) == ("cancelled", "cancelled")
     html = page(cancelled_id)
     assert _banner(html) == "Cancelled (reason: cancelled) while node AwaitBank was running."
+    assert [c["name"] for c in cancelled["outcome"]["culprits"]] == ["AwaitBank"]
     assert 'class="x-outcome is-cancelled"' in html
 
 
