@@ -21,6 +21,7 @@ from collector.ingest import IngestOutcome
 ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
 StatusPB2: TypeAlias = status_pb2.Status
 RetryInfoPB2: TypeAlias = error_details_pb2.RetryInfo
+BadRequestPB2: TypeAlias = error_details_pb2.BadRequest
 
 UNAUTHENTICATED_MESSAGE: Final = (
     "missing or unknown API key: send it as x-junjo-api-key or 'authorization: Bearer <key>'"
@@ -58,11 +59,24 @@ def retry_info(delay_seconds: int) -> RetryInfoPB2:
     return RetryInfoPB2(retry_delay=duration_pb2.Duration(seconds=delay_seconds))
 
 
-def error_status(code: int, message: str, retry: RetryInfoPB2 | None = None) -> StatusPB2:
-    """A google.rpc.Status; with `retry`, that RetryInfo is packed into its details."""
+def error_status(
+    code: int, message: str, retry: RetryInfoPB2 | None = None, *, bad_request: bool = False
+) -> StatusPB2:
+    """A google.rpc.Status; with `retry`, that RetryInfo is packed into its details.
+
+    With `bad_request` (an export that can never be stored as sent) its details
+    carry a google.rpc.BadRequest describing the bad data, as OTLP asks of
+    INVALID_ARGUMENT / 400 answers. Which field is wrong is rarely known for an
+    undecodable body, so the violation names none and says what was found.
+    """
     status = StatusPB2(code=code, message=message)
     if retry is not None:
         detail = any_pb2.Any()
         detail.Pack(retry)
+        status.details.append(detail)
+    if bad_request:
+        violation = BadRequestPB2.FieldViolation(description=message)
+        detail = any_pb2.Any()
+        detail.Pack(BadRequestPB2(field_violations=[violation]))
         status.details.append(detail)
     return status

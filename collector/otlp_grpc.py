@@ -88,13 +88,23 @@ class TraceExportHandler:
         try:
             request = parse_request(body)
         except DecodeError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self._abort_invalid(context, str(exc))
         try:
             outcome = self._ingestor.ingest(request, body)
         except RetryLater as exc:
             self._abort_retryable(context, str(exc))
         serialized: bytes = export_response(outcome).SerializeToString()
         return serialized
+
+    def _abort_invalid(self, context: grpc.ServicerContext, message: str) -> None:
+        status = error_status(code_pb2.INVALID_ARGUMENT, message, bad_request=True)
+        context.abort_with_status(
+            _Status(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                message,
+                ((STATUS_DETAILS_TRAILER, status.SerializeToString()),),
+            )
+        )
 
     def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:
         retry = retry_info(retry_delay_seconds(self._retry_after_seconds))

@@ -291,7 +291,9 @@ class HttpTraceReceiver:
         elif refusal.http_status == 401:
             # RFC 9110: a 401 names the scheme that would be accepted.
             headers["WWW-Authenticate"] = 'Bearer realm="statetrail"'
-        status = error_status(refusal.code, refusal.message, retry)
+        status = error_status(
+            refusal.code, refusal.message, retry, bad_request=refusal.http_status == 400
+        )
         return Response(
             body_format.serialize(status),
             status_code=refusal.http_status,

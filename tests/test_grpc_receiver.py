@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support import FIXTURE_API_KEY, MakeServer, Server, export_raw, fixture_requests
@@ -74,6 +74,12 @@ def test_grpc_malformed_body_is_invalid_argument_and_stores_nothing(server: Serv
             export_raw(server.grpc_target, body)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "ExportTraceServiceRequest" in (error.value.details() or "")
+        # OTLP: the Status details SHOULD hold a BadRequest describing the bad data.
+        trailers = dict(error.value.trailing_metadata() or ())
+        status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+        bad_request = error_details_pb2.BadRequest()
+        assert status.code == code_pb2.INVALID_ARGUMENT and status.details[0].Unpack(bad_request)
+        assert bad_request.field_violations[0].description == error.value.details()
     assert server.get_json("/healthz")["spans"] == 0
     export_raw(server.grpc_target, _linear())
     assert server.get_json("/healthz")["spans"] == 5

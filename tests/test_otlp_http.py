@@ -250,7 +250,12 @@ def test_otlp_http_bad_bodies_are_400_and_store_nothing(server: Server) -> None:
         response = _post(server, body, content_type)
         assert response.status_code == 400, (body, response.text)
         assert response.headers["content-type"] == content_type
-        assert _status(response).code == code_pb2.INVALID_ARGUMENT
+        status = _status(response)
+        assert status.code == code_pb2.INVALID_ARGUMENT
+        # OTLP: the Status details SHOULD hold a BadRequest describing the bad data.
+        bad_request = error_details_pb2.BadRequest()
+        assert status.details[0].Unpack(bad_request)
+        assert bad_request.field_violations[0].description == status.message
     corrupt = _post(server, b"\x1f\x8b\x08\x00garbage", PROTOBUF, {"content-encoding": "gzip"})
     assert corrupt.status_code == 400
     truncated = _post(server, gzip.compress(_linear())[:-20], PROTOBUF,
