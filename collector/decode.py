@@ -139,12 +139,7 @@ class RejectedSpan:
 
 def parse_request(body: bytes) -> ExportRequestPB2:
     """Parse protobuf bytes, turning the library's error into ours."""
-    request = ExportRequestPB2()
-    try:
-        request.ParseFromString(body)
-    except _PROTOBUF_ERRORS as exc:
-        raise DecodeError(f"body is not an ExportTraceServiceRequest: {exc}") from exc
-    return request
+    return _parsed(ExportRequestPB2(), body, "body is not an ExportTraceServiceRequest")
 
 
 def iter_spans(body: bytes) -> Iterator[DecodedSpan | RejectedSpan]:
@@ -353,22 +348,23 @@ def decode_span(raw: bytes) -> SpanPB2:
 
 def decode_resource(raw: bytes) -> ResourcePB2:
     """A Resource's own bytes (from a request, or stored) as protobuf. Raises DecodeError."""
-    return _parsed(ResourcePB2(), raw, "a resource")
+    return _parsed(ResourcePB2(), raw, "a resource does not decode")
 
 
 def decode_scope(raw: bytes) -> ScopePB2:
     """An InstrumentationScope's own bytes as protobuf. Raises DecodeError."""
-    return _parsed(ScopePB2(), raw, "an instrumentation scope")
+    return _parsed(ScopePB2(), raw, "an instrumentation scope does not decode")
 
 
 _Message = TypeVar("_Message", bound=message.Message)
 
 
-def _parsed(empty: _Message, raw: bytes, what: str) -> _Message:
+def _parsed(empty: _Message, raw: bytes, failure: str) -> _Message:
+    """`empty` parsed from `raw`; the library's error as a DecodeError saying `failure`."""
     try:
         empty.ParseFromString(raw)
     except _PROTOBUF_ERRORS as exc:
-        raise DecodeError(f"{what} does not decode: {exc}") from exc
+        raise DecodeError(f"{failure}: {exc}") from exc
     return empty
 
 

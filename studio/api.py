@@ -28,7 +28,7 @@ from studio.field_columns import value_columns, value_json
 from studio.inspect import Inspection, parent_and_children
 from studio.json_errors import json_error
 from studio.links import Links
-from studio.outcome import outcome, outcome_json
+from studio.outcome import ended_badly, outcome, outcome_json
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
 from studio.services import inspector_of, store_of
 from studio.waterfall import build_waterfall
@@ -153,7 +153,7 @@ def _outcome(request: Request, inspection: Inspection) -> dict[str, Any] | None:
     execution = inspection.execution
     if inspection.row is None or execution is None:
         return None
-    if execution.status == "ok" and execution.error_type is None:
+    if not ended_badly(execution.status, execution.error_type):
         return None
     spans = store_of(request).spans_of_trace(execution.trace_id)
     return outcome_json(

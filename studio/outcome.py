@@ -84,6 +84,15 @@ class Outcome:
     stopped: tuple[Culprit, ...] = ()
 
 
+def ended_badly(status: ExecutionStatus, error_type: str | None) -> bool:
+    """Whether a run has a banner: it failed or was cancelled.
+
+    A run that recorded an error type without an error status (a producer's
+    quirk) counts as failed, as the page always showed its error.
+    """
+    return status in ("error", "cancelled") or error_type is not None
+
+
 def outcome(
     status: ExecutionStatus,
     error_type: str | None,
@@ -92,14 +101,10 @@ def outcome(
     waterfall: Waterfall,
     links: Links,
 ) -> Outcome | None:
-    """The banner of a failed or cancelled run; None for one that ended well.
-
-    A run that recorded an error type without an error status (a producer's
-    quirk) still gets its error shown, as the page always did.
-    """
-    failed = status == "error" or error_type is not None
-    if not failed and status != "cancelled":
+    """The banner of a failed or cancelled run; None for one that ended well (`ended_badly`)."""
+    if not ended_badly(status, error_type):
         return None
+    failed = status == "error" or error_type is not None
     owner = next((row for row in waterfall.rows if row.is_owner), None)
     rows = waterfall.rows
     if owner is None:

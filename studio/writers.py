@@ -66,10 +66,9 @@ class Writers:
         the run that wrote it, scrolled to the span there (that run's page shows
         its own trace); else the runs of the span's trace.
         """
-        key = (transition.trace_id, transition.span_id)
-        if key in self.shown:
+        if (transition.trace_id, transition.span_id) in self.shown:
             return f"#span-{transition.span_id}"
-        run_id = self.runs.get(key)
+        run_id = self.run_of(transition.trace_id, transition.span_id)
         if run_id is None:
             return links.executions(trace=transition.trace_id)
         return f"{href(links.execution(run_id), step=sequence)}#span-{transition.span_id}"
