@@ -450,8 +450,11 @@ def _graph(
         return None, "This run recorded no execution graph."
     subflow_runs: dict[str, str] = {}
     for child in children:
-        if child.structural_id:
-            subflow_runs.setdefault(child.structural_id, links.execution(child.run_id))
+        # Keyed as graph.node_runs keys a subflow's span.
+        key = child.definition_id if child.kind == "subflow" else None
+        key = key or child.structural_id
+        if key:
+            subflow_runs.setdefault(key, links.execution(child.run_id))
     runs = node_runs(waterfall.rows)
     try:
         graph = layout(execution.graph_snapshot, runs, subflow_runs)

@@ -16,7 +16,11 @@ execution, whose page draws its inside. RunConcurrent children are drawn inside
 their group's box.
 
 Nodes are joined to spans by structural id (deterministic across processes),
-never by runtime id from a parent's snapshot.
+never by runtime id from a parent's snapshot. A subflow is the exception: its
+span's structural id is its graph's, which every subflow of that shape shares
+(two instances of one subflow, or two one-node subflows), so a subflow span is
+joined by its definition id, which is its node's runtime id in this snapshot,
+the span's owner's own (SCHEMA.md section 5).
 """
 
 from __future__ import annotations
@@ -134,22 +138,30 @@ def node_runs(rows: Sequence[WaterfallRow]) -> dict[str, NodeRun]:
 
     Spans below a nested owner (a subflow, a workflow run inside a node, an
     agent) belong to that owner's graph, so they are not counted here; the
-    nested owner's own span is.
+    nested owner's own span is, under its definition id when it is a subflow
+    that has one (see the module docstring).
     """
     owner = next((row for row in rows if row.is_owner), None)
     if owner is None:
         return {}
     runs: dict[str, NodeRun] = {}
     for row in own_level(rows, owner):
-        if row.structural_id is None:
+        key = _run_key(row)
+        if key is None:
             continue
-        seen = runs.get(row.structural_id, NodeRun())
-        runs[row.structural_id] = NodeRun(
+        seen = runs.get(key, NodeRun())
+        runs[key] = NodeRun(
             seen.count + 1,
             seen.failed or row.status == "error",
             seen.cancelled or row.status == "cancelled",
         )
     return runs
+
+
+def _run_key(row: WaterfallRow) -> str | None:
+    if row.span_type == "subflow" and row.definition_id is not None:
+        return row.definition_id
+    return row.structural_id
 
 
 def spans_lost(rows: Sequence[WaterfallRow], runs: Mapping[str, NodeRun]) -> bool:
@@ -175,7 +187,11 @@ def layout(
     runs: Mapping[str, NodeRun],
     subflow_links: Mapping[str, str] | None = None,
 ) -> GraphView:
-    """Lay out the snapshot's own level; `subflow_links` maps a structural id to a URL."""
+    """Lay out the snapshot's own level.
+
+    `runs` and `subflow_links` (to a URL) are keyed as `node_runs` keys: a
+    subflow by its definition id, when its span has one, else by structural id.
+    """
     nodes, edges = _parse(snapshot_json)
     nested = _nested_ids(nodes, edges)
     top = [node for node in nodes.values() if node.runtime_id not in nested]
@@ -344,6 +360,8 @@ def _text_width(label: str) -> int:
 
 
 def _run_of(node: _Node, runs: Mapping[str, NodeRun]) -> NodeRun:
+    if node.is_subflow and node.runtime_id in runs:
+        return runs[node.runtime_id]
     found = [runs[s] for s in node.structural_ids if s in runs]
     return NodeRun(
         sum(r.count for r in found), any(r.failed for r in found), any(r.cancelled for r in found)
@@ -366,6 +384,8 @@ def _children(node: _Node, nodes: Mapping[str, _Node], runs: Mapping[str, NodeRu
 
 
 def _link_of(node: _Node, links: Mapping[str, str]) -> str | None:
+    if node.is_subflow and node.runtime_id in links:
+        return links[node.runtime_id]
     return next((links[s] for s in node.structural_ids if s in links), None)
 
 

@@ -22,6 +22,7 @@ from collector.decode import AttributeValue, decode_attributes, decode_span, jso
 from collector.junjo import (
     CANCELLED,
     CANCELLED_REASON,
+    DEFINITION_ID,
     ERROR_TYPE,
     OWNER_SPAN_TYPES,
     SET_STATE_EVENT,
@@ -88,6 +89,9 @@ class WaterfallRow:
     error_type: str | None
     cancelled_reason: str | None
     structural_id: str | None
+    # `junjo.executable_definition_id`: the node's (or subflow's) runtime id in
+    # its owner's own graph snapshot.
+    definition_id: str | None
     exceptions: tuple[SpanException, ...]
     events: tuple[SpanEvent, ...]
     set_state_count: int
@@ -262,6 +266,7 @@ def _row(
     x = (span.start - start) * SCALE // total
     cancelled = attributes.get(CANCELLED) is True
     structural = attributes.get(STRUCTURAL_ID)
+    definition = attributes.get(DEFINITION_ID)
     return WaterfallRow(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
@@ -281,6 +286,7 @@ def _row(
         error_type=_text(attributes.get(ERROR_TYPE)) or None,
         cancelled_reason=_text(attributes.get(CANCELLED_REASON)) or None if cancelled else None,
         structural_id=structural if isinstance(structural, str) else None,
+        definition_id=definition if isinstance(definition, str) else None,
         exceptions=tuple(exceptions),
         events=tuple(events),
         set_state_count=set_states,

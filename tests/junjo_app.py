@@ -184,6 +184,22 @@ def concurrent_subflow_workflow() -> Workflow[RefundState, RefundStore]:
     return _refund_workflow("Concurrently Reviewed Refund Workflow", graph)
 
 
+def twin_subflows_workflow() -> Workflow[RefundState, RefundStore]:
+    """Two instances of one subflow: one graph shape, so one structural id for both."""
+
+    def graph() -> Graph:
+        load, first, second, decide = LoadOrder(), _review_subflow(), _review_subflow(), Decide()
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[
+                Edge(tail=load, head=first), Edge(tail=first, head=second),
+                Edge(tail=second, head=decide),
+            ],
+        )
+
+    return _refund_workflow("Twice Reviewed Refund Workflow", graph)
+
+
 def failing_workflow() -> Workflow[RefundState, RefundStore]:
     def graph() -> Graph:
         load, explode, decide = LoadOrder(), Explode(), Decide()
@@ -401,6 +417,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "concurrent": concurrent_workflow,
     "subflow": subflow_workflow,
     "concurrent_subflow": concurrent_subflow_workflow,
+    "twin_subflows": twin_subflows_workflow,
     "failing": failing_workflow,
     "failing_subflow": failing_subflow_workflow,
     "large_state_loop": large_state_loop_workflow,

@@ -138,6 +138,25 @@ def test_live_subflow_in_run_concurrent_is_a_child_of_the_workflow(replayed: Rep
     assert child is not None and child.group(1) == f"/executions/{review['id']}"
 
 
+def test_live_twin_subflows_each_draw_their_own_run_in_the_graph(replayed: ReplayedRuns) -> None:
+    # Two instances of one subflow share a structural id (their graphs have one
+    # shape); each graph box counts and opens its own run, by definition id.
+    runs, server = replayed("twin_subflows")
+    run = runs["twin_subflows"]
+    assert run["final_state"]["notes"] == ["review: approved", "review: approved"]
+    detail = server.get_json(f"/api/executions/{run['run_id']}")
+    assert detail["verdict"] == "verified", detail["diagnostics"]
+    first, second = sorted(detail["children"], key=lambda child: child["start_unix_nano"])
+    html = httpx.get(f"{server.url}/executions/{run['run_id']}", timeout=30).text
+    graph = html[html.index('id="graph"') :]
+    box = r'<g class="x-gnode kind-subflow[^"]*">\s*<title>([^<]*)</title>\s*<a href="([^"]+)">'
+    boxes = re.findall(box, graph)
+    assert boxes == [
+        ("Manual Review (ReviewSubflow): ran 1 time", f"/executions/{first['id']}"),
+        ("Manual Review (ReviewSubflow): ran 1 time", f"/executions/{second['id']}"),
+    ]
+
+
 def _verified_with_one_child(
     server: Server, run: dict[str, Any], kind: str, name: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -89,13 +89,18 @@ class ExecutionRow:
     # `junjo.executable_structural_id`: which node of the parent's graph this run is
     # (a subflow), so the parent's graph links that node here without loading this run.
     structural_id: str | None = None
+    # `junjo.executable_definition_id`: for a subflow, its node's runtime id in the
+    # parent's own snapshot, which tells apart subflows whose graphs have one shape
+    # (and so one structural id).
+    definition_id: str | None = None
 
 
 _ROW_SELECT: Final = """
     e.run_id, e.kind, e.name, e.service, e.status, e.status_message, e.error_type,
     e.start_unix_nano, e.end_unix_nano, e.trace_id, e.span_id, e.store_id, e.parent_run_id,
     e.transition_count, r.verdict, r.received_transitions, r.error_count, r.warning_count,
-    e.correlation_type, e.correlation_id, coalesce(r.index_truncated, false), e.structural_id
+    e.correlation_type, e.correlation_id, coalesce(r.index_truncated, false), e.structural_id,
+    e.definition_id
 """
 
 
