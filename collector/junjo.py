@@ -62,6 +62,8 @@ AGENT_STATE_START: Final = "junjo.agent.state.start"
 AGENT_STATE_END: Final = "junjo.agent.state.end"
 AGENT_STORE_ID: Final = "junjo.agent.store.id"
 APPLICATION_STORE_ID: Final = "junjo.agent.application_store.id"
+# On an agent's model-request and tool spans, which carry no junjo.span_type (SCHEMA.md 2.4).
+AGENT_OPERATION_TYPE: Final = "junjo.agent.operation_type"
 APPLICATION_TRANSITION_START: Final = "junjo.agent.application_store.transition.start"
 APPLICATION_TRANSITION_END: Final = "junjo.agent.application_store.transition.end"
 

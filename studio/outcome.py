@@ -14,6 +14,11 @@ A cancelled run is told the same way: its spans that were running carry
 `junjo.cancelled`, and those with no cancelled span below them are what it
 was doing when it stopped. A failure inside a RunConcurrent cancels the
 pending siblings (reason `sibling_failed`); they are listed as stopped.
+Only Junjo's own spans are culprits: an application's or a library's span
+(an LLM client's, which the OpenTelemetry SDK marks ERROR when an exception
+leaves it) is a detail inside the node that raised, and one whose error the
+node caught did not end the run. An agent's model-request and tool spans are
+Junjo's, kind `operation` (their names say which).
 Everything is read from spans that arrived; a span that never did is not
 guessed at, so the banner can say less, never something false.
 """
@@ -24,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from collector.junjo import AGENT_OPERATION_TYPE
 from collector.model import ExecutionStatus
 from studio.links import Links
 from studio.waterfall import Waterfall, WaterfallRow, own_level
@@ -44,7 +50,9 @@ class Culprit:
     """
 
     name: str
-    kind: str  # "node", or the child run's kind: "subflow", "agent", "workflow"
+    # "node", "operation" (an agent's model request or tool), or the child run's
+    # kind: "subflow", "agent", "workflow".
+    kind: str
     span_id: str
     href: str
     error_type: str | None
@@ -136,7 +144,7 @@ def _culprits(
     inside a failed subflow); stopped siblings need no more than their names.
     """
     level = own_level(rows, owner)
-    marked = [row for row in level if row.status == status]
+    marked = [row for row in level if row.status == status and _by_junjo(row)]
     above = _ancestors_of(marked, {row.span_id: row for row in level})
     found: list[Culprit] = []
     for row in marked:
@@ -147,6 +155,15 @@ def _culprits(
             cause = next(iter(_culprits(rows, row, status, links, depth=depth + 1)), None)
         found.append(_culprit(row, links, cause))
     return tuple(found)
+
+
+def _by_junjo(row: WaterfallRow) -> bool:
+    """A span Junjo made: an executable's (it has a span type) or an agent operation's."""
+    return row.span_type is not None or _is_operation(row)
+
+
+def _is_operation(row: WaterfallRow) -> bool:
+    return any(attribute.key == AGENT_OPERATION_TYPE for attribute in row.attributes)
 
 
 def _ancestors_of(rows: Sequence[WaterfallRow], level: dict[str, WaterfallRow]) -> set[str]:
@@ -165,7 +182,10 @@ def _culprit(row: WaterfallRow, links: Links, cause: Culprit | None) -> Culprit:
     is_run = row.run_id is not None and row.span_type in _RUN_KINDS
     return Culprit(
         name=row.name,
-        kind=row.span_type if is_run and row.span_type else "node",
+        kind=(
+            row.span_type if is_run and row.span_type
+            else "operation" if _is_operation(row) else "node"
+        ),
         span_id=row.span_id,
         href=links.execution(row.run_id) if is_run and row.run_id else f"#span-{row.span_id}",
         error_type=row.error_type or (exception.type if exception else None) or None,

@@ -5,7 +5,8 @@ model is junjo's own ScriptedModelDriver (no network): request 1 asks for one
 `record_note` call, the tool writes the *workflow's* store (the agent's
 application store), so that write's set_state event sits on the tool span
 among the agent's private AgentStore events; request 2 returns the decision,
-which the node then writes to the workflow store.
+which the node then writes to the workflow store. The `failing_agent` scenario
+runs the same agent with a tool that writes the store and then raises.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from junjo import BaseState, BaseStore, Edge, Graph, Node, Workflow
-from junjo.agent import Agent, AgentRunContext, ModelDriverBinding, ModelDriverDescriptor, Tool
+from junjo.agent import (
+    Agent,
+    AgentRunContext,
+    ModelDriverBinding,
+    ModelDriverDescriptor,
+    Tool,
+    ToolService,
+)
 from junjo.agent.testing import ScriptedModelDriver
 from pydantic import BaseModel, Field
 
@@ -81,28 +89,39 @@ SCRIPT: tuple[dict[str, Any], ...] = (
     },
 )
 
-TRIAGE_AGENT = Agent[TriageInput, Decision, None, ClaimState, ClaimStore](
-    key="refund-triage",
-    name="Refund Triage Agent",
-    instructions="Record what you verified with record_note, then decide the refund.",
-    input_type=TriageInput,
-    output_type=Decision,
-    model=ModelDriverBinding.per_run(
-        descriptor=ModelDriverDescriptor(
-            driver_key="junjo.scripted", provider="junjo", model="scripted", fixture=True
+async def unreachable_carrier(
+    input: NoteInput, context: AgentRunContext[None, ClaimStore]
+) -> NoteResult:
+    """Tool service that fails after writing the workflow's store, as a flaky API does."""
+    await context.store.note(f"asking the carrier: {input.text}")
+    raise ConnectionError("carrier API unreachable")
+
+
+def _triage_agent(
+    tool_service: ToolService[NoteInput, NoteResult, None, ClaimStore],
+) -> Agent[TriageInput, Decision, None, ClaimState, ClaimStore]:
+    return Agent[TriageInput, Decision, None, ClaimState, ClaimStore](
+        key="refund-triage",
+        name="Refund Triage Agent",
+        instructions="Record what you verified with record_note, then decide the refund.",
+        input_type=TriageInput,
+        output_type=Decision,
+        model=ModelDriverBinding.per_run(
+            descriptor=ModelDriverDescriptor(
+                driver_key="junjo.scripted", provider="junjo", model="scripted", fixture=True
+            ),
+            factory=lambda: ScriptedModelDriver(SCRIPT),
         ),
-        factory=lambda: ScriptedModelDriver(SCRIPT),
-    ),
-    tools=[
-        Tool[NoteInput, NoteResult, None, ClaimStore](
-            name="record_note",
-            description="Append a verified finding to the refund claim.",
-            input_type=NoteInput,
-            output_type=NoteResult,
-            shared_service=record_note,
-        )
-    ],
-)
+        tools=[
+            Tool[NoteInput, NoteResult, None, ClaimStore](
+                name="record_note",
+                description="Append a verified finding to the refund claim.",
+                input_type=NoteInput,
+                output_type=NoteResult,
+                shared_service=tool_service,
+            )
+        ],
+    )
 
 
 class LoadClaim(Node[ClaimStore]):
@@ -111,21 +130,37 @@ class LoadClaim(Node[ClaimStore]):
 
 
 class Triage(Node[ClaimStore]):
+    def __init__(self, agent: Agent[TriageInput, Decision, None, ClaimState, ClaimStore]) -> None:
+        super().__init__()
+        self.agent = agent
+
     async def service(self, store: ClaimStore) -> None:
         state = await store.get_state()
-        result = await TRIAGE_AGENT.execute(
+        result = await self.agent.execute(
             TriageInput(order_id=state.order_id), dependencies=None, store=store
         )
         await store.decide(result.output)
 
 
 def agent_workflow() -> Workflow[ClaimState, ClaimStore]:
+    return _agent_workflow("Agent Refund Workflow", record_note)
+
+
+def failing_agent_workflow() -> Workflow[ClaimState, ClaimStore]:
+    """The agent's tool raises: the agent fails, and with it the node and the workflow."""
+    return _agent_workflow("Failing Agent Refund Workflow", unreachable_carrier)
+
+
+def _agent_workflow(
+    name: str,
+    tool_service: ToolService[NoteInput, NoteResult, None, ClaimStore],
+) -> Workflow[ClaimState, ClaimStore]:
     def graph() -> Graph:
-        load, triage = LoadClaim(), Triage()
+        load, triage = LoadClaim(), Triage(_triage_agent(tool_service))
         return Graph(source=load, sinks=[triage], edges=[Edge(tail=load, head=triage)])
 
     return Workflow[ClaimState, ClaimStore](
-        name="Agent Refund Workflow",
+        name=name,
         graph_factory=graph,
         store_factory=lambda: ClaimStore(initial_state=ClaimState()),
     )

@@ -29,7 +29,7 @@ from junjo import (
     WorkflowCancelledError,
     WorkflowExecutionError,
 )
-from junjo_agent import agent_workflow
+from junjo_agent import agent_workflow, failing_agent_workflow
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -209,6 +209,39 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
         )
 
     return _refund_workflow("Failing Refund Workflow", graph)
+
+
+class AskModel(Node[RefundStore]):
+    """Calls a model through an instrumented client span, which raises.
+
+    With `recover`, the node catches the error and goes on, as a retrying node does.
+    """
+
+    def __init__(self, recover: bool) -> None:
+        super().__init__()
+        self.recover = recover
+
+    async def service(self, store: RefundStore) -> None:
+        await store.note("asking the model")
+        try:
+            # The SDK marks this span ERROR as the exception leaves it.
+            with trace.get_tracer("my.app.llm").start_as_current_span("llm.chat_completion"):
+                raise TimeoutError("model timed out")
+        except TimeoutError:
+            if not self.recover:
+                raise
+            await store.note("model timed out, using the rules instead")
+
+
+def llm_failure_workflow() -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        recovers, fails, decide = AskModel(recover=True), AskModel(recover=False), Decide()
+        return Graph(
+            source=recovers, sinks=[decide],
+            edges=[Edge(tail=recovers, head=fails), Edge(tail=fails, head=decide)],
+        )
+
+    return _refund_workflow("Model Refund Workflow", graph)
 
 
 class FailingReview(Subflow[RefundState, RefundStore, RefundState, RefundStore]):
@@ -420,8 +453,10 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "twin_subflows": twin_subflows_workflow,
     "failing": failing_workflow,
     "failing_subflow": failing_subflow_workflow,
+    "llm_failure": llm_failure_workflow,
     "large_state_loop": large_state_loop_workflow,
     "agent_in_node": agent_workflow,
+    "failing_agent": failing_agent_workflow,
 }
 
 

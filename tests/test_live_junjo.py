@@ -310,6 +310,45 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     assert 'class="x-outcome is-cancelled"' in html
 
 
+def test_live_failure_is_traced_to_the_node_not_to_a_library_span_inside_it(
+    replayed: ReplayedRuns,
+) -> None:
+    # Two nodes each call a model through a client span the SDK marks ERROR; the
+    # first catches the timeout, the second does not. The run failed in the
+    # second node: neither client span is a culprit, nor is the node that recovered.
+    runs, server = replayed("llm_failure")
+    run_id = runs["llm_failure"]["run_id"]
+    html = httpx.get(f"{server.url}/executions/{run_id}").text
+    assert _banner(html) == "TimeoutError: model timed out Raised in node AskModel."
+    culprits = server.get_json(f"/api/executions/{run_id}")["outcome"]["culprits"]
+    assert [(c["name"], c["kind"], c["error_type"]) for c in culprits] == [
+        ("AskModel", "node", "TimeoutError")
+    ]
+    (span,) = re.findall(r'Raised in node <a href="#span-([0-9a-f]+)">AskModel</a>', html)
+    assert span == culprits[0]["span_id"] and f'id="span-{span}"' in html
+
+
+def test_live_failed_agent_names_the_tool_that_raised_as_an_operation(
+    replayed: ReplayedRuns,
+) -> None:
+    # An agent's tool span carries no junjo.span_type: it is an agent operation, not a node.
+    runs, server = replayed("failing_agent")
+    run_id = runs["failing_agent"]["run_id"]
+    (agent,) = server.get_json(f"/api/executions/{run_id}")["children"]
+    assert (agent["kind"], agent["status"]) == ("agent", "error")
+    (culprit,) = server.get_json(f"/api/executions/{agent['id']}")["outcome"]["culprits"]
+    assert (culprit["name"], culprit["kind"]) == ("tool record_note", "operation")
+    banner = _banner(httpx.get(f"{server.url}/executions/{agent['id']}").text)
+    assert banner.endswith("Raised in operation tool record_note.")
+    # From the workflow's page: the agent's own culprit, inside the agent's run.
+    (through,) = server.get_json(f"/api/executions/{run_id}")["outcome"]["culprits"]
+    assert (through["kind"], through["run_id"]) == ("agent", agent["id"])
+    assert (through["cause"]["name"], through["cause"]["kind"]) == ("tool record_note", "operation")
+    assert "in operation tool record_note of Refund Triage Agent" in _banner(
+        httpx.get(f"{server.url}/executions/{run_id}").text
+    )
+
+
 def test_live_large_state_loop_split_over_requests_is_verified(replayed: ReplayedRuns) -> None:
     # g2_large_state_loop's shape: a looping node grows a ~100 KB state, and its
     # spans are exported halfway through, so the workflow span comes requests later.
