@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
 from support import (
     Server,
     export_raw,
@@ -196,3 +196,42 @@ def test_browser_execution_partial_run_screenshot(
     expect(page.locator("#verdict")).to_contain_text("1,872 events were dropped")
     expect(page.locator("#state h2")).to_contain_text("Recorded end state")
     screenshot(page, "execution-partial.png")
+
+
+def test_browser_execution_copy_buttons_put_the_whole_id_on_the_clipboard(
+    studio: Server, page: Page
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    trace_id = studio.get_json(f"/api/executions/{run_id}")["trace_id"]
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=studio.url)
+    page.goto(f"{studio.url}/executions/{run_id}")
+    facts = page.locator(".x-facts")
+    # Shown once the script runs; the trace id is cut on screen, never in what is copied.
+    button = facts.get_by_role("button", name="Copy the trace id")
+    expect(button).to_be_visible()
+    button.click()
+    expect(button).to_have_text("copied")
+    assert page.evaluate("navigator.clipboard.readText()") == trace_id
+    expect(button).to_have_text("copy", timeout=3000)
+    facts.get_by_role("button", name="Copy the run id").click()
+    assert page.evaluate("navigator.clipboard.readText()") == run_id
+    # Keyboard only: Tab reaches the button and Enter copies.
+    page.evaluate("navigator.clipboard.writeText('')")
+    facts.get_by_role("button", name="Copy the trace id").focus()
+    page.keyboard.press("Enter")
+    expect(facts.get_by_role("button", name="Copy the trace id")).to_have_text("copied")
+    assert page.evaluate("navigator.clipboard.readText()") == trace_id
+
+
+def test_browser_execution_copy_buttons_stay_hidden_without_javascript(
+    studio: Server, browser: Browser
+) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        shown = context.new_page()
+        run_id = manifest("a_linear")["outcome"]["run_id"]
+        shown.goto(f"{studio.url}/executions/{run_id}")
+        assert shown.locator("button[data-copy]").count() == 3
+        expect(shown.locator("button[data-copy]").first).to_be_hidden()
+    finally:
+        context.close()

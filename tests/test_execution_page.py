@@ -305,6 +305,40 @@ def test_execution_page_span_details_page(loaded: Server) -> None:
     assert missing.status_code == 404
 
 
+def test_span_page_says_where_the_span_sits_when_and_how_it_ended(loaded: Server) -> None:
+    run_id = manifest("e_exception")["outcome"]["run_id"]
+    html = _get(loaded, f"/executions/{run_id}").text
+    (span_id,) = re.findall(r'Raised in node <a href="#span-(\w+)">ExplodingNode</a>', html)
+    trace_id = loaded.get_json(f"/api/executions/{run_id}")["trace_id"]
+    page = _get(loaded, f"/executions/{run_id}/spans/{span_id}").text
+    facts = _text(page[page.index('class="x-facts"') : page.index("Dropped attributes")])
+    assert "Kind internal" in facts and "Status error" in facts and "Duration" in facts
+    # The trace id is whole in the text (a select-and-copy takes all of it), with a
+    # copy button, and lists the trace's runs.
+    assert f'href="/?trace={trace_id}"' in page and f">{trace_id}</a>" in page
+    assert f'data-copy="{trace_id}"' in page and f'data-copy="{span_id}"' in page
+    # The parent is in the trace: its own page, which names this span's trace too.
+    (parent,) = re.findall(rf'href="/executions/{run_id}/spans/(\w+)"[^>]*>\w+</a>', page)
+    parent_page = _get(loaded, f"/executions/{run_id}/spans/{parent}")
+    assert parent_page.status_code == 200 and trace_id in parent_page.text
+    # The workflow span is the root.
+    root = loaded.get_json(f"/api/executions/{run_id}")["span_id"]
+    assert "none (root)" in _text(_get(loaded, f"/executions/{run_id}/spans/{root}").text)
+
+
+def test_execution_page_ids_are_whole_with_copy_buttons(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    detail = loaded.get_json(f"/api/executions/{run_id}")
+    html = _get(loaded, f"/executions/{run_id}").text
+    facts = html[html.index('class="x-facts"') : html.index("</dl>")]
+    for value in (run_id, detail["trace_id"], detail["store_id"]):
+        assert f">{value}</" in facts, value  # never cut in the text itself
+        assert f'data-copy="{value}"' in facts, value
+    assert "…" not in _text(facts)
+    # Shown by static/app.js: without JavaScript there is nothing to click.
+    assert facts.count("hidden>copy</button>") == 3
+
+
 def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -> None:
     missing = _get(loaded, "/executions/no-such-run")
     assert missing.status_code == 404
