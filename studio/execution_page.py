@@ -264,7 +264,9 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     return ExecutionView(
         header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
-        timeline=build_timeline(history, links, base, selected, selection.step, writers),
+        timeline=build_timeline(
+            history, links, base, selected, selection.step, writers, selection.pointer
+        ),
         step=step_detail(history, selected, links, writers),
         state=state_view(
             inspection, links, base, selected, selection.pointer,

@@ -118,6 +118,16 @@ class ProvenanceView:
     # Why there is no provenance at all (no states to read it from), if so.
     unavailable: str | None = None
 
+    @property
+    def listed_steps(self) -> tuple[int, ...]:
+        """The steps of the writes the panel lists that changed something, oldest first.
+
+        The timeline marks these rows, so the field's trail shows where it happened;
+        only the listed window, so the page and the in-place panel mark the same rows
+        and the work stays bounded.
+        """
+        return tuple(sorted({w.sequence for w in self.writes if w.applied}))
+
 
 def provenance_view(
     inspection: Inspection, links: Links, base: str, sequence: int, pointer: str

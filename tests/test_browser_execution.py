@@ -156,6 +156,32 @@ def test_browser_execution_field_opens_its_provenance_in_place(
     expect(page.locator("#step h2")).to_contain_text("Step")
 
 
+def test_browser_execution_stepping_keeps_a_fields_provenance_open(
+    studio: Server, page: Page
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = studio.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    written = sorted({w["sequence"] for w in api["writes"] if w["before"] != w["after"]})
+    page.goto(f"{studio.url}/executions/{run_id}")
+    page.locator("#state a.x-key", has_text=re.compile(r"^title$")).click()
+    panel = page.locator("#provenance")
+    expect(panel).to_contain_text("Provenance of /title")
+    # Opened in place, the timeline marks the field's writes as the page does.
+    marks = page.locator("tr.x-step-row.is-write")
+    expect(marks).to_have_count(len(written))
+    steps = marks.evaluate_all("rows => rows.map(r => r.dataset.sequence)")
+    assert [int(m) for m in steps] == written
+    # Stepping back with the keyboard keeps the panel open, told from each step.
+    page.keyboard.press("ArrowLeft")
+    expect(page).to_have_url(re.compile(r"step=\d+&path=/title$"))
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
+    expect(page.locator("tr.x-step-row.is-write")).to_have_count(len(written))
+    page.goto(f"{studio.url}/executions/{run_id}?step={written[0] - 1}&path=/title")
+    expect(page.locator("#provenance")).to_contain_text(f"Next written at step {written[0]}")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#provenance")).to_contain_text(f"Last written at step {written[0]}")
+
+
 def test_browser_execution_hostile_state_values_render_as_text(
     studio: Server, page: Page
 ) -> None:

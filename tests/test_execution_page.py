@@ -170,6 +170,36 @@ def test_execution_page_provenance_is_told_from_the_selected_step(loaded: Server
     assert "comes from the start state" not in nowhere
 
 
+def test_execution_page_timeline_marks_the_open_fields_writes_and_keeps_it_open(
+    loaded: Server,
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    written = {w["sequence"] for w in api["writes"] if w["before"] != w["after"]}
+    step = sorted(written)[1]
+    html = _get(loaded, f"/executions/{run_id}", step=step, path="/title").text
+    timeline = html[html.index('id="timeline"') : html.index('id="step"')]
+    marked = {
+        int(n)
+        for n in re.findall(r'x-step-row[^"]*is-write[^"]*" data-sequence="(\d+)"', timeline)
+    }
+    assert marked == written, (marked, written)
+    # Every step link keeps the panel open, so stepping tells the field's story from there.
+    step_links = re.findall(r'<a href="([^"]+)" hx-get="[^"]+"', timeline)
+    assert step_links and all(
+        unescape(link).endswith("&path=/title") for link in step_links
+    ), step_links
+    assert '<input type="hidden" name="path" value="/title">' in timeline
+    # A changed path is never cut without its whole self in the tooltip.
+    for path in re.findall(r"<td class=\"x-paths\">(.*?)</td>", timeline):
+        for title, text in re.findall(r'<code title="([^"]+)">([^<]+)</code>', path):
+            assert title == text
+    # Without a field open, no marks and plain step links.
+    plain = _get(loaded, f"/executions/{run_id}", step=step).text
+    plain_timeline = plain[plain.index('id="timeline"') : plain.index('id="step"')]
+    assert "is-write" not in plain_timeline and "path=" not in plain_timeline
+
+
 def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> None:
     run_id = _run_id(loaded, "Large State Workflow (single)")
     started = time.perf_counter()
