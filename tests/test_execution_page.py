@@ -200,6 +200,30 @@ def test_execution_page_timeline_marks_the_open_fields_writes_and_keeps_it_open(
     assert "is-write" not in plain_timeline and "path=" not in plain_timeline
 
 
+def test_provenance_panel_links_to_every_run_with_the_same_value(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    first = next(w for w in api["writes"] if w["before"] != w["after"])
+    end = _get(loaded, f"/executions/{run_id}", path="/title").text
+    ((link, shown),) = re.findall(
+        r'class="x-similar" href="([^"]+)"[^>]*>Runs where <code>([^<]+)<', end
+    )
+    # At the last step: the end state (`final`, left implicit), as the list's filter reads it.
+    final_title = manifest("a_linear")["outcome"]["final_state"]["title"]
+    assert unescape(shown) == f"title = {json.dumps(final_title)}"
+    listed = httpx.get(loaded.url + unescape(link), timeout=30)
+    assert listed.status_code == 200
+    assert f"/executions/{run_id}?path=/title" in listed.text  # this run, on this field
+    assert "Failing Workflow" not in _text(listed.text)  # and only runs that match
+    # At an earlier step: any state the run passed through.
+    earlier = _get(loaded, f"/executions/{run_id}", step=first["sequence"], path="/title").text
+    (shown_then,) = re.findall(r'class="x-similar"[^>]*>Runs where <code>([^<]+)<', earlier)
+    assert unescape(shown_then) == f"ever title = {json.dumps(first['after'])}"
+    # A container is no single value: no link.
+    whole = _get(loaded, f"/executions/{run_id}", path="/metadata").text
+    assert "x-similar" not in whole
+
+
 def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> None:
     run_id = _run_id(loaded, "Large State Workflow (single)")
     started = time.perf_counter()
