@@ -261,3 +261,27 @@ def test_browser_execution_copy_buttons_stay_hidden_without_javascript(
         expect(shown.locator("button[data-copy]").first).to_be_hidden()
     finally:
         context.close()
+
+
+def test_browser_execution_span_names_stay_readable_on_a_phone(
+    studio: Server, browser: Browser
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        shown = context.new_page()
+        run_id = manifest("a_linear")["outcome"]["run_id"]
+        shown.goto(f"{studio.url}/executions/{run_id}")
+        names = shown.locator("#spans summary .x-wf-name.depth-1 .x-span-name")
+        expect(names).to_have_count(4)
+        # Each node's name is shown whole: the flags beside it give way first.
+        cut = names.evaluate_all(
+            "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)"
+        )
+        assert cut == [], cut
+        # And nothing spills out of the name column into the durations.
+        spill = shown.locator("#spans summary .x-wf-name").evaluate_all(
+            "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).length"
+        )
+        assert spill == 0
+    finally:
+        context.close()
