@@ -50,8 +50,48 @@
       updateCompare(target.form);
     }
   });
-  document.addEventListener("DOMContentLoaded", function () { initCompare(document); });
+  // Copy buttons ([data-copy], hidden in the HTML): shown once this script runs, they put
+  // the whole id on the clipboard. navigator.clipboard needs a secure context (https or
+  // loopback); elsewhere a hidden textarea and execCommand("copy") do the same.
+  function showCopyButtons(root) {
+    root.querySelectorAll("button[data-copy]").forEach(function (button) { button.hidden = false; });
+  }
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    return new Promise(function (resolve, reject) {
+      var area = document.createElement("textarea");
+      area.value = text;
+      area.setAttribute("readonly", "");
+      area.className = "copy-buffer";
+      document.body.appendChild(area);
+      area.select();
+      var copied = document.execCommand("copy");
+      area.remove();
+      if (copied) resolve(); else reject(new Error("copy refused"));
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target instanceof Element && event.target.closest("button[data-copy]");
+    if (!button) return;
+    var label = button.textContent;
+    copyText(button.getAttribute("data-copy") || "").then(
+      function () { button.textContent = "copied"; },
+      function () { button.textContent = "copy failed"; }
+    ).then(function () {
+      window.setTimeout(function () { button.textContent = label; }, 1500);
+    });
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    initCompare(document);
+    showCopyButtons(document);
+  });
   document.addEventListener("htmx:afterSwap", function (event) {
-    if (event.target instanceof Element) initCompare(event.target);
+    if (event.target instanceof Element) {
+      initCompare(event.target);
+      showCopyButtons(event.target);
+    }
   });
 })();

@@ -71,33 +71,38 @@
     target.form.submit();
   });
 
-  // A field name opens its provenance in place: the same panel the page renders for
-  // ?path=…, fetched from /executions/{id}/provenance with the same query string.
-  // Each opening is a history entry of its own, so Back closes the panel again.
-  // `shownSearch` is the query the panel on screen answers: a popstate that does not
-  // change it (a #fragment link fires one too) leaves the panel alone.
+  // A field name opens its provenance in place: the state explorer (timeline, step,
+  // panel, tree) as the page renders it for ?path=…, so the timeline marks the field's
+  // writes and its step links keep the panel open. Each opening is a history entry of
+  // its own, so Back closes the panel again. `shownSearch` is the query the explorer on
+  // screen answers: a popstate that does not change it (a #fragment link fires one too)
+  // leaves it alone.
   var shownSearch = window.location.search;
 
   function loadProvenance(search, push, fallback) {
     var root = page();
-    if (!root || !document.getElementById("provenance")) return false;
-    var partial = root.getAttribute("data-base") + "/provenance" + search;
-    fetch(partial, { credentials: "same-origin" })
+    if (!root || !document.getElementById("state-explorer")) return false;
+    fetch(root.getAttribute("data-base") + search, { credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) throw new Error("provenance: HTTP " + response.status);
         return response.text();
       })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
-        var fresh = doc.getElementById("provenance");
-        var current = document.getElementById("provenance");
-        if (!fresh || !current) throw new Error("provenance: no panel in the answer");
+        var fresh = doc.getElementById("state-explorer");
+        var current = document.getElementById("state-explorer");
+        if (!fresh || !current) throw new Error("provenance: no state explorer in the answer");
         current.replaceWith(fresh);
+        if (htmx) htmx.process(fresh);
         shownSearch = search;
+        revealSelected();
+        var panel = document.getElementById("provenance");
         if (push) {
           window.history.pushState({ provenance: true }, "", window.location.pathname + search);
-          fresh.focus({ preventScroll: true });
-          fresh.scrollIntoView({ block: "nearest", behavior: "smooth" });
+          if (panel) {
+            panel.focus({ preventScroll: true });
+            panel.scrollIntoView({ block: "nearest", behavior: "smooth" });
+          }
         }
       })
       .catch(function () {

@@ -224,7 +224,16 @@ async def span_page(request: Request) -> Response:
     if span is None:
         return _error_page(request, 404, f"no span {span_id!r} in this run's trace", run_id)
     resource = await run_in_threadpool(store.resource_of_span, inspection.trace_id, span_id)
-    context = {"run_id": run_id, "span": span, "view": span_view(span, resource)}
+    # The parent's own page when it is in this trace (a root span has none).
+    parent_href = (
+        Links.of(request).execution_span(run_id, span.parent_span_id)
+        if any(s.span_id == span.parent_span_id for s in spans)
+        else None
+    )
+    context = {
+        "run_id": run_id, "span": span, "view": span_view(span, resource),
+        "parent_href": parent_href,
+    }
     return templates.TemplateResponse(request, "span.html", context)
 
 
@@ -255,7 +264,9 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     return ExecutionView(
         header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
-        timeline=build_timeline(history, links, base, selected, selection.step, writers),
+        timeline=build_timeline(
+            history, links, base, selected, selection.step, writers, selection.pointer
+        ),
         step=step_detail(history, selected, links, writers),
         state=state_view(
             inspection, links, base, selected, selection.pointer,

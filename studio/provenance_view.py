@@ -20,14 +20,17 @@ from dataclasses import dataclass
 from typing import Final
 
 from collector.history import History, StateUnavailableError
-from collector.jsondoc import Missing, resolve
+from collector.jsondoc import JsonValue, Missing, pointer_parts, resolve
 from collector.provenance import NotApplied, ProvenanceEntry
+from collector.query_ast import Compare, Path, Scope, format_query
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
 
 PROVENANCE_WINDOW: Final = 50
+# A filter longer than this (a long string value) is not offered as a link.
+SIMILAR_FILTER_CHARS: Final = 200
 
 # Why a received write did not apply, as the panel says it.
 NOT_APPLIED_TEXT: Final[dict[NotApplied, str]] = {
@@ -117,6 +120,20 @@ class ProvenanceView:
     missing: int = 0
     # Why there is no provenance at all (no states to read it from), if so.
     unavailable: str | None = None
+    # The executions list filtered on this field's value here (`similar_filter`), for a
+    # scalar value: from one run to every run that ended (or passed) the same way.
+    similar_filter: str | None = None
+    similar_href: str | None = None
+
+    @property
+    def listed_steps(self) -> tuple[int, ...]:
+        """The steps of the writes the panel lists that changed something, oldest first.
+
+        The timeline marks these rows, so the field's trail shows where it happened;
+        only the listed window, so the page and the in-place panel mark the same rows
+        and the work stays bounded.
+        """
+        return tuple(sorted({w.sequence for w in self.writes if w.applied}))
 
 
 def provenance_view(
@@ -178,7 +195,10 @@ def provenance_view(
         )
 
     value_at = _value_at(history, sequence, pointer)
+    similar = _similar_filter(history, sequence, pointer)
     return ProvenanceView(
+        similar_filter=similar,
+        similar_href=links.executions(where=similar) if similar else None,
         pointer=pointer,
         error=None,
         writes=tuple(write(entry) for entry in entries[first:after]),
@@ -234,6 +254,27 @@ def _empty(
         pointer=pointer, error=error, writes=(), last_writer=None, close_href=close_href,
         json_href=json_href, sequence=sequence, unavailable=unavailable,
     )
+
+
+def _similar_filter(history: History, sequence: int, pointer: str) -> str | None:
+    """`path = value` for the field's scalar value at `sequence`, as the list's filter.
+
+    At the run's last step the filter tests the end state (`final`, the default);
+    at an earlier step, any state (`ever`). None for the whole state, a container,
+    a value that cannot be rebuilt, or a filter too long to offer.
+    """
+    if not pointer or not history.has_states:
+        return None
+    try:
+        value: JsonValue | Missing = resolve(history.state_at(sequence), pointer)
+    except StateUnavailableError:
+        return None
+    if isinstance(value, Missing | dict | list):
+        return None
+    last = history.steps[-1].sequence if history.steps else history.start_sequence
+    scope: Scope = "final" if sequence == last else "ever"
+    text = format_query(Compare(scope, Path(tuple(pointer_parts(pointer))), "=", value))
+    return text if len(text) <= SIMILAR_FILTER_CHARS else None
 
 
 def _value_at(history: History, sequence: int, pointer: str) -> ValueAtStep:

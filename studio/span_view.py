@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from collector.decode import (
     AttributeValue,
@@ -24,7 +24,11 @@ from collector.decode import (
     typed_attributes,
 )
 from collector.store.spans import ResourceRow, SpanRow
-from studio.waterfall import attribute_text
+from studio.waterfall import SPAN_KINDS, attribute_text
+
+# OTLP's Status.StatusCode, as the span page names it (a code OTLP does not define is
+# shown as its number).
+STATUS_CODES: Final = ("unset", "ok", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +83,16 @@ class SpanView:
     dropped_events_count: int
     dropped_links_count: int
     sent_under: SentUnder | None
+    # The span's OTLP kind and status code in words (internal, server...; unset, ok, error).
+    kind: str = ""
+    status: str = ""
 
 
 def span_view(span: SpanRow, resource: ResourceRow | None) -> SpanView:
     details = span_details(span.raw)
     return SpanView(
+        kind=_named(SPAN_KINDS, span.kind),
+        status=_named(STATUS_CODES, span.status_code),
         attributes=_sorted_texts(details["attributes"]),
         events=tuple(
             ShownEvent(
@@ -98,6 +107,10 @@ def span_view(span: SpanRow, resource: ResourceRow | None) -> SpanView:
         dropped_links_count=details["dropped_links_count"],
         sent_under=None if resource is None else sent_under(resource),
     )
+
+
+def _named(names: tuple[str, ...], code: int) -> str:
+    return names[code] if 0 <= code < len(names) else str(code)
 
 
 def sent_under(row: ResourceRow) -> SentUnder:

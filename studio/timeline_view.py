@@ -120,6 +120,7 @@ def build_timeline(
     selected: int,
     asked: int | None = None,
     writers: Writers | None = None,
+    pointer: str | None = None,
 ) -> Timeline:
     """The window of TIMELINE_WINDOW rows around `selected`, with links to step through.
 
@@ -128,6 +129,8 @@ def build_timeline(
     neighbouring steps that look consecutive. `asked` is the step the user asked
     for; when it never arrived the timeline says so. `writers` knows the run
     each carrier span ran in, so a foreign step links to the run that wrote it.
+    `pointer` is the field whose provenance is open: every step link keeps it open,
+    so stepping back through the run tells the field's story from each step.
     """
     steps = history.steps
     index = history.index_at(selected)  # -1: the start state is selected
@@ -137,17 +140,20 @@ def build_timeline(
     holes = history.missing_sequences
     known = writers or Writers(frozenset(), {})
 
+    def step_href(sequence: int) -> str:
+        return href(base, step=sequence, path=pointer)
+
     def at(position: int) -> str | None:
         if position < -1 or position >= len(steps) or position == index:
             return None
         sequence = history.start_sequence if position == -1 else steps[position].sequence
-        return href(base, step=sequence)
+        return step_href(sequence)
 
     return Timeline(
         rows=tuple(
             _timeline_row(
-                step, base, origin, step.sequence == selected, holes.get(step.sequence),
-                known, links,
+                step, step_href(step.sequence), origin, step.sequence == selected,
+                holes.get(step.sequence), known, links,
             )
             for step in window
         ),
@@ -156,7 +162,7 @@ def build_timeline(
         start_sequence=history.start_sequence,
         last_sequence=steps[-1].sequence if steps else history.start_sequence,
         selected=selected,
-        start_href=href(base, step=history.start_sequence),
+        start_href=step_href(history.start_sequence),
         start_selected=index == -1,
         prev_href=at(index - 1),
         next_href=at(index + 1),
@@ -183,7 +189,7 @@ def _first_time(steps: Sequence[Step]) -> int:
 
 def _timeline_row(
     step: Step,
-    base: str,
+    step_href: str,
     origin: int,
     selected: bool,
     missing_before: tuple[int, int] | None,
@@ -195,7 +201,7 @@ def _timeline_row(
     foreign = step.foreign
     return TimelineRow(
         sequence=step.sequence,
-        href=href(base, step=step.sequence),
+        href=step_href,
         offset_nano=max(transition.time_unix_nano - origin, 0),
         span_name=transition.span_name,
         span_id=transition.span_id,

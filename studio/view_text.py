@@ -22,8 +22,11 @@ WHOLE_STATE: Final = "the whole state"
 
 
 def href(base: str, **params: object) -> str:
-    """A page URL with these query parameters (None values left out)."""
-    query = urlencode({k: str(v) for k, v in params.items() if v is not None})
+    """A page URL with these query parameters (None values left out).
+
+    Slashes stay as they are, so a field's pointer reads as itself (`path=/a/b`).
+    """
+    query = urlencode({k: str(v) for k, v in params.items() if v is not None}, safe="/")
     return f"{base}?{query}" if query else base
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
 from support import (
     Server,
     export_raw,
@@ -156,6 +156,32 @@ def test_browser_execution_field_opens_its_provenance_in_place(
     expect(page.locator("#step h2")).to_contain_text("Step")
 
 
+def test_browser_execution_stepping_keeps_a_fields_provenance_open(
+    studio: Server, page: Page
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = studio.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    written = sorted({w["sequence"] for w in api["writes"] if w["before"] != w["after"]})
+    page.goto(f"{studio.url}/executions/{run_id}")
+    page.locator("#state a.x-key", has_text=re.compile(r"^title$")).click()
+    panel = page.locator("#provenance")
+    expect(panel).to_contain_text("Provenance of /title")
+    # Opened in place, the timeline marks the field's writes as the page does.
+    marks = page.locator("tr.x-step-row.is-write")
+    expect(marks).to_have_count(len(written))
+    steps = marks.evaluate_all("rows => rows.map(r => r.dataset.sequence)")
+    assert [int(m) for m in steps] == written
+    # Stepping back with the keyboard keeps the panel open, told from each step.
+    page.keyboard.press("ArrowLeft")
+    expect(page).to_have_url(re.compile(r"step=\d+&path=/title$"))
+    expect(page.locator("#provenance")).to_contain_text("Provenance of /title")
+    expect(page.locator("tr.x-step-row.is-write")).to_have_count(len(written))
+    page.goto(f"{studio.url}/executions/{run_id}?step={written[0] - 1}&path=/title")
+    expect(page.locator("#provenance")).to_contain_text(f"Next written at step {written[0]}")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#provenance")).to_contain_text(f"Last written at step {written[0]}")
+
+
 def test_browser_execution_hostile_state_values_render_as_text(
     studio: Server, page: Page
 ) -> None:
@@ -196,3 +222,66 @@ def test_browser_execution_partial_run_screenshot(
     expect(page.locator("#verdict")).to_contain_text("1,872 events were dropped")
     expect(page.locator("#state h2")).to_contain_text("Recorded end state")
     screenshot(page, "execution-partial.png")
+
+
+def test_browser_execution_copy_buttons_put_the_whole_id_on_the_clipboard(
+    studio: Server, page: Page
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    trace_id = studio.get_json(f"/api/executions/{run_id}")["trace_id"]
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=studio.url)
+    page.goto(f"{studio.url}/executions/{run_id}")
+    facts = page.locator(".x-facts")
+    # Shown once the script runs; the trace id is cut on screen, never in what is copied.
+    button = facts.get_by_role("button", name="Copy the trace id")
+    expect(button).to_be_visible()
+    button.click()
+    expect(button).to_have_text("copied")
+    assert page.evaluate("navigator.clipboard.readText()") == trace_id
+    expect(button).to_have_text("copy", timeout=3000)
+    facts.get_by_role("button", name="Copy the run id").click()
+    assert page.evaluate("navigator.clipboard.readText()") == run_id
+    # Keyboard only: Tab reaches the button and Enter copies.
+    page.evaluate("navigator.clipboard.writeText('')")
+    facts.get_by_role("button", name="Copy the trace id").focus()
+    page.keyboard.press("Enter")
+    expect(facts.get_by_role("button", name="Copy the trace id")).to_have_text("copied")
+    assert page.evaluate("navigator.clipboard.readText()") == trace_id
+
+
+def test_browser_execution_copy_buttons_stay_hidden_without_javascript(
+    studio: Server, browser: Browser
+) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        shown = context.new_page()
+        run_id = manifest("a_linear")["outcome"]["run_id"]
+        shown.goto(f"{studio.url}/executions/{run_id}")
+        assert shown.locator("button[data-copy]").count() == 3
+        expect(shown.locator("button[data-copy]").first).to_be_hidden()
+    finally:
+        context.close()
+
+
+def test_browser_execution_span_names_stay_readable_on_a_phone(
+    studio: Server, browser: Browser
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        shown = context.new_page()
+        run_id = manifest("a_linear")["outcome"]["run_id"]
+        shown.goto(f"{studio.url}/executions/{run_id}")
+        names = shown.locator("#spans summary .x-wf-name.depth-1 .x-span-name")
+        expect(names).to_have_count(4)
+        # Each node's name is shown whole: the flags beside it give way first.
+        cut = names.evaluate_all(
+            "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)"
+        )
+        assert cut == [], cut
+        # And nothing spills out of the name column into the durations.
+        spill = shown.locator("#spans summary .x-wf-name").evaluate_all(
+            "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).length"
+        )
+        assert spill == 0
+    finally:
+        context.close()

@@ -170,6 +170,60 @@ def test_execution_page_provenance_is_told_from_the_selected_step(loaded: Server
     assert "comes from the start state" not in nowhere
 
 
+def test_execution_page_timeline_marks_the_open_fields_writes_and_keeps_it_open(
+    loaded: Server,
+) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    written = {w["sequence"] for w in api["writes"] if w["before"] != w["after"]}
+    step = sorted(written)[1]
+    html = _get(loaded, f"/executions/{run_id}", step=step, path="/title").text
+    timeline = html[html.index('id="timeline"') : html.index('id="step"')]
+    marked = {
+        int(n)
+        for n in re.findall(r'x-step-row[^"]*is-write[^"]*" data-sequence="(\d+)"', timeline)
+    }
+    assert marked == written, (marked, written)
+    # Every step link keeps the panel open, so stepping tells the field's story from there.
+    step_links = re.findall(r'<a href="([^"]+)" hx-get="[^"]+"', timeline)
+    assert step_links and all(
+        unescape(link).endswith("&path=/title") for link in step_links
+    ), step_links
+    assert '<input type="hidden" name="path" value="/title">' in timeline
+    # A changed path is never cut without its whole self in the tooltip.
+    for path in re.findall(r"<td class=\"x-paths\">(.*?)</td>", timeline):
+        for title, text in re.findall(r'<code title="([^"]+)">([^<]+)</code>', path):
+            assert title == text
+    # Without a field open, no marks and plain step links.
+    plain = _get(loaded, f"/executions/{run_id}", step=step).text
+    plain_timeline = plain[plain.index('id="timeline"') : plain.index('id="step"')]
+    assert "is-write" not in plain_timeline and "path=" not in plain_timeline
+
+
+def test_provenance_panel_links_to_every_run_with_the_same_value(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    first = next(w for w in api["writes"] if w["before"] != w["after"])
+    end = _get(loaded, f"/executions/{run_id}", path="/title").text
+    ((link, shown),) = re.findall(
+        r'class="x-similar" href="([^"]+)"[^>]*>Runs where <code>([^<]+)<', end
+    )
+    # At the last step: the end state (`final`, left implicit), as the list's filter reads it.
+    final_title = manifest("a_linear")["outcome"]["final_state"]["title"]
+    assert unescape(shown) == f"title = {json.dumps(final_title)}"
+    listed = httpx.get(loaded.url + unescape(link), timeout=30)
+    assert listed.status_code == 200
+    assert f"/executions/{run_id}?path=/title" in listed.text  # this run, on this field
+    assert "Failing Workflow" not in _text(listed.text)  # and only runs that match
+    # At an earlier step: any state the run passed through.
+    earlier = _get(loaded, f"/executions/{run_id}", step=first["sequence"], path="/title").text
+    (shown_then,) = re.findall(r'class="x-similar"[^>]*>Runs where <code>([^<]+)<', earlier)
+    assert unescape(shown_then) == f"ever title = {json.dumps(first['after'])}"
+    # A container is no single value: no link.
+    whole = _get(loaded, f"/executions/{run_id}", path="/metadata").text
+    assert "x-similar" not in whole
+
+
 def test_execution_page_partial_run_explains_what_is_missing(loaded: Server) -> None:
     run_id = _run_id(loaded, "Large State Workflow (single)")
     started = time.perf_counter()
@@ -303,6 +357,40 @@ def test_execution_page_span_details_page(loaded: Server) -> None:
     assert "junjo.workflow.state.start" in page.text and "junjo.span_type" in page.text
     missing = _get(loaded, f"/executions/{run_id}/spans/0000000000000000")
     assert missing.status_code == 404
+
+
+def test_span_page_says_where_the_span_sits_when_and_how_it_ended(loaded: Server) -> None:
+    run_id = manifest("e_exception")["outcome"]["run_id"]
+    html = _get(loaded, f"/executions/{run_id}").text
+    (span_id,) = re.findall(r'Raised in node <a href="#span-(\w+)">ExplodingNode</a>', html)
+    trace_id = loaded.get_json(f"/api/executions/{run_id}")["trace_id"]
+    page = _get(loaded, f"/executions/{run_id}/spans/{span_id}").text
+    facts = _text(page[page.index('class="x-facts"') : page.index("Dropped attributes")])
+    assert "Kind internal" in facts and "Status error" in facts and "Duration" in facts
+    # The trace id is whole in the text (a select-and-copy takes all of it), with a
+    # copy button, and lists the trace's runs.
+    assert f'href="/?trace={trace_id}"' in page and f">{trace_id}</a>" in page
+    assert f'data-copy="{trace_id}"' in page and f'data-copy="{span_id}"' in page
+    # The parent is in the trace: its own page, which names this span's trace too.
+    (parent,) = re.findall(rf'href="/executions/{run_id}/spans/(\w+)"[^>]*>\w+</a>', page)
+    parent_page = _get(loaded, f"/executions/{run_id}/spans/{parent}")
+    assert parent_page.status_code == 200 and trace_id in parent_page.text
+    # The workflow span is the root.
+    root = loaded.get_json(f"/api/executions/{run_id}")["span_id"]
+    assert "none (root)" in _text(_get(loaded, f"/executions/{run_id}/spans/{root}").text)
+
+
+def test_execution_page_ids_are_whole_with_copy_buttons(loaded: Server) -> None:
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    detail = loaded.get_json(f"/api/executions/{run_id}")
+    html = _get(loaded, f"/executions/{run_id}").text
+    facts = html[html.index('class="x-facts"') : html.index("</dl>")]
+    for value in (run_id, detail["trace_id"], detail["store_id"]):
+        assert f">{value}</" in facts, value  # never cut in the text itself
+        assert f'data-copy="{value}"' in facts, value
+    assert "…" not in _text(facts)
+    # Shown by static/app.js: without JavaScript there is nothing to click.
+    assert facts.count("hidden>copy</button>") == 3
 
 
 def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -> None:

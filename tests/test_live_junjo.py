@@ -297,6 +297,11 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
         " payment provider returned 502 in node Explode of Failing Review."
     )
     assert f'subflow <a href="/executions/{child["id"]}">Failing Review</a>' in html
+    # The waterfall flags the workflow span with the exception's class name, its module
+    # path in the tooltip, so the span's own name keeps the room.
+    flag = re.search(r'<span class="x-exc-flag" title="([^"]*)">([^<]*)</span>', html)
+    assert flag is not None and flag.group(2) == "WorkflowExecutionError"
+    assert flag.group(1).startswith("junjo.") and ".WorkflowExecutionError: " in flag.group(1)
     (through,) = detail["outcome"]["culprits"]
     assert (through["kind"], through["run_id"]) == ("subflow", child["id"])
     assert (through["cause"]["name"], through["cause"]["error_type"]) == ("Explode", "RuntimeError")
