@@ -152,7 +152,7 @@ def evidence_spans_for(
         params += [[t for t, _ in elsewhere], [s for _, s in elsewhere]]
     rows = cursor.execute(sql, params).fetchall()
     return [
-        SpanLink(EvidenceSpan(*row[:7], row[10]), row[7], row[8], row[9])
+        SpanLink(EvidenceSpan._make((*row[:7], row[10])), row[7], row[8], row[9])
         for row in rows
     ]
 
