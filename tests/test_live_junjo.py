@@ -316,7 +316,7 @@ def _banner(html: str) -> str:
 def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     replayed: ReplayedRuns,
 ) -> None:
-    runs, server = replayed("failing", "failing_subflow", "cancelled")
+    runs, server = replayed("failing", "failing_subflow", "cancelled", "cancelled_deep")
 
     def page(run_id: str) -> str:
         return httpx.get(f"{server.url}/executions/{run_id}").text
@@ -352,6 +352,12 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     assert _banner(html) == "Cancelled (reason: cancelled) while node AwaitBank was running."
     assert [c["name"] for c in cancelled["outcome"]["culprits"]] == ["AwaitBank"]
     assert 'class="x-outcome is-cancelled"' in html
+    # Two subflows deep: every run between the top and the node is named.
+    deep = page(runs["cancelled_deep"]["run_id"])
+    assert _banner(deep) == (
+        "Cancelled (reason: cancelled) while subflow Outer Review (in it, subflow Inner Review,"
+        " in which node AwaitBank) was running."
+    )
 
 
 def test_live_failure_is_traced_to_the_node_not_to_a_library_span_inside_it(
