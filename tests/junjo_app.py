@@ -300,13 +300,19 @@ def hanging_workflow(started: asyncio.Event) -> Workflow[RefundState, RefundStor
 async def cancelled_run() -> dict[str, Any]:
     """A run cancelled from outside while a node waits, as a caller's timeout does."""
     started = asyncio.Event()
-    task = asyncio.create_task(hanging_workflow(started).execute())
+    return await _cancelled_once_started("cancelled", hanging_workflow(started), started)
+
+
+async def _cancelled_once_started(
+    scenario: str, workflow: Workflow[Any, Any], started: asyncio.Event
+) -> dict[str, Any]:
+    task = asyncio.create_task(workflow.execute())
     await started.wait()
     task.cancel()
     try:
         await task
     except WorkflowCancelledError as exc:
-        return {"scenario": "cancelled", "run_id": exc.run_id}
+        return {"scenario": scenario, "run_id": exc.run_id}
     raise AssertionError("the hanging run ended without being cancelled")
 
 
@@ -342,14 +348,8 @@ async def cancelled_deep_run() -> dict[str, Any]:
         outer = _subflow("Outer Review", inner)
         return Graph(source=outer, sinks=[outer], edges=[])
 
-    task = asyncio.create_task(_refund_workflow("Deep Hanging Workflow", graph).execute())
-    await started.wait()
-    task.cancel()
-    try:
-        await task
-    except WorkflowCancelledError as exc:
-        return {"scenario": "cancelled_deep", "run_id": exc.run_id}
-    raise AssertionError("the hanging run ended without being cancelled")
+    workflow = _refund_workflow("Deep Hanging Workflow", graph)
+    return await _cancelled_once_started("cancelled_deep", workflow, started)
 
 
 class Chat(BaseModel):
