@@ -201,6 +201,23 @@ def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
     assert listed(verdict="not_applicable") == [(run_id, "not_applicable", 2)]
 
 
+def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer) -> None:
+    # One event per span (the SDK keeps the newest): a node's earlier writes are lost.
+    server = make_server("--api-key", KEY)
+    runs = _run_app(server, "junjo", "linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
+    server.wait_replayed()
+    run_id = runs["linear"]["run_id"]
+    timeline = server.get_json(f"/api/executions/{run_id}/timeline")
+    assert timeline["verdict"] == "partial" and timeline["missing"]
+    hole = timeline["missing"][0]
+    before = max(t["sequence"] for t in timeline["transitions"] if t["sequence"] < hole["first"])
+    inside = server.get_json(f"/api/executions/{run_id}/state?sequence={hole['last']}")
+    assert (inside["missing"], inside["verified"]) == (hole, False)
+    assert inside["state_of_sequence"] == before
+    received = server.get_json(f"/api/executions/{run_id}/state?sequence={before}")
+    assert (received["missing"], received["state_of_sequence"]) == (None, before)
+
+
 def _verified_with_one_child(
     server: Server, run: dict[str, Any], kind: str, name: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
