@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from collector.history import Diagnostic, holes
+from collector.junjo import SCOPE_NAME
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.selection import KNOWN_CONTRACT_VERSIONS, Conflict, Interval, Sequenced
 
@@ -53,6 +54,8 @@ def dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
                 " The OpenTelemetry SDK keeps at most 128 events per span by default and "
                 "discards the rest, so set_state transitions carried there are missing."
                 if what == "events"
+                else _lost_identity(span)
+                if what == "attributes"
                 else ""
             )
             findings.append(
@@ -65,6 +68,20 @@ def dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
                 )
             )
     return findings
+
+
+def _lost_identity(span: EvidenceSpan) -> str:
+    # The SDK drops a span's oldest attributes first, and Junjo sets the type and
+    # the run id early (SCHEMA.md section 2.1): a subflow span cut that far is
+    # not an execution, and the nodes naming its run list it as in flight.
+    if span.span_type is not None or span.scope_name != SCOPE_NAME:
+        return ""
+    return (
+        " Its junjo.span_type was among them, so statetrail cannot tell what it was: "
+        "if it was a subflow, a workflow or an agent, its run id and store were lost "
+        "too, so that run is not listed as an execution (the runs its nodes name are "
+        "listed as in flight) and its state history cannot be shown."
+    )
 
 
 def duplicate_findings(store_id: str | None, conflicts: Iterable[Conflict]) -> list[Diagnostic]:

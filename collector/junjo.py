@@ -37,6 +37,9 @@ from collector.model import (
 )
 from collector.wire import SpanView
 
+# The tracer Junjo makes its spans with (junjo's JUNJO_OTEL_MODULE_NAME): the
+# spans table's scope_name.
+SCOPE_NAME: Final = "junjo"
 SPAN_TYPE: Final = "junjo.span_type"
 CONTRACT_VERSION: Final = "junjo.telemetry.contract_version"
 RUNTIME_ID: Final = "junjo.executable_runtime_id"

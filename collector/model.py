@@ -147,6 +147,8 @@ class EvidenceSpan(NamedTuple):
     dropped_attributes_count: int
     dropped_events_count: int
     dropped_links_count: int
+    # The instrumentation scope: tells a Junjo span that lost junjo.span_type.
+    scope_name: str = ""
 
 
 def span_subtree(root: str, edges: Iterable[tuple[str, str]]) -> frozenset[str]:

@@ -2,7 +2,9 @@
 
 An execution is replayed when its owner span arrives and again whenever late
 transitions for its store arrive, on a background thread: the acknowledgement
-of an export never waits for a replay. Lists and field filters read what this
+of an export never waits for a replay. Work is keyed by store (one replay per
+store serves every run it holds); a run naming no store is replayed by its run
+id, so every execution gets a stored verdict. Lists and field filters read what this
 saved; the execution pages replay on demand from the evidence itself.
 """
 
@@ -11,8 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from collector.burst_memory import BurstMemory
@@ -41,6 +43,35 @@ INGEST_QUIET_SECONDS = 1.0
 # While exports wait in the spool, replays wait too, but never longer than
 # this at a time: verdicts lag behind a long burst, and still move.
 MAX_DEFER_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class Backlog:
+    """What waits to be replayed: stores, and runs that name no store.
+
+    The two never overlap (WriteResult and the stale queries split runs by
+    whether they name a store), so no execution is replayed twice for one commit.
+    """
+
+    stores: set[str] = field(default_factory=set)
+    runs: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.stores or self.runs)
+
+    def __len__(self) -> int:
+        return len(self.stores) + len(self.runs)
+
+    def add(self, stores: Iterable[str], runs: Iterable[str]) -> None:
+        self.stores.update(stores)
+        self.runs.update(runs)
+
+    def take(self, size: int) -> Backlog:
+        """Up to `size` stores and `size` runs, removed from here."""
+        batch = Backlog(set(sorted(self.stores)[:size]), set(sorted(self.runs)[:size]))
+        self.stores -= batch.stores
+        self.runs -= batch.runs
+        return batch
 
 
 class HistorySink(Protocol):
@@ -77,8 +108,8 @@ class Replayer:
     touching the same stores costs one replay. Storing comes first: while the
     extractor has exports still to store, replays wait (see `_run`). Shutdown
     does not wait for the backlog: whatever was not replayed is found again at
-    the next start-up (`Store.stale_store_ids`), so stopping stays quick however
-    busy ingest was.
+    the next start-up (`Store.stale_store_ids`, `stale_storeless_run_ids`), so
+    stopping stays quick however busy ingest was.
     """
 
     def __init__(
@@ -94,7 +125,7 @@ class Replayer:
         self._foreground = foreground or Foreground()
         self._sink = sink
         self._burst = burst or BurstMemory(store, None)
-        self._pending: set[str] = set(store.stale_store_ids())
+        self._pending = Backlog(set(store.stale_store_ids()), set(store.stale_storeless_run_ids()))
         self._busy = bool(self._pending)
         self._stopping = False
         self._last_commit = float("-inf")
@@ -104,12 +135,12 @@ class Replayer:
         self._thread.start()
 
     def notify(self, result: WriteResult, more_to_store: bool = False) -> None:
-        """A commit touched these stores; `more_to_store` if exports wait behind it."""
+        """A commit touched these stores and runs; `more_to_store` if exports wait behind it."""
         with self._changed:
             self._storing_behind = more_to_store
-            if result.store_ids:
+            if result.store_ids or result.storeless_run_ids:
                 self._last_commit = time.monotonic()
-                self._pending |= result.store_ids
+                self._pending.add(result.store_ids, result.storeless_run_ids)
                 self._busy = True
             self._changed.notify_all()
 
@@ -147,11 +178,10 @@ class Replayer:
                 )
                 if self._stopping:
                     return
-                batch = sorted(self._pending)[:REPLAY_BATCH_STORES]
-                self._pending.difference_update(batch)
+                batch = self._pending.take(REPLAY_BATCH_STORES)
             self._foreground.give_way()
             started = time.monotonic()
-            self._replay_stores(batch)
+            self._replay(batch)
             with self._changed:
                 settled = not self._pending and not self._storing_behind
             if settled:
@@ -195,10 +225,14 @@ class Replayer:
         # the trickle of one exporter.
         return self._storing_behind or len(self._pending) > REPLAY_BATCH_STORES
 
-    def _replay_stores(self, store_ids: Sequence[str]) -> None:
+    def _replay(self, batch: Backlog) -> None:
         try:
             replay_stores(
-                self._store, store_ids, between=self._foreground.give_way, sink=self._sink
+                self._store,
+                sorted(batch.stores),
+                between=self._foreground.give_way,
+                sink=self._sink,
+                storeless_runs=sorted(batch.runs),
             )
         except StoreError as exc:
             # The evidence is stored; the next commit touching these stores, or
@@ -208,11 +242,15 @@ class Replayer:
             # A replay bug on hostile evidence must not end this thread (every
             # later verdict would stay pending); replay the stores one by one
             # so the rest still get their verdicts, and log the culprit.
-            if len(store_ids) > 1:
-                for store_id in store_ids:
-                    self._replay_stores([store_id])
+            if len(batch) > 1:
+                for store_id in sorted(batch.stores):
+                    self._replay(Backlog(stores={store_id}))
+                for run_id in sorted(batch.runs):
+                    self._replay(Backlog(runs={run_id}))
                 return
-            logger.exception("replay failed for store %s", store_ids)
+            logger.exception(
+                "replay failed for store %s, run %s", sorted(batch.stores), sorted(batch.runs)
+            )
 
 
 def replay_stores(
@@ -220,14 +258,19 @@ def replay_stores(
     store_ids: Sequence[str],
     between: Callable[[], object] = lambda: None,
     sink: HistorySink | None = None,
+    storeless_runs: Sequence[str] = (),
 ) -> int:
     """Replay and save every execution owning one of these stores; return how many.
 
-    The evidence of the whole batch is read in two queries. `between` runs
-    before each execution's replay (the replayer gives way to studio requests
-    there); each history is offered to `sink` as it is made.
+    `storeless_runs` adds those runs that name no store (a run whose owner span
+    lost its store id: not_applicable, with its diagnostics). The evidence of
+    the whole batch is read in two queries. `between` runs before each
+    execution's replay (the replayer gives way to studio requests there); each
+    history is offered to `sink` as it is made.
     """
-    executions = store.executions_for_stores(store_ids)
+    executions = store.executions_for_stores(store_ids) if store_ids else []
+    if storeless_runs:
+        executions += store.storeless_executions(storeless_runs)
     if not executions:
         return 0
     owned = sorted({e.store_id for e in executions if e.store_id})

@@ -269,8 +269,27 @@ def execution_state(request: Request) -> Response:
         verified = history.verified_at(sequence)
     except StateUnavailableError as exc:
         return json_error(404, str(exc), parameter="sequence")
+    # A sequence that never arrived has no state of its own: say so, and whose
+    # state is shown instead (the last step received before it, or the start).
+    hole = next(
+        (
+            {"first": first, "last": last}
+            for first, last in history.missing_sequences.values()
+            if first <= sequence <= last
+        ),
+        None,
+    )
+    index = history.index_at(sequence)
+    shown = history.steps[index].sequence if index >= 0 else history.start_sequence
     return JSONResponse(
-        {"id": inspection.run_id, "sequence": sequence, "verified": verified, "state": state}
+        {
+            "id": inspection.run_id,
+            "sequence": sequence,
+            "verified": verified,
+            "state": state,
+            "missing": hole,
+            "state_of_sequence": sequence if hole is None or shown is None else shown,
+        }
     )
 
 

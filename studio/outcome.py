@@ -70,6 +70,16 @@ class Culprit:
         return found
 
     @property
+    def path(self) -> tuple[Culprit, ...]:
+        """The causes inside this one, outermost first: each child run down to the node."""
+        found: list[Culprit] = []
+        cause = self.cause
+        while cause is not None:
+            found.append(cause)
+            cause = cause.cause
+        return tuple(found)
+
+    @property
     def innermost_run(self) -> Culprit:
         """The child run the innermost cause ran in (this one if it has no cause)."""
         found = self

@@ -300,14 +300,56 @@ def hanging_workflow(started: asyncio.Event) -> Workflow[RefundState, RefundStor
 async def cancelled_run() -> dict[str, Any]:
     """A run cancelled from outside while a node waits, as a caller's timeout does."""
     started = asyncio.Event()
-    task = asyncio.create_task(hanging_workflow(started).execute())
+    return await _cancelled_once_started("cancelled", hanging_workflow(started), started)
+
+
+async def _cancelled_once_started(
+    scenario: str, workflow: Workflow[Any, Any], started: asyncio.Event
+) -> dict[str, Any]:
+    task = asyncio.create_task(workflow.execute())
     await started.wait()
     task.cancel()
     try:
         await task
     except WorkflowCancelledError as exc:
-        return {"scenario": "cancelled", "run_id": exc.run_id}
+        return {"scenario": scenario, "run_id": exc.run_id}
     raise AssertionError("the hanging run ended without being cancelled")
+
+
+class PassThrough(Subflow[RefundState, RefundStore, RefundState, RefundStore]):
+    """A subflow on a store of its own kind; its actions write nothing."""
+
+    async def pre_run_actions(self, parent_store: RefundStore, subflow_store: RefundStore) -> None:
+        return None
+
+    async def post_run_actions(self, parent_store: RefundStore, subflow_store: RefundStore) -> None:
+        return None
+
+
+def _subflow(name: str, body: Callable[[], Node[RefundStore] | PassThrough]) -> PassThrough:
+    def graph() -> Graph:
+        load, inside = LoadOrder(), body()
+        return Graph(source=load, sinks=[inside], edges=[Edge(tail=load, head=inside)])
+
+    return PassThrough(
+        name=name, graph_factory=graph,
+        store_factory=lambda: RefundStore(initial_state=RefundState()),
+    )
+
+
+async def cancelled_deep_run() -> dict[str, Any]:
+    """Cancelled while a node waits two subflows deep: Outer Review > Inner Review > AwaitBank."""
+    started = asyncio.Event()
+
+    def inner() -> PassThrough:
+        return _subflow("Inner Review", lambda: AwaitBank(started))
+
+    def graph() -> Graph:
+        outer = _subflow("Outer Review", inner)
+        return Graph(source=outer, sinks=[outer], edges=[])
+
+    workflow = _refund_workflow("Deep Hanging Workflow", graph)
+    return await _cancelled_once_started("cancelled_deep", workflow, started)
 
 
 class Chat(BaseModel):
@@ -479,6 +521,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
         return await borrowed_store_runs()
     if name == "cancelled":
         return [await cancelled_run()]
+    if name == "cancelled_deep":
+        return [await cancelled_deep_run()]
     return [await run(name)]
 
 

@@ -12,9 +12,11 @@ split over requests (g2_large_state_loop).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from html import unescape
 from pathlib import Path
@@ -49,10 +51,14 @@ class ReplayedRuns(Protocol):
     def __call__(self, *scenarios: str) -> tuple[Runs, Server]: ...
 
 
-def _run_app(server: Server, exporter: str, *scenarios: str) -> Runs:
+def _run_app(
+    server: Server, exporter: str, *scenarios: str, env: dict[str, str] | None = None
+) -> Runs:
+    """Run the scenarios in their own process; `env` adds to its environment (SDK limits)."""
     completed = subprocess.run(
         [sys.executable, str(APP), server.grpc_target, KEY, exporter, *scenarios],
         capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, **(env or {})},
     )
     runs = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
     return {run["scenario"]: run for run in runs}
@@ -155,6 +161,61 @@ def test_live_twin_subflows_each_draw_their_own_run_in_the_graph(replayed: Repla
         ("Manual Review (ReviewSubflow): ran 1 time", f"/executions/{first['id']}"),
         ("Manual Review (ReviewSubflow): ran 1 time", f"/executions/{second['id']}"),
     ]
+
+
+def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
+    make_server: MakeServer,
+) -> None:
+    # The SDK drops a span's oldest attributes first: at 14 the workflow span
+    # loses its start state and store id (it is an execution naming no store),
+    # the subflow span even its junjo.span_type and run id (no execution).
+    server = make_server("--api-key", KEY)
+    runs = _run_app(server, "junjo", "subflow", env={"OTEL_ATTRIBUTE_COUNT_LIMIT": "14"})
+    server.wait_replayed()
+    run_id = runs["subflow"]["run_id"]
+    detail = server.get_json(f"/api/executions/{run_id}")
+    assert (detail["store_id"], detail["verdict"]) == (None, "not_applicable")
+    dropped = [d for d in detail["diagnostics"] if d["code"] == "otlp_data_dropped"]
+    assert detail["children"] == [] and len(dropped) == 2
+    # The parent says what the cut subflow span was and why its run is missing.
+    (subflow,) = [d for d in dropped if "Manual Review" in d["message"]]
+    assert "junjo.span_type was among them" in subflow["message"]
+    assert "not listed as an execution" in subflow["message"]
+
+    def listed(**filters: str) -> list[tuple[str, str, int | None]]:
+        query = urllib.parse.urlencode(filters)
+        rows = server.get_json(f"/api/executions?{query}")["executions"]
+        return [(row["id"], row["verdict"], row["diagnostic_warnings"]) for row in rows]
+
+    assert listed() == [(run_id, "not_applicable", 2)]
+    assert listed(verdict="not_applicable") == [(run_id, "not_applicable", 2)]
+    assert listed(verdict="pending") == []
+
+    # A crash between the commit and the replay leaves the run never replayed;
+    # the next start finds it, as it finds stores.
+    server.stop()
+    with duckdb.connect(str(server.db)) as connection:
+        connection.execute("DELETE FROM execution_replays WHERE run_id = ?", [run_id])
+    server.start()
+    server.wait_replayed()
+    assert listed(verdict="not_applicable") == [(run_id, "not_applicable", 2)]
+
+
+def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer) -> None:
+    # One event per span (the SDK keeps the newest): a node's earlier writes are lost.
+    server = make_server("--api-key", KEY)
+    runs = _run_app(server, "junjo", "linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
+    server.wait_replayed()
+    run_id = runs["linear"]["run_id"]
+    timeline = server.get_json(f"/api/executions/{run_id}/timeline")
+    assert timeline["verdict"] == "partial" and timeline["missing"]
+    hole = timeline["missing"][0]
+    before = max(t["sequence"] for t in timeline["transitions"] if t["sequence"] < hole["first"])
+    inside = server.get_json(f"/api/executions/{run_id}/state?sequence={hole['last']}")
+    assert (inside["missing"], inside["verified"]) == (hole, False)
+    assert inside["state_of_sequence"] == before
+    received = server.get_json(f"/api/executions/{run_id}/state?sequence={before}")
+    assert (received["missing"], received["state_of_sequence"]) == (None, before)
 
 
 def _verified_with_one_child(
@@ -272,7 +333,7 @@ def _banner(html: str) -> str:
 def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     replayed: ReplayedRuns,
 ) -> None:
-    runs, server = replayed("failing", "failing_subflow", "cancelled")
+    runs, server = replayed("failing", "failing_subflow", "cancelled", "cancelled_deep")
 
     def page(run_id: str) -> str:
         return httpx.get(f"{server.url}/executions/{run_id}").text
@@ -313,6 +374,12 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     assert _banner(html) == "Cancelled (reason: cancelled) while node AwaitBank was running."
     assert [c["name"] for c in cancelled["outcome"]["culprits"]] == ["AwaitBank"]
     assert 'class="x-outcome is-cancelled"' in html
+    # Two subflows deep: every run between the top and the node is named.
+    deep = page(runs["cancelled_deep"]["run_id"])
+    assert _banner(deep) == (
+        "Cancelled (reason: cancelled) while subflow Outer Review (in it, subflow Inner Review,"
+        " in which node AwaitBank) was running."
+    )
 
 
 def test_live_failure_is_traced_to_the_node_not_to_a_library_span_inside_it(

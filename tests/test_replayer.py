@@ -69,3 +69,37 @@ def test_replays_wait_a_bounded_time_when_storing_stays_behind(
     finally:
         replayer.close()
         store.close()
+
+
+def test_a_run_naming_no_store_is_replayed_by_its_run_id_once(tmp_path: Path) -> None:
+    # An owner span that lost junjo.workflow.store.id (the SDK's attribute
+    # limit) is an execution no store's replay finds.
+    store = Store(tmp_path / "replayer.duckdb")
+    execution, transitions = _run()
+    storeless = dataclasses.replace(
+        execution, run_id="run-n", span_id="1" * 16, store_id=None, state_start=None
+    )
+    result = store.write(
+        [IngestBatch(spans=[], evidence=Evidence([execution, storeless], transitions, {}))]
+    )
+    assert result.store_ids == {"store-r"}
+    assert result.storeless_run_ids == {"run-n"}
+    # Never replayed (as after a crash before the replay): each is stale once,
+    # by its store or by its run id, never both.
+    assert store.stale_store_ids() == ["store-r"]
+    assert store.stale_storeless_run_ids() == ["run-n"]
+    replayer = Replayer(store)
+    try:
+        assert replayer.wait_idle(10)
+        assert (_verdict(store, "run-r"), _verdict(store, "run-n")) == (
+            "verified", "not_applicable"
+        )
+        assert store.stale_store_ids() == store.stale_storeless_run_ids() == []
+        # A later commit of a run naming no store is replayed as it arrives.
+        late = dataclasses.replace(storeless, run_id="run-late", span_id="2" * 16)
+        replayer.notify(store.write([IngestBatch(spans=[], evidence=Evidence([late], [], {}))]))
+        assert replayer.wait_idle(10)
+        assert _verdict(store, "run-late") == "not_applicable"
+    finally:
+        replayer.close()
+        store.close()

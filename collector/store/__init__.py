@@ -423,6 +423,11 @@ class Store:
         with self._cursor() as cursor:
             return replays.executions_for_stores(cursor, store_ids)
 
+    def storeless_executions(self, run_ids: Iterable[str]) -> list[Execution]:
+        """Those of these runs that name no store (no store's replay finds them)."""
+        with self._cursor() as cursor:
+            return replays.storeless_executions(cursor, run_ids)
+
     def transitions_for_stores(self, store_ids: Sequence[str]) -> dict[str, list[Transition]]:
         with self._cursor() as cursor:
             return replays.transitions_for_stores(cursor, store_ids)
@@ -437,6 +442,10 @@ class Store:
     def stale_store_ids(self) -> list[str]:
         with self._cursor() as cursor:
             return replays.stale_store_ids(cursor)
+
+    def stale_storeless_run_ids(self) -> list[str]:
+        with self._cursor() as cursor:
+            return replays.stale_storeless_run_ids(cursor)
 
     def save_replays(
         self,

@@ -32,6 +32,9 @@ TRANSITION_SELECT = ", ".join(
     "patch AS patch_json" if name == "patch_json" else name for name in Transition._fields
 )
 SNAPSHOT_COLUMNS = tuple(field.name for field in fields(Snapshot))
+# A run no store's replay finds: it names none (an empty id names none either,
+# as WriteResult has it), so it is replayed by run id.
+_STORELESS = "coalesce(e.store_id, '') = ''"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,18 @@ def executions_for_stores(
     return [execution_from_row(row) for row in rows]
 
 
+def storeless_executions(
+    cursor: duckdb.DuckDBPyConnection, run_ids: Iterable[str]
+) -> list[Execution]:
+    """These runs, if they name no store: the ones no store's replay would find."""
+    rows = cursor.execute(
+        f"SELECT {EXECUTION_SELECT} FROM executions e"
+        f" WHERE {_STORELESS} AND e.run_id IN (SELECT unnest(?::VARCHAR[]))",
+        [sorted(run_ids)],
+    ).fetchall()
+    return [execution_from_row(row) for row in rows]
+
+
 def transitions_for_stores(
     cursor: duckdb.DuckDBPyConnection, store_ids: Sequence[str]
 ) -> dict[str, list[Transition]]:
@@ -123,7 +138,7 @@ def evidence_spans_for(
     select = (
         "SELECT s.trace_id, s.span_id, s.name, s.span_type, s.dropped_attributes_count,"
         " s.dropped_events_count, s.dropped_links_count, s.parent_span_id,"
-        " s.received_unix_nano, s.junjo_runtime_id FROM spans s"
+        " s.received_unix_nano, s.junjo_runtime_id, s.scope_name FROM spans s"
     )
     sql = f"{select} WHERE s.trace_id IN (SELECT unnest(?::VARCHAR[]))"
     params: list[object] = [sorted(traces)]
@@ -136,7 +151,10 @@ def evidence_spans_for(
         )
         params += [[t for t, _ in elsewhere], [s for _, s in elsewhere]]
     rows = cursor.execute(sql, params).fetchall()
-    return [SpanLink(EvidenceSpan(*row[:7]), row[7], row[8], row[9]) for row in rows]
+    return [
+        SpanLink(EvidenceSpan._make((*row[:7], row[10])), row[7], row[8], row[9])
+        for row in rows
+    ]
 
 
 def evidence_version(
@@ -179,20 +197,39 @@ def stale_store_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
     """Stores with an execution never replayed, or replayed before evidence arrived.
 
     What a crash between a commit and its replay leaves behind; replayed at start-up.
+    Runs that name no store are `stale_storeless_run_ids`'.
     """
     rows = cursor.execute(
-        """
+        f"""
         SELECT DISTINCT e.store_id
         FROM executions e
         LEFT JOIN execution_replays r ON r.run_key = e.run_key
         LEFT JOIN (SELECT store_id, max(received_unix_nano) AS latest
                    FROM transitions GROUP BY store_id) t ON t.store_id = e.store_id
-        WHERE e.store_id IS NOT NULL
+        WHERE NOT {_STORELESS}
           AND (r.run_id IS NULL OR r.replayed_unix_nano < e.received_unix_nano
                OR r.replayed_unix_nano < coalesce(t.latest, 0))
         """
     ).fetchall()
     return [store_id for (store_id,) in rows]
+
+
+def stale_storeless_run_ids(cursor: duckdb.DuckDBPyConnection) -> list[str]:
+    """Runs naming no store that were never replayed since their owner span arrived.
+
+    Their evidence is their own trace's spans only, and the owner span ends
+    last, so its arrival is what a replay must follow.
+    """
+    rows = cursor.execute(
+        f"""
+        SELECT e.run_id
+        FROM executions e
+        LEFT JOIN execution_replays r ON r.run_key = e.run_key
+        WHERE {_STORELESS}
+          AND (r.run_id IS NULL OR r.replayed_unix_nano < e.received_unix_nano)
+        """
+    ).fetchall()
+    return [run_id for (run_id,) in rows]
 
 
 def snapshot(cursor: duckdb.DuckDBPyConnection, run_id: str) -> Snapshot | None:

@@ -41,10 +41,16 @@ class IngestBatch:
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """What a committed write touched: the replay stage re-reads these stores."""
+    """What a committed write touched: the replay stage re-reads these stores.
+
+    `storeless_run_ids` are the runs written that name no store (their owner
+    span lost its store id, or recorded none): no store's replay finds them,
+    so they are replayed by run id.
+    """
 
     store_ids: frozenset[str]
     run_ids: frozenset[str]
+    storeless_run_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +99,9 @@ class PreparedWrite:
                 _distinct(self.transitions, "store_id") | _distinct(self.executions, "store_id")
             ),
             run_ids=frozenset(_distinct(self.executions, "run_id")),
+            storeless_run_ids=frozenset(
+                _distinct(self.executions.filter(_storeless(self.executions)), "run_id")
+            ),
         )
 
 
@@ -105,6 +114,11 @@ def _rows_of_spans(table: pa.Table, stored: Collection[tuple[str, str]]) -> pa.T
 def _shifted(table: pa.Table, column: str, by: int) -> pa.Table:
     index = table.column_names.index(column)
     return table.set_column(index, column, pc.add(table.column(column), by))
+
+
+def _storeless(executions: pa.Table) -> pa.ChunkedArray:
+    # An empty store id names no store either (`_distinct` leaves it out).
+    return pc.fill_null(pc.equal(executions.column("store_id"), ""), True)
 
 
 def _distinct(table: pa.Table, column: str) -> set[str]:
