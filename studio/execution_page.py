@@ -49,6 +49,7 @@ from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
 from studio.services import inspector_of, store_of
 from studio.span_view import span_view
+from studio.start_writer import start_writer
 from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
@@ -202,8 +203,7 @@ async def provenance_partial(request: Request) -> Response:
         None  # no field asked: the empty panel (Back to a page without one)
         if selection.pointer is None
         else await run_in_threadpool(
-            provenance_view, inspection, links, links.execution(run_id), step,
-            selection.pointer,
+            _provenance, request, inspection, links, step, selection.pointer
         )
     )
     return templates.TemplateResponse(
@@ -273,7 +273,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
             recorded=selection.shows_recorded(history),
         ),
         provenance=(
-            provenance_view(inspection, links, base, selected, selection.pointer)
+            _provenance(request, inspection, links, selected, selection.pointer)
             if selection.pointer is not None
             else None
         ),
@@ -288,6 +288,23 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
     )
+
+
+def _provenance(
+    request: Request, inspection: Inspection, links: Links, step: int, pointer: str
+) -> ProvenanceView:
+    """The provenance panel; for a value from a shared store's start state, who set it.
+
+    The earlier runs are read only then, so a run on a store of its own pays nothing.
+    """
+    view = provenance_view(inspection, links, links.execution(inspection.run_id), step, pointer)
+    if view.store_href is None or not view.from_start:
+        return view
+    store = store_of(request)
+    writer = start_writer(
+        inspection, pointer, store.store_run_before, inspector_of(request).inspect, links
+    )
+    return dataclasses.replace(view, start_writer=writer)
 
 
 def _writers(store: Store, history: History, trace_id: str, waterfall: Waterfall) -> Writers:

@@ -25,6 +25,7 @@ from collector.provenance import NotApplied, ProvenanceEntry
 from collector.query_ast import Compare, Path, Scope, format_query
 from studio.inspect import Inspection
 from studio.links import Links
+from studio.start_writer import StartWriter
 from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
 
@@ -124,6 +125,27 @@ class ProvenanceView:
     # scalar value: from one run to every run that ended (or passed) the same way.
     similar_filter: str | None = None
     similar_href: str | None = None
+    # Every run of this run's store, when earlier runs used it (its start state is theirs).
+    store_href: str | None = None
+    # The earlier run's write that set the value this run started with, when it comes
+    # from the start state (studio/start_writer.py; the page reads the store for it).
+    start_writer: StartWriter | None = None
+
+    @property
+    def from_start(self) -> bool:
+        """Whether the value shown is the start state's: no write of this run set it.
+
+        Not when transitions that never arrived, or writes that did not apply,
+        may have set it instead.
+        """
+        return (
+            self.error is None
+            and self.unavailable is None
+            and self.exists
+            and self.writer_at is None
+            and not self.missing_before
+            and not self.unapplied_before
+        )
 
     @property
     def listed_steps(self) -> tuple[int, ...]:
@@ -196,7 +218,13 @@ def provenance_view(
 
     value_at = _value_at(history, sequence, pointer)
     similar = _similar_filter(history, sequence, pointer)
+    store_id = inspection.execution.store_id if inspection.execution else None
     return ProvenanceView(
+        store_href=(
+            links.executions(store=store_id)
+            if store_id is not None and history.start_sequence > 0
+            else None
+        ),
         similar_filter=similar,
         similar_href=links.executions(where=similar) if similar else None,
         pointer=pointer,
