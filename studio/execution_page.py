@@ -202,9 +202,7 @@ async def provenance_partial(request: Request) -> Response:
     found = (
         None  # no field asked: the empty panel (Back to a page without one)
         if selection.pointer is None
-        else await run_in_threadpool(
-            _provenance, request, inspection, links, step, selection.pointer
-        )
+        else await run_in_threadpool(_panel, request, inspection, links, step, selection.pointer)
     )
     return templates.TemplateResponse(
         request, "_execution_provenance.html", {"provenance": found}
@@ -273,7 +271,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
             recorded=selection.shows_recorded(history),
         ),
         provenance=(
-            _provenance(request, inspection, links, selected, selection.pointer)
+            _provenance(request, inspection, links, selected, selection.pointer, writers)
             if selection.pointer is not None
             else None
         ),
@@ -290,14 +288,31 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     )
 
 
-def _provenance(
+def _panel(
     request: Request, inspection: Inspection, links: Links, step: int, pointer: str
+) -> ProvenanceView:
+    """The provenance panel alone, its writes' spans linked as the whole page links them."""
+    store = store_of(request)
+    owner_span = inspection.execution.span_id if inspection.execution else None
+    waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
+    writers = _writers(store, inspection.history, inspection.trace_id, waterfall)
+    return _provenance(request, inspection, links, step, pointer, writers)
+
+
+def _provenance(
+    request: Request,
+    inspection: Inspection,
+    links: Links,
+    step: int,
+    pointer: str,
+    writers: Writers,
 ) -> ProvenanceView:
     """The provenance panel; for a value from a shared store's start state, who set it.
 
     The earlier runs are read only then, so a run on a store of its own pays nothing.
     """
-    view = provenance_view(inspection, links, links.execution(inspection.run_id), step, pointer)
+    base = links.execution(inspection.run_id)
+    view = provenance_view(inspection, links, base, step, pointer, writers)
     if view.store_href is None or not view.from_start:
         return view
     store = store_of(request)

@@ -28,6 +28,7 @@ from studio.links import Links
 from studio.start_writer import StartWriter
 from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
+from studio.writers import Writers
 
 PROVENANCE_WINDOW: Final = 50
 # A filter longer than this (a long string value) is not offered as a link.
@@ -64,6 +65,9 @@ class Write:
     applied: bool = True
     not_applied: str = ""
     attempted: str | None = None
+    # The span that carried it: its row in the waterfall, or where another run shows it
+    # (studio/writers.py); None when the step is not in the history (never here).
+    span_href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +163,16 @@ class ProvenanceView:
 
 
 def provenance_view(
-    inspection: Inspection, links: Links, base: str, sequence: int, pointer: str
+    inspection: Inspection,
+    links: Links,
+    base: str,
+    sequence: int,
+    pointer: str,
+    writers: Writers | None = None,
 ) -> ProvenanceView:
     """Every write that reached `pointer`, from step `sequence`'s point of view.
 
+    `writers` says where each write's span is shown (none: the spans are not linked).
     A malformed pointer becomes the panel's error.
     """
     history = inspection.history
@@ -196,8 +206,15 @@ def provenance_view(
     writer_at = next((e for e in reversed(changes) if e.sequence <= sequence), None)
     next_writer = next((e for e in changes if e.sequence > sequence), None)
 
+    def span_href(entry: ProvenanceEntry) -> str | None:
+        step = history.find_step(entry.sequence)
+        if writers is None or step is None:
+            return None
+        return writers.span_href(links, step.transition, entry.sequence)
+
     def write(entry: ProvenanceEntry) -> Write:
         return Write(
+            span_href=span_href(entry),
             sequence=entry.sequence,
             href=write_href(entry.sequence),
             op=entry.op,
