@@ -242,8 +242,10 @@ def test_executions_page_filter_shows_each_runs_value_linked_to_its_provenance(
             ("string", '"finished"'), ("number", str(state["count"])),
         ]
         assert html.unescape(cells[1][1]) == f"/executions/{run_id}?path=/count#provenance"
-        # The run's name opens the first filtered field's provenance.
-        assert f'href="/executions/{run_id}?path=/title#provenance"' in row
+        # The run's name and its id open the first filtered field's provenance.
+        opens = f'href="/executions/{run_id}?path=/title#provenance"'
+        assert f'<td class="workflow"><a {opens}>' in row
+        assert f'<a class="id id-cut id-8" {opens} title="{run_id}">{run_id}</a>' in row
 
 
 def test_executions_page_empty_filter_result_says_what_may_be_wrong(loaded: Loaded) -> None:
@@ -644,9 +646,9 @@ def test_a_run_or_trace_id_typed_as_a_filter_goes_to_it(loaded: Loaded) -> None:
     in_flight = loaded.get("/", where=loaded.in_flight)
     assert in_flight.headers["location"] == f"/executions/{loaded.in_flight}"
     # The list cuts ids short with CSS only: selecting one copies all of it...
-    assert f'<code class="id id-cut id-8" title="{run["id"]}">{run["id"]}</code>' in (
-        loaded.get("/").text
-    )
+    # (the id opens the run, as the workflow name does)...
+    link = f'<a class="id id-cut id-8" href="/executions/{run["id"]}" title="{run["id"]}">'
+    assert f"{link}{run['id']}</a>" in loaded.get("/").text
     # ...and the start of one run's id opens that run; too short, it is
     # still a bad filter.
     others = [e["id"] for e in loaded.executions() if e["id"] != run["id"]]
