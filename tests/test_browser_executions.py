@@ -202,3 +202,41 @@ def test_browser_executions_list_shows_status_and_verdict_on_a_phone(
     # The fixtures include failed runs, whose error text sits in the status cell.
     page.goto(studio.server.url + "/?status=error")
     expect(page.locator("table.executions td.status .error-text").first).to_be_in_viewport()
+
+
+def _focus_in(page: Page, selector: str) -> bool:
+    """Whether the focused element is inside `selector`."""
+    return bool(page.evaluate(f"!!document.activeElement.closest({selector!r})"))
+
+
+def test_browser_keyboard_skips_the_facets_to_the_results(studio: Loaded, page: Page) -> None:
+    # Dozens of facet links come before the runs in the page's order: from the top
+    # and from the filter form, one link (shown when focused) skips to the results.
+    page.goto(studio.server.url + "/")
+    assert page.locator("aside.facets a").count() >= 10
+    page.keyboard.press("Tab")
+    expect(page.locator(":focus")).to_have_text("Skip to content")
+    page.keyboard.press("Tab")
+    skip = page.locator(":focus")
+    expect(skip).to_have_text("Skip to results")
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    expect(page.locator("#listing")).to_be_focused()
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "section.listing") and not _focus_in(page, "aside.facets")
+    # From the last field of the filter form, the next Tab offers the same skip.
+    page.locator("input[name=until]").focus()
+    page.keyboard.press("Tab")
+    inline = page.locator(":focus")
+    expect(inline).to_have_text("Skip the facets to the results")
+    expect(inline).to_be_in_viewport()
+    box = inline.bounding_box()
+    assert box is not None and box["width"] > 50  # shown, not clipped, while focused
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "section.listing") and not _focus_in(page, "aside.facets")
+    # Without the skip, Tab walks into the facets.
+    page.locator("input[name=until]").focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "aside.facets")
