@@ -44,6 +44,7 @@ from collector.store.listing import ExecutionRow
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
+from studio.list_return import ListReturn, list_return
 from studio.outcome import Outcome, outcome
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
@@ -147,6 +148,8 @@ class ExecutionView:
     graph_note: str | None
     base_href: str
     poll_seconds: int
+    # The breadcrumb's way back to the list the user was reading (studio/list_return.py).
+    back: ListReturn
     # In flight and still expecting its owner span: the page refreshes itself.
     polling: bool = False
 
@@ -285,6 +288,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         base_href=base,
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
+        back=list_return(request),
     )
 
 

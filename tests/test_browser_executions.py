@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -240,3 +241,30 @@ def test_browser_keyboard_skips_the_facets_to_the_results(studio: Loaded, page: 
     page.keyboard.press("Tab")
     page.keyboard.press("Tab")
     assert _focus_in(page, "aside.facets")
+
+
+def test_browser_breadcrumb_returns_to_the_filtered_list(studio: Loaded, page: Page) -> None:
+    # Filter the list (an htmx swap), open a run, step through it, then follow the
+    # breadcrumb: the list comes back with its filter, however many steps later.
+    page.goto(studio.server.url + "/")
+    page.fill("#where", 'title = "finished"')
+    page.press("#where", "Enter")
+    expect(page).to_have_url(re.compile(r"where=title"))
+    listed = page.url
+    page.locator("table.executions td.run-id a").first.click()
+    expect(page).to_have_url(re.compile(r"/executions/"))
+    for _ in range(2):
+        page.locator("#timeline tbody a").first.click()
+        expect(page).to_have_url(re.compile(r"step=\d+"))
+    crumb = page.locator("nav.x-crumbs a").first
+    expect(crumb).to_have_attribute("title", re.compile(r'where: title = "finished"'))
+    crumb.click()
+    expect(page).to_have_url(re.compile(r"/\?where="))
+    assert parse_qs(urlsplit(page.url).query) == parse_qs(urlsplit(listed).query)
+    expect(page.locator("#where")).to_have_value('title = "finished"')
+    expect(page.locator("table.executions tbody tr")).to_have_count(len(studio.linear))
+    # The whole list again (clear all): the way back is the whole list too.
+    page.get_by_role("link", name="clear all").click()
+    expect(page).to_have_url(studio.server.url + "/")
+    page.locator("table.executions td.run-id a").first.click()
+    expect(page.locator("nav.x-crumbs a").first).to_have_attribute("href", "/")

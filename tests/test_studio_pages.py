@@ -733,3 +733,33 @@ def test_a_run_too_large_to_index_whole_is_flagged_where_filters_cannot_be_trust
     # The run's page says its filters see only part of it.
     assert "see part of this run" in httpx.get(f"{server.url}/executions/{huge_id}").text
     assert "see part of this run" not in httpx.get(f"{server.url}/executions/{small_id}").text
+
+
+def test_execution_breadcrumb_leads_back_to_the_list_as_it_was_left(loaded: Loaded) -> None:
+    # The list remembers its query (a cookie: no JavaScript, no Referer); a run's
+    # breadcrumb leads back to it. A whole-list view or a bad filter forgets it.
+    run_id = next(iter(loaded.linear))
+
+    def crumb(client: httpx.Client) -> str:
+        page = client.get(f"/executions/{run_id}", params={"step": "1"}).text
+        nav = page[page.index('class="x-crumbs"') :]
+        found = re.search(r'<a href="([^"]*)"( title="([^"]*)")?>Executions</a>', nav)
+        assert found is not None
+        return html.unescape(found.group(1)) + "|" + html.unescape(found.group(3) or "")
+
+    with httpx.Client(base_url=loaded.server.url, timeout=30) as client:
+        assert crumb(client) == "/|"
+        client.get("/", params={"where": 'title = "finished"', "status": "ok"})
+        assert crumb(client) == (
+            "/?where=title+%3D+%22finished%22&status=ok|Back to the list as you left it:"
+            ' where: title = "finished"; status: ok'
+        )
+        assert client.get("/", params={"where": "title ="}).status_code == 400
+        assert crumb(client).startswith("/?where=title+%3D+%22finished%22&status=ok|")
+        client.get("/")
+        assert crumb(client) == "/|"
+    # Whatever the cookie holds, the way back is a page of the list, escaped.
+    hostile = {"statetrail_list": 'x=" onmouseover="alert(1)&//evil.example=1'}
+    with httpx.Client(base_url=loaded.server.url, timeout=30, cookies=hostile) as client:
+        escaped = "/?x=%22+onmouseover%3D%22alert%281%29&%2F%2Fevil.example=1|"
+        assert crumb(client).startswith(escaped)
