@@ -31,6 +31,7 @@ from studio.links import Links
 from studio.outcome import ended_badly, outcome, outcome_json
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
 from studio.services import inspector_of, store_of
+from studio.start_writer import start_writer
 from studio.waterfall import build_waterfall
 
 
@@ -337,7 +338,22 @@ def execution_provenance(request: Request) -> Response:
         found = inspection.provenance(pointer)
     except (BadParameter, ValueError) as exc:
         return json_error(400, f"path: {exc}", parameter="path")
-    return JSONResponse({"id": inspection.run_id, **provenance_json(found)})
+    # Added field: when no write of this run set the final value, the earlier run on
+    # its shared store that did (null when none can be shown: studio/start_writer.py).
+    origin = None
+    untouched = all(entry.applied for entry in found.entries)
+    if found.last_writer is None and untouched and not inspection.history.missing_count:
+        origin = start_writer(
+            inspection, pointer, store_of(request).store_run_before,
+            inspector_of(request).inspect, Links.of(request),
+        )
+    return JSONResponse(
+        {
+            "id": inspection.run_id,
+            **provenance_json(found),
+            "start_writer": dataclasses.asdict(origin) if origin else None,
+        }
+    )
 
 
 def _inspect(request: Request) -> Inspection | None:

@@ -44,11 +44,13 @@ from collector.store.listing import ExecutionRow
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
+from studio.list_return import ListReturn, list_return
 from studio.outcome import Outcome, outcome
 from studio.params import BadParameter, pointer_param
 from studio.provenance_view import ProvenanceView, provenance_view
 from studio.services import inspector_of, store_of
 from studio.span_view import span_view
+from studio.start_writer import start_writer
 from studio.state_tree import StateView, state_view
 from studio.templating import templates
 from studio.timeline_view import (
@@ -146,6 +148,8 @@ class ExecutionView:
     graph_note: str | None
     base_href: str
     poll_seconds: int
+    # The breadcrumb's way back to the list the user was reading (studio/list_return.py).
+    back: ListReturn
     # In flight and still expecting its owner span: the page refreshes itself.
     polling: bool = False
 
@@ -201,10 +205,7 @@ async def provenance_partial(request: Request) -> Response:
     found = (
         None  # no field asked: the empty panel (Back to a page without one)
         if selection.pointer is None
-        else await run_in_threadpool(
-            provenance_view, inspection, links, links.execution(run_id), step,
-            selection.pointer,
-        )
+        else await run_in_threadpool(_panel, request, inspection, links, step, selection.pointer)
     )
     return templates.TemplateResponse(
         request, "_execution_provenance.html", {"provenance": found}
@@ -273,7 +274,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
             recorded=selection.shows_recorded(history),
         ),
         provenance=(
-            provenance_view(inspection, links, base, selected, selection.pointer)
+            _provenance(request, inspection, links, selected, selection.pointer, writers)
             if selection.pointer is not None
             else None
         ),
@@ -287,7 +288,42 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         base_href=base,
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
+        back=list_return(request),
     )
+
+
+def _panel(
+    request: Request, inspection: Inspection, links: Links, step: int, pointer: str
+) -> ProvenanceView:
+    """The provenance panel alone, its writes' spans linked as the whole page links them."""
+    store = store_of(request)
+    owner_span = inspection.execution.span_id if inspection.execution else None
+    waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
+    writers = _writers(store, inspection.history, inspection.trace_id, waterfall)
+    return _provenance(request, inspection, links, step, pointer, writers)
+
+
+def _provenance(
+    request: Request,
+    inspection: Inspection,
+    links: Links,
+    step: int,
+    pointer: str,
+    writers: Writers,
+) -> ProvenanceView:
+    """The provenance panel; for a value from a shared store's start state, who set it.
+
+    The earlier runs are read only then, so a run on a store of its own pays nothing.
+    """
+    base = links.execution(inspection.run_id)
+    view = provenance_view(inspection, links, base, step, pointer, writers)
+    if view.store_href is None or not view.from_start:
+        return view
+    store = store_of(request)
+    writer = start_writer(
+        inspection, pointer, store.store_run_before, inspector_of(request).inspect, links
+    )
+    return dataclasses.replace(view, start_writer=writer)
 
 
 def _writers(store: Store, history: History, trace_id: str, waterfall: Waterfall) -> Writers:

@@ -25,8 +25,10 @@ from collector.provenance import NotApplied, ProvenanceEntry
 from collector.query_ast import Compare, Path, Scope, format_query
 from studio.inspect import Inspection
 from studio.links import Links
+from studio.start_writer import StartWriter
 from studio.view_text import href, items_text, json_text, keys_text, leaf_text
 from studio.window import centred_window
+from studio.writers import Writers
 
 PROVENANCE_WINDOW: Final = 50
 # A filter longer than this (a long string value) is not offered as a link.
@@ -63,6 +65,9 @@ class Write:
     applied: bool = True
     not_applied: str = ""
     attempted: str | None = None
+    # The span that carried it: its row in the waterfall, or where another run shows it
+    # (studio/writers.py); None when the step is not in the history (never here).
+    span_href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,27 @@ class ProvenanceView:
     # scalar value: from one run to every run that ended (or passed) the same way.
     similar_filter: str | None = None
     similar_href: str | None = None
+    # Every run of this run's store, when earlier runs used it (its start state is theirs).
+    store_href: str | None = None
+    # The earlier run's write that set the value this run started with, when it comes
+    # from the start state (studio/start_writer.py; the page reads the store for it).
+    start_writer: StartWriter | None = None
+
+    @property
+    def from_start(self) -> bool:
+        """Whether the value shown is the start state's: no write of this run set it.
+
+        Not when transitions that never arrived, or writes that did not apply,
+        may have set it instead.
+        """
+        return (
+            self.error is None
+            and self.unavailable is None
+            and self.exists
+            and self.writer_at is None
+            and not self.missing_before
+            and not self.unapplied_before
+        )
 
     @property
     def listed_steps(self) -> tuple[int, ...]:
@@ -137,10 +163,16 @@ class ProvenanceView:
 
 
 def provenance_view(
-    inspection: Inspection, links: Links, base: str, sequence: int, pointer: str
+    inspection: Inspection,
+    links: Links,
+    base: str,
+    sequence: int,
+    pointer: str,
+    writers: Writers | None = None,
 ) -> ProvenanceView:
     """Every write that reached `pointer`, from step `sequence`'s point of view.
 
+    `writers` says where each write's span is shown (none: the spans are not linked).
     A malformed pointer becomes the panel's error.
     """
     history = inspection.history
@@ -174,8 +206,15 @@ def provenance_view(
     writer_at = next((e for e in reversed(changes) if e.sequence <= sequence), None)
     next_writer = next((e for e in changes if e.sequence > sequence), None)
 
+    def span_href(entry: ProvenanceEntry) -> str | None:
+        step = history.find_step(entry.sequence)
+        if writers is None or step is None:
+            return None
+        return writers.span_href(links, step.transition, entry.sequence)
+
     def write(entry: ProvenanceEntry) -> Write:
         return Write(
+            span_href=span_href(entry),
             sequence=entry.sequence,
             href=write_href(entry.sequence),
             op=entry.op,
@@ -196,7 +235,13 @@ def provenance_view(
 
     value_at = _value_at(history, sequence, pointer)
     similar = _similar_filter(history, sequence, pointer)
+    store_id = inspection.execution.store_id if inspection.execution else None
     return ProvenanceView(
+        store_href=(
+            links.executions(store=store_id)
+            if store_id is not None and history.start_sequence > 0
+            else None
+        ),
         similar_filter=similar,
         similar_href=links.executions(where=similar) if similar else None,
         pointer=pointer,

@@ -32,6 +32,7 @@ from collector.store.listing import (
 )
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
 from studio.links import Links
+from studio.list_return import remember_list
 from studio.params import DEFAULT_SORT, BadParameter, execution_query, next_cursor
 from studio.services import services_of, store_of
 from studio.templating import templates
@@ -362,4 +363,6 @@ def _render_executions(
     )
     # The same URL answers with a page or a fragment; caches must keep them apart.
     response.headers["vary"] = "HX-Request, HX-Target"
+    if status_code == 200:
+        remember_list(request, response)
     return response

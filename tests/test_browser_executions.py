@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -169,3 +170,101 @@ def test_browser_pages_fit_a_phone_screen(studio: Loaded, page: Page) -> None:
     results = page.locator("section.listing").bounding_box()
     facets = page.locator("aside.facets").bounding_box()
     assert results is not None and facets is not None and results["y"] < facets["y"]
+
+
+def test_browser_executions_list_shows_status_and_verdict_on_a_phone(
+    studio: Loaded, page: Page
+) -> None:
+    # At 390 px (a phone) each row's workflow, status and verdict are on screen
+    # without scrolling, with a failed run's error and with a filter's value column;
+    # the other columns scroll into view inside the table's card.
+    page.set_viewport_size({"width": 390, "height": 900})
+    for path in ("/", "/?status=error", "/?where=count%20exists"):
+        page.goto(studio.server.url + path)
+        rows = page.locator("table.executions tbody tr")
+        expect(rows.first).to_be_visible()
+        assert rows.count() > 1
+        boxes = page.evaluate(
+            "[...document.querySelectorAll('table.executions tbody tr')].map(tr =>"
+            " ['td.workflow', 'td.status', 'td.verdict'].map(c => {"
+            "   const r = tr.querySelector(c).getBoundingClientRect(); return [r.left, r.right];"
+            " }))"
+        )
+        for cells in boxes:
+            for left, right in cells:
+                assert 0 <= left < right <= 390, (path, boxes)
+        run = page.locator("table.executions td.run-id a").first
+        box = run.bounding_box()
+        assert box is not None and box["x"] + box["width"] > 390, path  # past the edge...
+        run.scroll_into_view_if_needed()  # ...and reachable by scrolling the card
+        box = run.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, path
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    # The fixtures include failed runs, whose error text sits in the status cell.
+    page.goto(studio.server.url + "/?status=error")
+    expect(page.locator("table.executions td.status .error-text").first).to_be_in_viewport()
+
+
+def _focus_in(page: Page, selector: str) -> bool:
+    """Whether the focused element is inside `selector`."""
+    return bool(page.evaluate(f"!!document.activeElement.closest({selector!r})"))
+
+
+def test_browser_keyboard_skips_the_facets_to_the_results(studio: Loaded, page: Page) -> None:
+    # Dozens of facet links come before the runs in the page's order: from the top
+    # and from the filter form, one link (shown when focused) skips to the results.
+    page.goto(studio.server.url + "/")
+    assert page.locator("aside.facets a").count() >= 10
+    page.keyboard.press("Tab")
+    expect(page.locator(":focus")).to_have_text("Skip to content")
+    page.keyboard.press("Tab")
+    skip = page.locator(":focus")
+    expect(skip).to_have_text("Skip to results")
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    expect(page.locator("#listing")).to_be_focused()
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "section.listing") and not _focus_in(page, "aside.facets")
+    # From the last field of the filter form, the next Tab offers the same skip.
+    page.locator("input[name=until]").focus()
+    page.keyboard.press("Tab")
+    inline = page.locator(":focus")
+    expect(inline).to_have_text("Skip the facets to the results")
+    expect(inline).to_be_in_viewport()
+    box = inline.bounding_box()
+    assert box is not None and box["width"] > 50  # shown, not clipped, while focused
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "section.listing") and not _focus_in(page, "aside.facets")
+    # Without the skip, Tab walks into the facets.
+    page.locator("input[name=until]").focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert _focus_in(page, "aside.facets")
+
+
+def test_browser_breadcrumb_returns_to_the_filtered_list(studio: Loaded, page: Page) -> None:
+    # Filter the list (an htmx swap), open a run, step through it, then follow the
+    # breadcrumb: the list comes back with its filter, however many steps later.
+    page.goto(studio.server.url + "/")
+    page.fill("#where", 'title = "finished"')
+    page.press("#where", "Enter")
+    expect(page).to_have_url(re.compile(r"where=title"))
+    listed = page.url
+    page.locator("table.executions td.run-id a").first.click()
+    expect(page).to_have_url(re.compile(r"/executions/"))
+    for _ in range(2):
+        page.locator("#timeline tbody a").first.click()
+        expect(page).to_have_url(re.compile(r"step=\d+"))
+    crumb = page.locator("nav.x-crumbs a").first
+    expect(crumb).to_have_attribute("title", re.compile(r'where: title = "finished"'))
+    crumb.click()
+    expect(page).to_have_url(re.compile(r"/\?where="))
+    assert parse_qs(urlsplit(page.url).query) == parse_qs(urlsplit(listed).query)
+    expect(page.locator("#where")).to_have_value('title = "finished"')
+    expect(page.locator("table.executions tbody tr")).to_have_count(len(studio.linear))
+    # The whole list again (clear all): the way back is the whole list too.
+    page.get_by_role("link", name="clear all").click()
+    expect(page).to_have_url(studio.server.url + "/")
+    page.locator("table.executions td.run-id a").first.click()
+    expect(page.locator("nav.x-crumbs a").first).to_have_attribute("href", "/")

@@ -141,6 +141,30 @@ def test_execution_page_field_provenance_lists_every_write(loaded: Server) -> No
     assert partial.text.lstrip().startswith("<section") and "<html" not in partial.text
 
 
+def test_execution_page_provenance_writes_link_to_their_spans(loaded: Server) -> None:
+    # Each write names the node whose span carried it: that name opens the span's
+    # row in the waterfall, in the page and in the panel swapped in alone.
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
+    html = _get(loaded, f"/executions/{run_id}", path="/title").text
+    panel = html[html.index('id="provenance"') :]
+    panel = panel[: panel.index("</section>")]
+    items = re.findall(r"<li.*?</li>", panel, re.S)
+    assert len(items) == len(api["writes"]) > 0
+    for item, write in zip(items, api["writes"], strict=True):
+        link = f'<a class="x-span-link" href="#span-{write["span_id"]}"'
+        assert f'{link} title="The span in the waterfall below">{write["node"]}</a>' in item
+        assert f'id="span-{write["span_id"]}"' in html
+    last = api["last_writer"]
+    writer = panel[panel.index('class="x-last-writer"') :]
+    assert f'in <a class="x-span-link" href="#span-{last["span_id"]}"' in writer
+    assert_span_anchors_resolve(html)
+    alone = _get(loaded, f"/executions/{run_id}/provenance", path="/title").text
+    assert re.findall(r'class="x-span-link" href="([^"]+)"', alone) == re.findall(
+        r'class="x-span-link" href="([^"]+)"', panel
+    )
+
+
 def test_execution_page_provenance_is_told_from_the_selected_step(loaded: Server) -> None:
     run_id = _run_id(loaded, "Linear Workflow")
     api = loaded.get_json(f"/api/executions/{run_id}/provenance?path=/title")
@@ -547,6 +571,11 @@ def test_a_foreign_step_from_another_trace_links_where_its_span_is_shown(
     html = _get(server, f"/executions/{run_a}", step=3).text
     at_b = f"/executions/run-b?step=3#span-{span_b}"
     assert f'href="{at_b}"' in step_panel(html)
+    # A write's span in the provenance panel is linked the same way.
+    path = (foreign[0]["changed_paths"] or ["/"])[0]
+    html_path = _get(server, f"/executions/{run_a}", step=3, path=path).text
+    provenance = html_path[html_path.index('id="provenance"') :]
+    assert f'<a class="x-span-link" href="{at_b}"' in provenance
     assert "of run run-b" in _text(step_panel(html))
     assert f'id="span-{span_b}"' in _get(server, at_b.split("#")[0]).text
     # The timeline and the finding name the writing run too.

@@ -323,10 +323,80 @@ def test_live_borrowed_store_is_replayed_across_traces(replayed: ReplayedRuns) -
         assert f'{writer[:-1]}?step={step["sequence"]}#span-{step["span_id"]}"' in page
 
 
+def _start_writer_text(html: str) -> str:
+    """The provenance panel's sentence on who set a start-state value, tags dropped."""
+    return _block_text(html, 'class="x-start-writer', "</p>")
+
+
+def test_live_borrowed_store_provenance_names_the_earlier_run_that_wrote_the_value(
+    replayed: ReplayedRuns,
+) -> None:
+    # The last run on a lent store starts with refund.eligible as "one" left it,
+    # two runs back: its own provenance has no write, so the panel walks back
+    # through the store's earlier runs to the write that set it.
+    runs, server = replayed("borrowed_store")
+    details = [
+        server.get_json(f"/api/executions/{runs[f'borrowed_{label}']['run_id']}")
+        for label in ("one", "two", "three", "four")
+    ]
+    one = details[0]
+    last = max(details, key=lambda d: d["transition_start"])
+    assert last["transition_start"] > one["transition_end"]
+    own = server.get_json(f"/api/executions/{one['id']}/provenance?path=/refund/eligible")
+    (written,) = [w for w in own["writes"] if w["after"] is True]
+    found = server.get_json(f"/api/executions/{last['id']}/provenance?path=/refund/eligible")
+    assert found["writes"] == [] and found["last_writer"] is None
+    target = f"/executions/{one['id']}?step={written['sequence']}&path=/refund/eligible#provenance"
+    assert found["start_writer"] == {
+        "run_id": one["id"], "run_name": "Refund Workflow", "sequence": written["sequence"],
+        "action": written["action"], "span_name": written["node"], "href": target,
+        # "two"'s interval lost the background task's write: it may have written it too.
+        "verified": False,
+    }
+    page = httpx.get(
+        f"{server.url}/executions/{last['id']}", params={"path": "/refund/eligible"}
+    ).text
+    assert "the value comes from the start state" in page
+    assert _start_writer_text(page) == (
+        f"Earlier runs on this store set it: last written at step {written['sequence']} of"
+        f" Refund Workflow (run {one['id']}) by {written['action']} in {written['node']}"
+        " unverified. Every run on this store"
+    )
+    assert f'<a href="{target.replace("&", "&amp;")}">step {written["sequence"]} of' in page
+    assert f'<a href="/?store={one["store_id"]}">Every run on this store</a>' in page
+    # The in-place panel (htmx) says the same.
+    panel = httpx.get(
+        f"{server.url}/executions/{last['id']}/provenance", params={"path": "/refund/eligible"}
+    ).text
+    assert _start_writer_text(panel) == _start_writer_text(page)
+    # A value the earlier runs cannot account for ("three" starts with the
+    # background task's note, which no event recorded) names no writer.
+    three = min(details[2:], key=lambda d: d["transition_start"])
+    notes = httpx.get(
+        f"{server.url}/executions/{three['id']}",
+        params={"path": "/notes", "step": three["transition_start"]},
+    ).text
+    assert "As recorded in the start state." in notes
+    assert _start_writer_text(notes) == (
+        "Earlier runs used this run's store and left its start state; none of them shows"
+        " a write that set this value: every run on this store."
+    )
+    # The first run's store was fresh: nothing earlier to point at.
+    fresh = httpx.get(
+        f"{server.url}/executions/{one['id']}", params={"path": "/order_id", "step": 0}
+    ).text
+    assert "As recorded in the start state." in fresh and "x-start-writer" not in fresh
+
+
 def _banner(html: str) -> str:
     """The outcome banner's text, tags dropped and whitespace collapsed."""
-    start = html.index('id="outcome"')
-    block = html[start : html.index("</div>", start)]
+    return _block_text(html, 'id="outcome"', "</div>")
+
+
+def _block_text(html: str, opening: str, closing: str) -> str:
+    """The text of the element whose start tag holds `opening`, up to `closing`."""
+    start = html.index(opening)
+    block = html[start : html.index(closing, start)]
     return " ".join(unescape(re.sub(r"<[^>]+>", "", block.split(">", 1)[1])).split())
 
 

@@ -242,8 +242,10 @@ def test_executions_page_filter_shows_each_runs_value_linked_to_its_provenance(
             ("string", '"finished"'), ("number", str(state["count"])),
         ]
         assert html.unescape(cells[1][1]) == f"/executions/{run_id}?path=/count#provenance"
-        # The run's name opens the first filtered field's provenance.
-        assert f'href="/executions/{run_id}?path=/title#provenance"' in row
+        # The run's name and its id open the first filtered field's provenance.
+        opens = f'href="/executions/{run_id}?path=/title#provenance"'
+        assert f'<td class="workflow"><a {opens}>' in row
+        assert f'<a class="id id-cut id-8" {opens} title="{run_id}">{run_id}</a>' in row
 
 
 def test_executions_page_empty_filter_result_says_what_may_be_wrong(loaded: Loaded) -> None:
@@ -644,9 +646,9 @@ def test_a_run_or_trace_id_typed_as_a_filter_goes_to_it(loaded: Loaded) -> None:
     in_flight = loaded.get("/", where=loaded.in_flight)
     assert in_flight.headers["location"] == f"/executions/{loaded.in_flight}"
     # The list cuts ids short with CSS only: selecting one copies all of it...
-    assert f'<code class="id id-cut id-8" title="{run["id"]}">{run["id"]}</code>' in (
-        loaded.get("/").text
-    )
+    # (the id opens the run, as the workflow name does)...
+    link = f'<a class="id id-cut id-8" href="/executions/{run["id"]}" title="{run["id"]}">'
+    assert f"{link}{run['id']}</a>" in loaded.get("/").text
     # ...and the start of one run's id opens that run; too short, it is
     # still a bad filter.
     others = [e["id"] for e in loaded.executions() if e["id"] != run["id"]]
@@ -731,3 +733,33 @@ def test_a_run_too_large_to_index_whole_is_flagged_where_filters_cannot_be_trust
     # The run's page says its filters see only part of it.
     assert "see part of this run" in httpx.get(f"{server.url}/executions/{huge_id}").text
     assert "see part of this run" not in httpx.get(f"{server.url}/executions/{small_id}").text
+
+
+def test_execution_breadcrumb_leads_back_to_the_list_as_it_was_left(loaded: Loaded) -> None:
+    # The list remembers its query (a cookie: no JavaScript, no Referer); a run's
+    # breadcrumb leads back to it. A whole-list view or a bad filter forgets it.
+    run_id = next(iter(loaded.linear))
+
+    def crumb(client: httpx.Client) -> str:
+        page = client.get(f"/executions/{run_id}", params={"step": "1"}).text
+        nav = page[page.index('class="x-crumbs"') :]
+        found = re.search(r'<a href="([^"]*)"( title="([^"]*)")?>Executions</a>', nav)
+        assert found is not None
+        return html.unescape(found.group(1)) + "|" + html.unescape(found.group(3) or "")
+
+    with httpx.Client(base_url=loaded.server.url, timeout=30) as client:
+        assert crumb(client) == "/|"
+        client.get("/", params={"where": 'title = "finished"', "status": "ok"})
+        assert crumb(client) == (
+            "/?where=title+%3D+%22finished%22&status=ok|Back to the list as you left it:"
+            ' where: title = "finished"; status: ok'
+        )
+        assert client.get("/", params={"where": "title ="}).status_code == 400
+        assert crumb(client).startswith("/?where=title+%3D+%22finished%22&status=ok|")
+        client.get("/")
+        assert crumb(client) == "/|"
+    # Whatever the cookie holds, the way back is a page of the list, escaped.
+    hostile = {"statetrail_list": 'x=" onmouseover="alert(1)&//evil.example=1'}
+    with httpx.Client(base_url=loaded.server.url, timeout=30, cookies=hostile) as client:
+        escaped = "/?x=%22+onmouseover%3D%22alert%281%29&%2F%2Fevil.example=1|"
+        assert crumb(client).startswith(escaped)

@@ -378,6 +378,13 @@ class Store:
         with self._cursor() as cursor:
             return listing.children(cursor, run_id)
 
+    def store_run_before(
+        self, store_id: str, sequence: int, exclude: Sequence[str] = ()
+    ) -> listing.StoreRun | None:
+        """The earlier run on a shared store that reaches closest up to `sequence`."""
+        with self._cursor() as cursor:
+            return listing.store_run_before(cursor, store_id, sequence, exclude)
+
     def in_flight(
         self,
         limit: int = 50,

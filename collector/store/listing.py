@@ -412,3 +412,37 @@ def children(cursor: duckdb.DuckDBPyConnection, run_id: str) -> list[ExecutionRo
         [run_id],
     ).fetchall()
     return [ExecutionRow(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRun:
+    """A run that owned a store, with its `(transition_start, transition_end]` interval."""
+
+    run_id: str
+    name: str
+    transition_start: int
+    transition_end: int
+
+
+def store_run_before(
+    cursor: duckdb.DuckDBPyConnection, store_id: str, sequence: int, exclude: Sequence[str]
+) -> StoreRun | None:
+    """The run of `store_id` whose interval reaches closest up to `sequence`, from before it.
+
+    Only runs that started before `sequence` count; of those, the one whose
+    interval covers the latest transition at or before `sequence` (ties: the
+    longer interval, then the run id, so the answer is stable). Runs in
+    `exclude` (already visited by a walk back through the store) are skipped.
+    """
+    found = cursor.execute(
+        """
+        SELECT e.run_id, e.name, e.transition_start, e.transition_end
+        FROM executions e
+        WHERE e.store_id = ? AND e.transition_start < ? AND e.transition_end IS NOT NULL
+          AND NOT list_contains(?::VARCHAR[], e.run_id)
+        ORDER BY least(e.transition_end, ?) DESC, e.transition_start, e.run_id
+        LIMIT 1
+        """,
+        [store_id, sequence, list(exclude), sequence],
+    ).fetchone()
+    return StoreRun(*found) if found else None
