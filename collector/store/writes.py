@@ -25,8 +25,6 @@ import pyarrow as pa
 from collector.store import spool_position
 from collector.store.rows import PreparedWrite
 
-_BATCH_VIEW = "_batch"
-
 
 class KeyStored(Exception):
     """A row of a write tried as new has a key that is stored already (a redelivery)."""
@@ -99,7 +97,7 @@ def _insert_unkeyed(
 def insert(
     cursor: duckdb.DuckDBPyConnection,
     table: str,
-    data: pa.Table,
+    batch: pa.Table,
     *,
     skip_existing: bool = False,
     returning: str | None = None,
@@ -110,16 +108,16 @@ def insert(
     of the rows inserted; without it the answer is empty. `table` too comes
     from code only.
     """
-    if data.num_rows == 0:
+    if batch.num_rows == 0:
         return []
-    columns = ", ".join(data.column_names)
+    columns = ", ".join(batch.column_names)
     verb = "INSERT OR IGNORE" if skip_existing else "INSERT"
-    sql = f"{verb} INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_VIEW}"
-    cursor.register(_BATCH_VIEW, data)
-    try:
-        if returning is None:
-            cursor.execute(sql)
-            return []
-        return cursor.execute(f"{sql} RETURNING {returning}").fetchall()
-    finally:
-        cursor.unregister(_BATCH_VIEW)
+    # `FROM batch` reads this function's argument: DuckDB finds a Python
+    # variable by its name (a replacement scan) when no table has that name.
+    # Registering the table as a view and dropping it again cost ~0.6 ms a
+    # statement, a few us a span of every commit.
+    sql = f"{verb} INTO {table} ({columns}) SELECT {columns} FROM batch"
+    if returning is None:
+        cursor.execute(sql)
+        return []
+    return cursor.execute(f"{sql} RETURNING {returning}").fetchall()
