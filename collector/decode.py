@@ -263,22 +263,25 @@ def _span_record(raw: bytes, resource: ResourceRecord) -> DecodedSpan | Rejected
     reason = rejection_reason(span)
     if reason is not None:
         return RejectedSpan(span.name, reason)
+    status = span.status
+    # Positional, in SpanRecord's field order: by keyword, NamedTuple's __new__
+    # binds the 15 names in Python, ~8% of decoding a span.
     record = SpanRecord(
-        trace_id=span.trace_id.hex(),
-        span_id=span.span_id.hex(),
-        parent_span_id=span.parent_span_id.hex(),
-        name=span.name,
-        kind=span.kind,
-        start_unix_nano=span.start_time_unix_nano,
-        end_unix_nano=span.end_time_unix_nano,
-        status_code=span.status.code,
-        status_message=span.status.message,
-        resource=resource,
-        dropped_attributes_count=span.dropped_attributes_count,
-        dropped_events_count=span.dropped_events_count,
-        dropped_links_count=span.dropped_links_count,
-        event_count=len(span.events),
-        raw=raw,
+        span.trace_id.hex(),
+        span.span_id.hex(),
+        span.parent_span_id.hex(),
+        span.name,
+        span.kind,
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        status.code,
+        status.message,
+        resource,
+        span.dropped_attributes_count,
+        span.dropped_events_count,
+        span.dropped_links_count,
+        len(span.events),
+        raw,
     )
     return DecodedSpan(record, span)
 

@@ -89,6 +89,8 @@ SEQUENCE: Final = "junjo.store.transition.sequence"
 REVISION_BEFORE: Final = "junjo.store.revision.before"
 REVISION_AFTER: Final = "junjo.store.revision.after"
 PATCH: Final = "junjo.state_json_patch"
+PATCH_MODE: Final = PATCH + MODE_SUFFIX
+PATCH_POLICY: Final = PATCH + POLICY_SUFFIX
 
 STATUS_CODE_ERROR: Final = 2
 # contract_version is stored as INTEGER (int32); beyond that it is treated as absent.
@@ -213,7 +215,8 @@ def span_status(status_code: int, cancelled: bool) -> ExecutionStatus:
 
 def _transitions(
     span: SpanRecord, view: SpanView, contract_version: int | None
-) -> Iterable[Transition]:
+) -> list[Transition]:
+    found: list[Transition] = []
     for index, event in enumerate(view.events):
         if event.name != SET_STATE_EVENT:
             continue
@@ -223,24 +226,27 @@ def _transitions(
             # Without a store id the event cannot be grouped with anything; the span
             # itself is still stored, so nothing is lost.
             continue
-        yield Transition(
-            store_id=store_id,
-            sequence=_int(attrs, SEQUENCE),
-            store_name=_id(attrs, STORE_NAME) or "",
-            action=_id(attrs, STORE_ACTION) or "",
-            revision_before=_int(attrs, REVISION_BEFORE),
-            revision_after=_int(attrs, REVISION_AFTER),
-            patch_json=_str(attrs, PATCH) or "",
-            patch_mode=_str(attrs, PATCH + MODE_SUFFIX) or FULL_MODE,
-            patch_policy=_str(attrs, PATCH + POLICY_SUFFIX) or "",
-            event_id=_id(attrs, EVENT_ID) or "",
-            trace_id=span.trace_id,
-            span_id=span.span_id,
-            event_index=index,
-            time_unix_nano=event.time_unix_nano,
-            contract_version=contract_version,
-            span_name=span.name,
-        )
+        # Positional, in Transition's field order: by keyword, NamedTuple's
+        # __new__ binds the 16 names in Python, a tenth of extracting a span.
+        found.append(Transition(
+            store_id,
+            _int(attrs, SEQUENCE),
+            _id(attrs, STORE_NAME) or "",
+            _id(attrs, STORE_ACTION) or "",
+            _int(attrs, REVISION_BEFORE),
+            _int(attrs, REVISION_AFTER),
+            _str(attrs, PATCH) or "",
+            _str(attrs, PATCH_MODE) or FULL_MODE,
+            _str(attrs, PATCH_POLICY) or "",
+            _id(attrs, EVENT_ID) or "",
+            span.trace_id,
+            span.span_id,
+            index,
+            event.time_unix_nano,
+            contract_version,
+            span.name,
+        ))
+    return found
 
 
 # Short names for the readers: extraction calls them ~25 times a span. A value
@@ -270,7 +276,9 @@ def bounded_id(text: str | None) -> str | None:
 
 
 def _id(attrs: AttributeValues, key: str) -> str | None:
-    return bounded_id(string_attribute(attrs, key))
+    # bounded_id's test inline: ten calls a transition, almost never a long id.
+    text = string_attribute(attrs, key)
+    return text if text is None or len(text) <= MAX_ID_CHARS else bounded_id(text)
 
 
 def _int32(attrs: AttributeValues, key: str) -> int | None:

@@ -107,8 +107,7 @@ class Execution:
     application_transition_end: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRole:
+class SpanRole(NamedTuple):
     """Where a producer's span sits: its type and the run ids that link it to its owner.
 
     A node span names its enclosing run (for Junjo, a workflow or subflow, or

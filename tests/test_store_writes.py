@@ -9,11 +9,20 @@ spans a write actually added, so nothing is counted twice.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, relocated_fixture, spans_of
+from otlp_craft import (
+    DAY_NANOS,
+    ExportRequest,
+    new_span_id,
+    new_trace_id,
+    plain_request,
+    relocated_fixture,
+    spans_of,
+)
 from support import fixture_requests
 
 from collector import junjo
@@ -134,6 +143,65 @@ def test_an_export_repeated_within_one_write_keeps_one_chunk(tmp_path: Path) -> 
         trace_id = batch.spans[0].trace_id
         expected = {s.span_id: s.raw for s in batch.spans if s.trace_id == trace_id}
         assert {r.span_id: r.raw for r in store.spans_of_trace(trace_id)} == expected
+    finally:
+        store.close()
+
+
+def test_a_run_id_sent_again_under_another_span_keeps_its_first_execution(
+    tmp_path: Path,
+) -> None:
+    # The new span is stored; the run it names is the one stored first.
+    bodies = [body for body, _ in fixture_requests("a_linear")]
+    request = ExportRequest.FromString(bodies[-1])
+    owner = next(
+        span for span in spans_of([request])
+        if any(a.key == junjo.SPAN_TYPE and a.value.string_value == "workflow"
+               for a in span.attributes)
+    )
+    impostor = trace_pb2.Span()
+    impostor.CopyFrom(owner)
+    impostor.span_id = new_span_id()
+    impostor.name = "impostor"
+    scope_spans = request.resource_spans[0].scope_spans[0]
+    scope_spans.ClearField("spans")
+    scope_spans.spans.append(impostor)
+    store = Store(tmp_path / "w.duckdb")
+    try:
+        store.write([batch_from_export(body) for body in bodies])
+        (execution,) = batch_from_export(bodies[-1]).evidence.executions
+        before = store.counts()
+        store.write([batch_from_export(request.SerializeToString())])
+        assert store.counts() == {**before, "spans": before["spans"] + 1}
+        stored = store.get_execution(execution.run_id)
+        assert stored is not None
+        assert (stored.span_id, stored.name) == (owner.span_id.hex(), owner.name)
+        assert {s.name for s in store.spans_of_trace(owner.trace_id.hex())} >= {"impostor"}
+    finally:
+        store.close()
+
+
+def test_a_resource_pruned_away_is_stored_again_when_a_span_names_it(tmp_path: Path) -> None:
+    # The store remembers which resources it holds, so that each write need not
+    # insert them again: a prune that deletes one must make it forget.
+    old_end = time.time_ns() - 40 * DAY_NANOS
+
+    def spans(end: int) -> tuple[str, str]:
+        trace_id, span_id = new_trace_id(), new_span_id()
+        request = plain_request(trace_id, [span_id], start_unix_nano=end - 1000,
+                                end_unix_nano=end, service="pruned-service")
+        store.write([batch_from_export(request.SerializeToString())])
+        return trace_id.hex(), span_id.hex()
+
+    store = Store(tmp_path / "w.duckdb")
+    try:
+        old = spans(old_end)
+        assert store.resource_of_span(*old) is not None
+        assert store.prune_batch(old_end + 1).spans == 1
+        store.prune_orphans()
+        new = spans(time.time_ns())
+        resource = store.resource_of_span(*new)
+        assert resource is not None
+        assert resource.service_name == "pruned-service"
     finally:
         store.close()
 

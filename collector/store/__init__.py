@@ -86,6 +86,10 @@ for _package, _modules in _OPTIONAL_IMPORTS.items():
 
 _T = TypeVar("_T")
 
+# Resource keys remembered as stored (Store._stored_resources): an export names
+# one or two, so this covers thousands of services before it starts over.
+MAX_REMEMBERED_RESOURCES = 4096
+
 
 class Store:
     """A DuckDB file opened by this process, with its schema migrated."""
@@ -105,6 +109,10 @@ class Store:
         self._threads = threads
         self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
+        # Resource keys committed by this store and not deleted since, so that a
+        # write naming only those skips their INSERT (writes.insert_new). Emptied
+        # whenever that may no longer hold: a failure, a reopen, a retention write.
+        self._stored_resources: set[str] = set()
         # Reentrant: a writer that finds the database invalidated reopens it
         # (`_reopen`) while it holds this lock, as every other thread does.
         self._write_lock = threading.RLock()
@@ -258,6 +266,7 @@ class Store:
         opened again. Left so, storing would stop until a restart, however soon
         there is room again, and /healthz would answer 503 meanwhile.
         """
+        self._stored_resources.clear()
         if isinstance(error, duckdb.FatalException) and connection is self._connection:
             self._invalidated = True
 
@@ -303,15 +312,28 @@ class Store:
         The extractor lets the decoded batches go before calling this, so
         they are not held while DuckDB's memory peaks in the commit.
         """
+        failure = "could not store the export"
         with self._write_lock, self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows
             write = write.numbered_from(self._next_chunk_id)
-            with transaction(cursor, "could not store the export", out_of_memory=StoreOutOfMemory):
-                write = writes.insert_write(cursor, write, progress)
+            try:
+                with transaction(cursor, failure, out_of_memory=StoreOutOfMemory):
+                    writes.insert_new(cursor, write, progress, self._stored_resources)
+            except writes.KeyStored:
+                # Rolled back: a span or run id is stored already (a redelivery).
+                with transaction(cursor, failure, out_of_memory=StoreOutOfMemory):
+                    write = writes.insert_write(cursor, write, progress)
             # Reached only after COMMIT: a failed write hands out no chunk ids.
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
+            self._remember_resources(writes.resource_keys(write))
         return write.result()
+
+    def _remember_resources(self, keys: Iterable[str]) -> None:
+        """Note resource keys as stored; bounded, since an exporter may send any number."""
+        if len(self._stored_resources) >= MAX_REMEMBERED_RESOURCES:
+            self._stored_resources.clear()
+        self._stored_resources.update(keys)
 
     # -- reads --------------------------------------------------------------
 
@@ -572,10 +594,9 @@ class Store:
     def _retention_write(
         self, statement: Callable[[duckdb.DuckDBPyConnection], _T]
     ) -> _T:
-        with (
-            self._write_lock,
-            self._cursor() as cursor,
-            transaction(cursor, "could not delete old data"),
-        ):
-            return statement(cursor)
+        with self._write_lock:
+            # Retention deletes resources no span names any more.
+            self._stored_resources.clear()
+            with self._cursor() as cursor, transaction(cursor, "could not delete old data"):
+                return statement(cursor)
 
