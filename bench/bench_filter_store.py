@@ -10,6 +10,14 @@ index as `serve`'s idle replayer does (`Store.compact_field_index_if_due`;
 `--layout arrival` times it before that, as replay appended it). Synthetic rows
 carry no state JSON on `executions`: lists and filters never read it.
 
+The sort runs under a trickle of exports (`sort_under_trickle`): one small run
+every 0.2 s, stored on one thread and replayed on another, so the index changes
+while it is copied. Printed: how long the store's write lock and field-index
+lock were held by the sort (the longest hold) and by anyone; each export's
+commit latency during the sort against the same commits on the idle store, as
+ratios; the slowest commits (and whether DuckDB checkpointed in them); and
+whether every trickle run is then found by its field exactly once.
+
 Timed through the API's code path (`studio.params.execution_query` then
 `Store.search`, limit 50, parse and compile included):
   * a `final` equality filter, p50 and p99 over --queries values;
@@ -30,16 +38,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import queue
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 
 import duckdb
 import pyarrow as pa
 
-from bench.bench_replay import TRANSITIONS
+from bench.bench_replay import TRANSITIONS, _execution, _transition
 from bench.bench_replay import build as build_long_history
 from collector.config import Config
 from collector.model import Evidence
@@ -398,6 +410,184 @@ def step_cached(inspector: Inspector, run_id: str, step: int) -> Callable[[], ob
     return run
 
 
+# --- the rewrite under a trickle of exports -------------------------------------
+
+TRICKLE_PAUSE_S = 0.2  # between one exporter's runs, as a quiet production server sees
+IDLE_COMMITS = 20
+
+
+def trickle_run(n: int) -> IngestBatch:
+    """One small run (3 transitions, a dozen index rows) of its own trace and store."""
+    start = {"customer": {"id": f"trickle-{n}"}, "refund": {"eligible": n % 2 == 0},
+             "attempts": 0}  # fmt: skip
+    steps = [
+        _transition(k, json.dumps([{"op": "replace", "path": "/attempts", "value": k}]))
+        for k in range(1, 4)
+    ]
+    trace_id = f"{n:032x}"
+    transitions = [
+        t._replace(store_id=f"trickle-{n}", trace_id=trace_id, span_id=f"{n:016x}",
+                   event_index=i, event_id=f"trickle-{n}-{i}")
+        for i, t in enumerate(steps)
+    ]
+    execution = dataclasses.replace(
+        _execution(start, {**start, "attempts": 3}), run_id=f"trickle-{n}",
+        store_id=f"trickle-{n}", trace_id=trace_id, span_id=f"{n + 1:016x}",
+        revision_end=3, transition_end=3, transition_count=3,
+    )  # fmt: skip
+    return IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))
+
+
+class HoldTimer:
+    """Stands in for one of the store's locks, timing each outermost hold (per thread)."""
+
+    def __init__(self, lock: threading.RLock | threading.Lock) -> None:
+        self.lock = lock
+        self._local = threading.local()
+        self.holds: list[tuple[str, float]] = []  # (thread name, seconds)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self.lock.acquire(blocking, timeout):
+            return False
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            self._local.began = time.perf_counter()
+        self._local.depth = depth + 1
+        return True
+
+    def release(self) -> None:
+        self._local.depth -= 1
+        if self._local.depth == 0:
+            held = time.perf_counter() - self._local.began
+            self.holds.append((threading.current_thread().name, held))
+        self.lock.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.release()
+
+
+@dataclasses.dataclass
+class Trickle:
+    """An exporter's runs, each stored (timed) and then replayed on a thread of its own.
+
+    The replays are what change the field index during a rewrite: each re-indexes
+    a run that the rewrite's copy must then bring up to date.
+    """
+
+    store: Store
+    next_run: int = 0
+    commits_ms: list[float] = dataclasses.field(default_factory=list)
+    # Per commit: whether the WAL shrank across it (DuckDB checkpointed in that commit).
+    checkpointed: list[bool] = dataclasses.field(default_factory=list)
+    failures: list[str] = dataclasses.field(default_factory=list)
+    replayed: queue.Queue[str | None] = dataclasses.field(default_factory=queue.Queue)
+
+    def one(self) -> None:
+        batch = trickle_run(self.next_run)
+        self.next_run += 1
+        wal = self.store.wal_bytes()
+        began = time.perf_counter_ns()
+        try:
+            result = self.store.write([batch])
+        except Exception as exc:  # a bench reports what failed, and goes on
+            self.failures.append(f"commit: {exc}")
+            return
+        self.commits_ms.append((time.perf_counter_ns() - began) / 1e6)
+        self.checkpointed.append(self.store.wal_bytes() < wal)
+        for store_id in result.store_ids:
+            self.replayed.put(store_id)
+
+    def export_until(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.one()
+            stop.wait(TRICKLE_PAUSE_S)
+        self.replayed.put(None)
+
+    def replay_all(self) -> None:
+        while (store_id := self.replayed.get()) is not None:
+            try:
+                replay_stores(self.store, [store_id])
+            except Exception as exc:
+                self.failures.append(f"replay: {exc}")
+
+
+def sort_under_trickle(store: Store) -> bool:
+    """The idle-time sort while an exporter sends a run every TRICKLE_PAUSE_S; print figures.
+
+    The store's locks are timed (HoldTimer), and each export's commit, both
+    before the sort (idle) and during it. Then every trickle run must be found
+    by its field, once.
+    """
+    timers = {
+        name: HoldTimer(getattr(store, name)) for name in ("_write_lock", "_field_index_lock")
+    }
+    for name, timer in timers.items():
+        setattr(store, name, timer)
+    idle = Trickle(store)
+    for _ in range(IDLE_COMMITS):
+        idle.one()
+    idle.replayed.put(None)
+    idle.replay_all()
+    during = Trickle(store, next_run=idle.next_run)
+    for timer in timers.values():
+        timer.holds.clear()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=during.export_until, args=(stop,), name="trickle"),
+        threading.Thread(target=during.replay_all, name="trickle-replays"),
+    ]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    try:
+        done = store.compact_field_index_if_due()
+    finally:
+        took = time.perf_counter() - began
+        stop.set()
+        for thread in threads:
+            thread.join()
+    for name, timer in timers.items():
+        setattr(store, name, timer.lock)
+    if not done:
+        print("  idle-time sort of the field index: not due (too few rows)")
+        return False
+    idle_p50 = statistics.median(idle.commits_ms)
+    print(f"  idle-time sort of the field index: {took:.1f} s, under a trickle of one run"
+          f" every {TRICKLE_PAUSE_S} s ({len(during.commits_ms)} stored meanwhile)")
+    for name, timer in timers.items():
+        held = [seconds for thread, seconds in timer.holds if thread == "MainThread"]
+        print(f"    {name} held by the sort: {len(held)} times,"
+              f" longest {max(held, default=0):.2f} s; longest holds by anyone: "
+              + ", ".join(f"{seconds:.2f} s ({thread})"
+                          for thread, seconds in sorted(timer.holds, key=lambda h: -h[1])[:3]))
+    print(f"    export commit, idle: p50 {idle_p50:.1f} ms, max {max(idle.commits_ms):.1f} ms")
+    if during.commits_ms:
+        p50, worst = statistics.median(during.commits_ms), max(during.commits_ms)
+        print(f"    export commit during the sort: p50 {p50:.1f} ms ({p50 / idle_p50:.1f}x idle),"
+              f" p90 {percentile(during.commits_ms, 0.9):.1f} ms,"
+              f" max {worst:.1f} ms ({worst / idle_p50:.1f}x idle p50)")
+        slowest = sorted(zip(during.commits_ms, during.checkpointed, strict=True))[-3:]
+        print("    slowest: " + ", ".join(
+            f"{ms:.0f} ms" + (" (DuckDB checkpointed in it)" if checkpointed else "")
+            for ms, checkpointed in reversed(slowest)
+        ))
+    for failure in (idle.failures + during.failures)[:5]:
+        print(f"    FAILED {failure}")
+    found = [
+        len(store.search(execution_query({"where": f'customer.id = "trickle-{n}"'})))
+        for n in range(during.next_run)
+    ]
+    print(f"    trickle runs found by their field afterwards: {found.count(1)} of {len(found)}"
+          f" ({len(found) - found.count(1)} missing or doubled)")
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--executions", type=int, default=1_000_000)
@@ -425,11 +615,7 @@ def main() -> None:
         try:
             if args.layout == "sorted":
                 # What the idle replayer does; too few rows are left as they arrived.
-                began = time.perf_counter()
-                done = store.compact_field_index_if_due()
-                took = time.perf_counter() - began
-                print(f"  idle-time sort of the field index: {took:.1f} s" if done else
-                      "  idle-time sort of the field index: not due (too few rows)")
+                sort_under_trickle(store)
             run_id = write_long_history(store, replayed=True)
             unreplayed_id = write_long_history(store, replayed=False)
             baseline_conn = duckdb.connect(str(path))  # same process: shares the instance

@@ -130,6 +130,7 @@ class Replayer:
         self._stopping = False
         self._last_commit = float("-inf")
         self._storing_behind = False
+        self._rewrite_paused = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="statetrail-replayer", daemon=True)
         self._thread.start()
@@ -162,10 +163,15 @@ class Replayer:
             self._compact_field_index()
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._pending or self._stopping)
+                self._changed.wait_for(lambda: self._pending or self._stopping or self._resumable())
                 if self._stopping:
                     return
+                resume = not self._pending
                 catching_up = self._catching_up()
+            if resume:
+                # A rewrite paused for exports that are stored now, with nothing to replay.
+                self._compact_field_index()
+                continue
             if catching_up:
                 self._burst.enter()
             with self._changed:
@@ -208,17 +214,33 @@ class Replayer:
                     rest = min(time.monotonic() - started, MAX_REST_SECONDS)
                     self._changed.wait_for(lambda: self._stopping, rest)
 
+    def _resumable(self) -> bool:
+        """A field-index rewrite paused, and nothing waits to be stored (hold `_changed`)."""
+        return self._rewrite_paused and not self._storing_behind
+
     def _compact_field_index(self) -> None:
         started = time.monotonic()
+        self._rewrite_paused = False
         try:
-            if self._store.compact_field_index_if_due(self._compaction):
+            # A piece at a time, stopping for whatever else there is to do: the
+            # rewrite resumes at the next idle moment (Store.compact_field_index_if_due).
+            if self._store.compact_field_index_if_due(self._compaction, pause=self._has_work):
                 logger.info(
-                    "sorted the field index in %.1f s", time.monotonic() - started
+                    "finished sorting the field index (its last step took %.1f s)",
+                    time.monotonic() - started,
                 )
+            else:
+                # Paused (or not due): resumed once idle, even with no export to replay.
+                # After a failure it is not: the next idle moment tries again.
+                self._rewrite_paused = self._store.rewriting_field_index
         except StoreError as exc:
             # Filters stay right, only slower; the next idle moment tries again.
             if not self._stopping:
                 logger.error("could not sort the field index: %s", exc)
+
+    def _has_work(self) -> bool:
+        with self._changed:
+            return bool(self._pending) or self._stopping or self._storing_behind
 
     def _catching_up(self) -> bool:
         # More than a batch waiting, or exports still to store: a burst, not

@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from history_records import scenario
 
+from collector import store as store_module
 from collector.model import Evidence, Execution, Transition
 from collector.query import parse_query
-from collector.replayer import Replayer
+from collector.replayer import Replayer, replay_stores
 from collector.store import IngestBatch, Store, StoreError, WriteResult, field_layout
 from collector.store.field_layout import CompactionPolicy, IndexLayout
 from collector.store.listing import ExecutionQuery
@@ -36,11 +38,11 @@ def test_a_rewrite_is_due_past_a_floor_and_then_a_share_of_the_sorted_rows(
     assert CompactionPolicy().due(layout) is due
 
 
-def _runs(count: int) -> tuple[list[Execution], list[Transition]]:
+def _runs(count: int, first: int = 0) -> tuple[list[Execution], list[Transition]]:
     executions, transitions = [], []
-    for n in range(count):
+    for n in range(first, first + count):
         execution, steps, _ = scenario(
-            {"n": 0, "tags": []},
+            {"n": 0, "k": n % 5, "tags": []},
             [[{"op": "replace", "path": "/n", "value": i},
               {"op": "add", "path": "/tags/-", "value": f"t{i}"}] for i in range(1, 4)],
         )
@@ -54,8 +56,8 @@ def _runs(count: int) -> tuple[list[Execution], list[Transition]]:
     return executions, transitions
 
 
-def _write(store: Store, count: int) -> WriteResult:
-    executions, transitions = _runs(count)
+def _write(store: Store, count: int, first: int = 0) -> WriteResult:
+    executions, transitions = _runs(count, first)
     return store.write([IngestBatch(spans=[], evidence=Evidence(executions, transitions, {}))])
 
 
@@ -117,18 +119,27 @@ def test_appended_rows_are_counted_and_a_rewrite_waits_until_due(tmp_path: Path)
         store.close()
 
 
-def test_an_interrupted_rewrite_rolls_back_and_loses_nothing(tmp_path: Path) -> None:
-    store = Store(tmp_path / "layout.duckdb")
-    _write(store, 1)
+def _ballast(store: Store, rows: int) -> None:
+    """Enough index rows that a rewrite takes a while, as run-0's (which stays untouched).
+
+    Their path keys are random, so no filter on a real path reads them.
+    """
     with store._cursor() as cursor:
-        # Enough rows that the rewrite takes a while: copies of one indexed run's rows.
         cursor.execute(
             "INSERT INTO field_values (run_id, run_key, parent_key, path_key, kind, num, str_key,"
             " str, bool_val, is_final, path, parent)"
-            " SELECT 'run-0', (SELECT run_key FROM executions), i % 1000, (hash(i) >> 1)::BIGINT,"
-            " 'number', i, NULL, NULL, NULL, false, '/n', '' FROM range(3000000) r(i)"
+            " SELECT 'run-0', (SELECT run_key FROM executions WHERE run_id = 'run-0'),"
+            " i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false, '/n', ''"
+            " FROM range(?) r(i)",
+            [rows],
         )
-        cursor.execute("UPDATE field_index_layout SET appended_rows = 3000000")
+        cursor.execute("UPDATE field_index_layout SET appended_rows = appended_rows + ?", [rows])
+
+
+def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: Path) -> None:
+    store = Store(tmp_path / "layout.duckdb")
+    _write(store, 1)
+    _ballast(store, 1_000_000)
     before = (_index_rows(store), _layout(store))
     failed: list[BaseException] = []
 
@@ -151,7 +162,220 @@ def test_an_interrupted_rewrite_rolls_back_and_loses_nothing(tmp_path: Path) -> 
     try:
         assert failed and "sort the field index" in str(failed[0])
         assert (_index_rows(store), _layout(store)) == before
-        assert store.compact_field_index_if_due(EVERY_APPEND)  # and it can be done later
+        assert store.rewriting_field_index
+        assert store.compact_field_index_if_due(EVERY_APPEND)  # the rest is done later
+        assert _layout(store) == IndexLayout(before[0], 0)
+        assert not store.rewriting_field_index
     finally:
         store.close()
 
+
+# --- the rewrite while the store is in use ---------------------------------------
+
+QUERIES = ("k = 2", "k > 2", "not k = 1", "ever n <= 1", 'tags contains "t2"', "k missing")
+
+
+def _stored_and_replayed(store: Store, count: int, first: int) -> None:
+    replay_stores(store, sorted(_write(store, count, first).store_ids))
+
+
+def _rows_per_run(store: Store) -> dict[str, int]:
+    with store._cursor() as cursor:
+        rows = cursor.execute(
+            "SELECT run_id, count(*) FROM field_values GROUP BY run_id"
+            " UNION ALL SELECT 'ranges:' || run_id, count(*) FROM field_ranges GROUP BY run_id"
+        ).fetchall()
+    return {str(run_id): int(count) for run_id, count in rows}
+
+
+def _forget_execution(store: Store, run_id: str) -> None:
+    with store._cursor() as cursor:
+        cursor.execute("DELETE FROM executions WHERE run_id = ?", [run_id])
+
+
+def _answers(store: Store) -> dict[str, set[str]]:
+    return {where: _matching(store, where) for where in QUERIES}
+
+
+def _rewriting(store: Store, pause: Callable[[], bool] = lambda: False) -> threading.Thread:
+    """The rewrite on a thread of its own (as the replayer runs it); failures make it raise."""
+    failed: list[BaseException] = []
+
+    def rewrite() -> None:
+        try:
+            assert store.compact_field_index_if_due(EVERY_APPEND, pause)
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=rewrite, name="rewrite")
+    thread.start()
+    thread.failed = failed  # type: ignore[attr-defined]
+    return thread
+
+
+def _finished(thread: threading.Thread) -> None:
+    thread.join(120)
+    assert not thread.is_alive()
+    assert not thread.failed, thread.failed  # type: ignore[attr-defined]
+
+
+def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 250_000)  # several pieces
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _stored_and_replayed(store, 5, first=0)
+        _ballast(store, 1_000_000)
+        rewrite = _rewriting(store)
+        seen_during_the_rewrite = 0
+        n = 100
+        deadline = time.monotonic() + 60
+        while rewrite.is_alive() and seen_during_the_rewrite < 3 and time.monotonic() < deadline:
+            if store._maintenance is None:  # between two steps
+                time.sleep(0.001)
+                continue
+            # Sent while a step runs: stored (preempting the step, if it is a piece),
+            # replayed and found by its field while the rewrite goes on.
+            _stored_and_replayed(store, 1, first=n)
+            found = _matching(store, f"k = {n % 5}")
+            if rewrite.is_alive() and store.rewriting_field_index:
+                assert store.execution_row(f"run-{n}") is not None
+                assert f"run-{n}" in found
+                seen_during_the_rewrite += 1
+            n += 1
+        assert seen_during_the_rewrite == 3
+        _finished(rewrite)
+        assert _layout(store).sorted_rows > 1_000_000
+        assert _matching(store, "n = 3") == {f"run-{i}" for i in [*range(5), *range(100, n)]}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("sorted_before", [False, True])
+def test_filters_answer_the_same_before_during_and_after_a_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sorted_before: bool
+) -> None:
+    # sorted_before: a later rewrite, of an index mostly sorted already (no staging).
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _stored_and_replayed(store, 30, first=0)
+        _ballast(store, 600_000)
+        if sorted_before:
+            assert store.compact_field_index_if_due(EVERY_APPEND)
+            replay_stores(store, [f"store-{n}" for n in range(1, 30, 3)])  # appended again
+            layout = _layout(store)
+            assert 0 < layout.appended_rows < layout.sorted_rows
+        before, rows_before = _answers(store), _rows_per_run(store)
+        assert all(before[where] for where in QUERIES[:-1])  # each query finds some runs
+        during: list[dict[str, set[str]]] = []
+
+        def between_steps() -> bool:
+            during.append(_answers(store))
+            return False
+
+        rewrite = _rewriting(store, between_steps)
+        # And a reader on a thread of its own, asking while steps run.
+        while rewrite.is_alive():
+            during.append(_answers(store))
+        _finished(rewrite)
+        assert len(during) > 5
+        assert all(answers == before for answers in during)
+        assert _answers(store) == before
+        assert _rows_per_run(store) == rows_before
+        assert _layout(store) == IndexLayout(sum(
+            count for run, count in rows_before.items() if not run.startswith("ranges:")
+        ), 0)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("swap_runs", [store_module.SWAP_REFRESH_RUNS, 0])
+def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap_runs: int
+) -> None:
+    # swap_runs 0: every change goes through the catch-ups before the swap.
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
+    monkeypatch.setattr(store_module, "SWAP_REFRESH_RUNS", swap_runs)
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _stored_and_replayed(store, 20, first=0)
+        _ballast(store, 300_000)
+        rows_before = _rows_per_run(store)
+        changes: list[Callable[[], object]] = [
+            # New runs, first replays: rows appended to the live table only.
+            lambda: _stored_and_replayed(store, 5, first=20),
+            # Replayed again (late evidence): deleted and appended again.
+            lambda: replay_stores(store, [f"store-{i}" for i in range(1, 10)]),
+            # Gone (its trace pruned while its replay was saved): swept.
+            lambda: _forget_execution(store, "run-7"),
+            store.prune_orphans,
+            lambda: _stored_and_replayed(store, 1, first=25),
+        ]
+
+        def between_steps() -> bool:
+            if changes:
+                changes.pop(0)()
+            return False
+
+        rewrite = _rewriting(store, between_steps)
+        _finished(rewrite)
+        assert not changes  # each change came between two steps
+        rows_after = _rows_per_run(store)
+        expected = {
+            run: count for run, count in rows_before.items() if not run.endswith("run-7")
+        }
+        one_run = {run: count for run, count in rows_before.items() if run.endswith("run-1")}
+        for n in range(20, 26):  # the new runs, indexed like the others
+            expected |= {run.replace("run-1", f"run-{n}"): count for run, count in one_run.items()}
+        assert rows_after == expected
+        runs = {f"run-{n}" for n in [*range(26)] if n != 7}
+        assert _matching(store, "n = 3") == runs
+        assert _matching(store, "k = 2") == {run for run in runs if int(run[4:]) % 5 == 2}
+    finally:
+        store.close()
+
+
+def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
+    store = Store(tmp_path / "layout.duckdb")
+    _write(store, 1)
+    _ballast(store, 1_000_000)  # due by the default policy
+    replayer = Replayer(store)
+    stop = threading.Event()
+    sent: list[int] = []
+    found_while_rewriting: list[bool] = []
+
+    def trickle() -> None:
+        n = 1
+        while not stop.is_set():
+            replayer.notify(_write(store, 1, first=n))
+            sent.append(n)
+            if n > 1 and store.rewriting_field_index:
+                # The run before this one was replayed and indexed by now, or soon.
+                found_while_rewriting.append(f"run-{n - 1}" in _matching(store, "n = 3"))
+            n += 1
+            stop.wait(0.05)
+
+    exporter = threading.Thread(target=trickle)
+    exporter.start()
+    try:
+        deadline = time.monotonic() + 120
+        while _layout(store).sorted_rows == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _layout(store).sorted_rows > 1_000_000
+        assert exporter.is_alive()  # it finished while exports kept coming
+        assert any(found_while_rewriting)  # and replays went on meanwhile
+    finally:
+        stop.set()
+        exporter.join()
+    try:
+        assert replayer.wait_idle(30)
+        assert _matching(store, "n = 3") == {"run-0"} | {f"run-{n}" for n in sent}
+        assert len(sent) > 10
+    finally:
+        replayer.close()
+        store.close()

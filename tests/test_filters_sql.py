@@ -191,12 +191,21 @@ def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConn
     assert _matches(conn, "tags exists") == {"denied", "pending"}
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("chunk_rows", [field_layout.CHUNK_ROWS, 1, 3])
 def test_compact_field_index_keeps_rows_schema_and_answers(
-    conn: duckdb.DuckDBPyConnection, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A range of paths at a time: one path, a few, or (at the default) all at once.
+    conn: duckdb.DuckDBPyConnection, chunk_rows: int, staged: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # staged: an index mostly in arrival order, copied by runs first, then merged.
+    conn.execute(
+        "UPDATE field_index_layout SET sorted_rows = ?, appended_rows = ?",
+        [0, 1] if staged else [1, 0],
+    )
+    # A piece at a time: a row (ties on the sort key split by run), a few, or
+    # (at the default) all at once.
     monkeypatch.setattr(field_layout, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(field_layout, "SAMPLES_PER_PIECE", 1)
     _add_execution(conn, "late")
     insert_field_rows(conn, [index_rows("late", ABSENT, {"attempts": 9})])
     count = "SELECT (SELECT count(*) FROM field_values), (SELECT count(*) FROM field_ranges)"

@@ -7,16 +7,24 @@ at 200,000 executions (6.5M index rows): a `final` equality filter took 38 ms
 on rows in arrival order, 12 ms once they were rewritten in sort order.
 
 So the replayer, once it has nothing else to do, asks whether enough rows were
-appended since the last rewrite, and if so rewrites both tables in order
-(`compact`). "Enough" grows with the index (`CompactionPolicy`): rewriting costs
-time proportional to the whole index, so the rows rewritten stay a constant
+appended since the last rewrite, and if so rewrites both tables in order.
+"Enough" grows with the index (`CompactionPolicy`): rewriting costs time
+proportional to the whole index, so the rows rewritten stay a constant
 multiple of the rows ever appended, while what is out of order stays a bounded
 share of it.
+
+The rewrite is a sorted copy built beside the live tables, a piece at a time,
+then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`; the store
+drives them, with its locks: Store.compact_field_index_if_due). At 1M runs
+copying the index took 70-90 s in one transaction, during which no export
+could be stored. The SQL uses nothing docs/ducklake.md found DuckLake to lack
+(no RETURNING, constraints or indexes; not run on DuckLake), but there the
+rewrite would rather be `SET SORTED BY` and `ducklake_merge_adjacent_files`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import duckdb
@@ -24,9 +32,14 @@ import duckdb
 from collector.store.filters import RANGES, RANGES_SORT_KEY, SORT_KEY, TABLE
 
 LAYOUT_TABLE: Final = "field_index_layout"
-# Rows sorted at once. One sort of a whole 32.5M-row index ran out of serve's
-# 128 MB (bench_filter_store at 1M runs); a range of paths at a time does not.
-CHUNK_ROWS: Final = 2_000_000
+# Rows sorted at once (a piece). One sort of a whole 32.5M-row index ran out of
+# serve's 128 MB (bench_filter_store at 1M runs). At 128 MB a piece of 500,000
+# rows peaked at 119 MB in the sort alone (duckdb_memory()), and one of 1.1M
+# rows (a single path's, on an index sorted before) ran out; at 100,000 rows
+# the sort took 34-38 MB. Pieces are copied under the write lock (no write
+# beside them competes for that memory), so their size is also how long
+# storing can wait for one that may not be preempted.
+CHUNK_ROWS: Final = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,71 +83,277 @@ def layout(cursor: duckdb.DuckDBPyConnection) -> IndexLayout:
     return IndexLayout(int(row[0]), int(row[1]))
 
 
-def compact(cursor: duckdb.DuckDBPyConnection) -> int:
-    """Rewrite both field-index tables in sort order; return the rows now sorted.
+# The rewrite is built beside the live tables and swapped in: each live table
+# gets a twin, filled a piece at a time in transactions of its own. A piece is
+# a range of the table's order (`ORDER_KEYS`), bounded so that its sort fits in
+# a fraction of DuckDB's memory limit whatever the index's size. Replays and
+# prunes that change a run's rows meanwhile are noted (`Rewrite.touched`);
+# before the swap those runs' rows in the twin are replaced by their live ones,
+# so every run has exactly its live rows in the twin, whichever snapshot each
+# piece read.
+TWIN_SUFFIX: Final = "_compacting"
+# Each table's sort key, then the run key, which orders rows the sort key ties
+# (a boolean path's rows all tie), so that a piece can end inside them. Each
+# column as compared, never NULL (a piece's bounds are compared with `=`/`>`):
+# within one path and kind, num (or str_key) is either set on every row or on
+# none, so coalescing it keeps the sort key's order.
+ORDER_KEYS: Final = {
+    TABLE: ("parent_key", "path_key", "kind", "coalesce(num, 0)", "coalesce(str_key, 0)",
+            "coalesce(run_key, 0)"),
+    RANGES: ("parent_key", "path_key", "coalesce(hi, 0)", "coalesce(run_key, 0)"),
+}
+SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, run_key"}
+# Sampled rows per piece when planning: piece sizes come out within ~20% of CHUNK_ROWS.
+SAMPLES_PER_PIECE: Final = 100
 
-    Runs in the caller's transaction. Each table is copied in order into a
-    table made from its own definition (as DuckDB reports it, so the schema
-    the migrations built is kept exactly), which then takes its place.
+# An index mostly in arrival order (the first rewrite of a big one) holds
+# every path in every row group, so a piece of paths would read the whole
+# table. Then the rewrite first copies it a range of run keys at a time (run
+# keys follow arrival: zone maps find each range) into a staging table, each
+# range sorted, and then merges those sorted stretches, a piece of the order at
+# a time, into the twin.
+STAGED_SUFFIX: Final = "_staged"
+RUN_ORDER: Final = ("coalesce(run_key, 0)",)
+_COLUMNS: Final = {RUN_ORDER[0]: "run_key"}  # the column a coalesced key compares
+
+OrderKey = tuple[object, ...]  # values of a Piece's keys
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """The rows of `source` whose `keys` lie in (after, upto] (None: unbounded),
+    to be appended to `target` in `table`'s sort order."""
+
+    table: str
+    source: str
+    target: str
+    keys: tuple[str, ...]
+    after: OrderKey | None
+    upto: OrderKey | None
+
+
+@dataclass(slots=True)
+class Rewrite:
+    """A rewrite in progress: what is copied, and what changed since it began.
+
+    `touched` and `swept` are only changed under the store's field-index lock.
     """
-    _rewrite_sorted(cursor, TABLE, SORT_KEY)
-    _rewrite_sorted(cursor, RANGES, RANGES_SORT_KEY)
+
+    pieces: list[Piece] | None = None  # planned by `begin`, then `plan_merge`
+    merge_planned: bool = False
+    copied: int = 0  # pieces copied
+    preempted: int = 0  # times in a row an export interrupted the next piece
+    touched: set[str] = field(default_factory=set)  # runs whose rows changed since
+    swept: bool = False  # orphaned rows were deleted since
+    refreshed_rows: int = 0  # field_values rows copied out of sort order
+
+    def take_changes(self) -> tuple[set[str], bool]:
+        """The changes noted so far, forgetting them (a caller that fails puts them back)."""
+        changes = self.touched, self.swept
+        self.touched, self.swept = set(), False
+        return changes
+
+
+def twin(table: str) -> str:
+    return table + TWIN_SUFFIX
+
+
+def staged(table: str) -> str:
+    return table + STAGED_SUFFIX
+
+
+def begin(cursor: duckdb.DuckDBPyConnection) -> list[Piece]:
+    """Create empty twins of both tables and plan the pieces that fill them, in order.
+
+    Each twin is made from its table's own definition (as DuckDB reports it,
+    so the schema the migrations built is kept exactly). Twins left by a
+    rewrite that never finished are dropped first. An index mostly in arrival
+    order is copied to staging tables first (STAGED_SUFFIX): `plan_merge`
+    plans the rest once that is done.
+    """
+    arrival = _mostly_in_arrival_order(cursor)
+    pieces: list[Piece] = []
+    for table in (TABLE, RANGES):
+        definition = _definition(cursor, table)
+        assert definition is not None, f"no table {table}"
+        prefix = f"CREATE TABLE {table}("
+        assert definition.startswith(prefix), definition
+        columns = definition[len(prefix):]
+        target = staged(table) if arrival else twin(table)
+        for made in (twin(table), staged(table)):
+            cursor.execute(f"DROP TABLE IF EXISTS {made}")
+        for made in {twin(table), target}:
+            cursor.execute(f"CREATE TABLE {made}(" + columns)
+        keys = RUN_ORDER if arrival else ORDER_KEYS[table]
+        pieces += _pieces(cursor, table, table, target, keys)
+    return pieces
+
+
+def plan_merge(cursor: duckdb.DuckDBPyConnection) -> list[Piece]:
+    """The pieces that merge the staging tables into the twins; none if `begin` staged none."""
+    pieces: list[Piece] = []
+    for table in (TABLE, RANGES):
+        if _definition(cursor, staged(table)) is not None:
+            pieces += _pieces(cursor, table, staged(table), twin(table), ORDER_KEYS[table])
+    return pieces
+
+
+def _definition(cursor: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The table's CREATE statement as DuckDB reports it; None if there is no such table."""
+    found = cursor.execute(
+        "SELECT sql FROM duckdb_tables()"
+        " WHERE database_name = current_database() AND schema_name = 'main'"
+        " AND table_name = ?",
+        [table],
+    ).fetchone()
+    return None if found is None else str(found[0])
+
+
+def _mostly_in_arrival_order(cursor: duckdb.DuckDBPyConnection) -> bool:
+    now = layout(cursor)
+    return now.appended_rows > now.sorted_rows
+
+
+def _pieces(
+    cursor: duckdb.DuckDBPyConnection, table: str, source: str, target: str,
+    keys: tuple[str, ...],
+) -> list[Piece]:  # fmt: skip
+    bounds = _boundaries(cursor, source, keys)
+    return [
+        Piece(table, source, target, keys, after, upto)
+        for after, upto in zip([None, *bounds], [*bounds, None], strict=True)
+    ]
+
+
+def copy_piece(cursor: duckdb.DuckDBPyConnection, piece: Piece) -> None:
+    """Append a piece's rows, in its table's sort order, to its target.
+
+    Pieces of one order copied in order leave their target sorted.
+    """
+    keys, after, upto = piece.keys, piece.after, piece.upto
+    conditions = ["TRUE"]
+    params: list[object] = []
+    # Plain comparisons of the first key's column (and of the second, within
+    # one value of the first) let zone maps skip row groups; `_beyond` is exact.
+    # A coalesced first key's NULLs compare as 0, in the first piece: that one
+    # gets no plain comparison.
+    column = _COLUMNS.get(keys[0], keys[0])
+    if after is not None:
+        conditions.append(f"{column} >= ?")
+        params.append(after[0])
+    if upto is not None and (after is not None or column == keys[0]):
+        conditions.append(f"{column} <= ?")
+        params.append(upto[0])
+    if len(keys) > 1 and after is not None and upto is not None and after[0] == upto[0]:
+        conditions.append(f"{keys[1]} >= ? AND {keys[1]} <= ?")
+        params += [after[1], upto[1]]
+    if piece.after is not None:
+        conditions.append(_beyond(keys, piece.after, params))
+    if piece.upto is not None:
+        conditions.append(f"NOT {_beyond(keys, piece.upto, params)}")
+    cursor.execute(
+        f"INSERT INTO {piece.target} BY NAME SELECT * FROM {piece.source}"
+        f" WHERE {' AND '.join(conditions)} ORDER BY {SORT_KEYS[piece.table]}",
+        params,
+    )
+
+
+def _beyond(keys: tuple[str, ...], bound: OrderKey, params: list[object]) -> str:
+    """SQL true where the row's keys come after `bound`, compared in order (appends params)."""
+    alternatives = []
+    for i, key in enumerate(keys):
+        equal = [f"{earlier} = ?" for earlier in keys[:i]]
+        alternatives.append("(" + " AND ".join([*equal, f"{key} > ?"]) + ")")
+        params.extend([*bound[:i], bound[i]])
+    return "(" + " OR ".join(alternatives) + ")"
+
+
+def _boundaries(
+    cursor: duckdb.DuckDBPyConnection, table: str, order: tuple[str, ...]
+) -> list[OrderKey]:
+    """Ascending values of `order` that cut the table into pieces of about CHUNK_ROWS rows.
+
+    Taken from a sample, which costs one scan of the key columns and a sort of
+    the sample alone.
+    """
+    counted = cursor.execute(f"SELECT count(*) FROM {table}").fetchone()
+    pieces = -(-int(counted[0]) // CHUNK_ROWS) if counted else 0
+    if pieces <= 1:
+        return []
+    keys = ", ".join(order)
+    sampled = cursor.execute(
+        f"SELECT * FROM (SELECT {keys} FROM {table}"
+        f" USING SAMPLE {int(pieces * SAMPLES_PER_PIECE)} ROWS (reservoir, 42))"
+        " ORDER BY ALL"
+    ).fetchall()
+    bounds: list[OrderKey] = []
+    for row in sampled[SAMPLES_PER_PIECE::SAMPLES_PER_PIECE]:
+        if not bounds or tuple(row) != bounds[-1]:
+            bounds.append(tuple(row))
+    return bounds
+
+
+def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_ids: set[str], sweep: bool) -> int:
+    """Give these runs their live rows in the twins; return the field_values rows copied.
+
+    With `sweep`, also drop the twins' rows of runs no longer stored, as the
+    orphan sweep did to the live tables (collector/store/retention.py).
+    Each statement scans its table, so none runs without a reason to.
+    """
+    copied = 0
+    listed = sorted(run_ids)
+    for table in (TABLE, RANGES):
+        if listed:
+            cursor.execute(
+                f"DELETE FROM {twin(table)} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                [listed],
+            )
+            cursor.execute(
+                f"INSERT INTO {twin(table)} BY NAME SELECT * FROM {table}"
+                f" WHERE run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY {SORT_KEYS[table]}",
+                [listed],
+            )
+            # DuckDB answers an INSERT with one row holding the number of rows inserted.
+            inserted = cursor.fetchone()
+            if table == TABLE and inserted:
+                copied = int(inserted[0])
+        if sweep:
+            cursor.execute(
+                f"DELETE FROM {twin(table)} WHERE run_id NOT IN (SELECT run_id FROM executions)"
+            )
+    return copied
+
+
+def swap(cursor: duckdb.DuckDBPyConnection, refreshed_rows: int) -> int:
+    """Put the twins in their tables' places; return the field_values rows now stored.
+
+    `refreshed_rows` of them were copied by `refresh_runs`, after the sorted
+    pieces: the layout counts them as appended.
+    """
+    for table in (TABLE, RANGES):
+        cursor.execute(f"DROP TABLE IF EXISTS {staged(table)}")
+        cursor.execute(f"DROP TABLE {table}")
+        cursor.execute(f"ALTER TABLE {twin(table)} RENAME TO {table}")
     counted = cursor.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
     rows = int(counted[0]) if counted else 0
-    cursor.execute(f"UPDATE {LAYOUT_TABLE} SET sorted_rows = ?, appended_rows = 0", [rows])
+    appended = min(refreshed_rows, rows)
+    cursor.execute(
+        f"UPDATE {LAYOUT_TABLE} SET sorted_rows = ?, appended_rows = ?", [rows - appended, appended]
+    )
     return rows
 
 
-def _rewrite_sorted(cursor: duckdb.DuckDBPyConnection, table: str, sort_key: str) -> None:
-    """Copy `table` in sort order into a twin that replaces it, a range of paths at a time.
-
-    Both tables' sort keys start with (parent_key, path_key), so copying
-    consecutive ranges of those, each sorted, leaves the whole copy sorted.
-    """
-    staging = f"{table}_compacting"
-    found = cursor.execute(
-        "SELECT sql FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
-        [table],
-    ).fetchone()
-    assert found is not None, f"no table {table}"
-    definition = str(found[0])
-    prefix = f"CREATE TABLE {table}("
-    assert definition.startswith(prefix), definition
-    cursor.execute(f"DROP TABLE IF EXISTS {staging}")
-    cursor.execute(f"CREATE TABLE {staging}(" + definition[len(prefix):])
-    for first, last in _path_ranges(cursor, table):
-        cursor.execute(
-            f"INSERT INTO {staging} BY NAME SELECT * FROM {table}"
-            " WHERE (parent_key > $p0 OR (parent_key = $p0 AND path_key >= $k0))"
-            " AND (parent_key < $p1 OR (parent_key = $p1 AND path_key <= $k1))"
-            f" ORDER BY {sort_key}",
-            {"p0": first[0], "k0": first[1], "p1": last[0], "k1": last[1]},
-        )
-    cursor.execute(f"DROP TABLE {table}")
-    cursor.execute(f"ALTER TABLE {staging} RENAME TO {table}")
+def abandon(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Drop the twins (and staging tables) of a rewrite that will not finish."""
+    for table in (TABLE, RANGES):
+        cursor.execute(f"DROP TABLE IF EXISTS {twin(table)}")
+        cursor.execute(f"DROP TABLE IF EXISTS {staged(table)}")
 
 
-PathKey = tuple[int, int]  # (parent_key, path_key)
-
-
-def _path_ranges(cursor: duckdb.DuckDBPyConnection, table: str) -> list[tuple[PathKey, PathKey]]:
-    """Consecutive (first, last) ranges of the table's paths, about CHUNK_ROWS rows each.
-
-    A path with more rows than that is a range of its own.
-    """
-    counts = cursor.execute(
-        f"SELECT parent_key, path_key, count(*) FROM {table}"
-        " GROUP BY parent_key, path_key ORDER BY parent_key, path_key"
-    ).fetchall()
-    ranges: list[tuple[PathKey, PathKey]] = []
-    first: PathKey | None = None
-    rows = 0
-    for parent_key, path_key, count in counts:
-        first = first or (parent_key, path_key)
-        rows += count
-        if rows >= CHUNK_ROWS:
-            ranges.append((first, (parent_key, path_key)))
-            first, rows = None, 0
-    if first is not None:
-        ranges.append((first, (counts[-1][0], counts[-1][1])))
-    return ranges
+def compact(cursor: duckdb.DuckDBPyConnection) -> int:
+    """The whole rewrite in the caller's transaction; return the rows now sorted."""
+    for piece in begin(cursor):
+        copy_piece(cursor, piece)
+    for piece in plan_merge(cursor):
+        copy_piece(cursor, piece)
+    return swap(cursor, 0)

@@ -78,12 +78,7 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
     """Delete these traces and what derives from them (the caller owns the transaction)."""
     if not trace_ids:
         return PruneCounts()
-    run_ids = [
-        row[0]
-        for row in cursor.execute(
-            "SELECT run_id FROM executions WHERE list_contains(?, trace_id)", [trace_ids]
-        ).fetchall()
-    ]
+    run_ids = runs_of_traces(cursor, trace_ids)
     field_values, field_ranges = delete_field_rows(cursor, run_ids)
     replays = _delete(cursor, "DELETE FROM execution_replays WHERE list_contains(?, run_id)",
                       run_ids)
@@ -102,6 +97,16 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
         field_values=field_values,
         field_ranges=field_ranges,
     )
+
+
+def runs_of_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[str]:
+    """The run ids of the executions in these traces."""
+    if not trace_ids:
+        return []
+    rows = cursor.execute(
+        "SELECT run_id FROM executions WHERE list_contains(?, trace_id)", [trace_ids]
+    ).fetchall()
+    return [row[0] for row in rows]
 
 
 def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
