@@ -22,10 +22,10 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal, TypeAlias, cast
+from typing import Any, Final, Literal, TypeAlias, cast
 
 from collector.jsondoc import escape_token
 
@@ -155,50 +155,116 @@ class Nodes:
         Iterative rather than recursive: telemetry may carry states nested
         deeper than Python's recursion limit. This runs for every node of
         every indexed state, the largest part of the replayer's work, so it
-        dispatches on exact types (JSON decodes to exactly these) and builds
-        each child's pointer once, from its parent's.
+        dispatches on exact types (JSON decodes to exactly these), keys each
+        scalar where it meets it (only containers go on the stack, and most
+        nodes are scalars) and builds each child's pointer once, from its
+        parent's.
         """
         if isinstance(value, Absent) or self.overflowed:
             return
+        value = _exact(value)
+        if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
+            return
+        if type(value) is not dict and type(value) is not list:
+            return
         keys = self.keys
         max_rows = self.max_rows
-        stack: list[tuple[str, str, JsonValue]] = [(pointer, pointer.rpartition("/")[0], value)]
-        pop = stack.pop
-        while stack:
-            path, parent, node = pop()
-            kind = type(node)
-            key: NodeKey
-            if kind is str:
-                text = cast(str, node)
-                key = (path, parent, "string", None, text if text.isascii() else _clean(text), None)
-            elif kind is dict or kind is list:
-                tokens: Iterable[tuple[str, JsonValue]]
-                if kind is dict:
-                    key = (path, parent, "object", None, None, None)
-                    items = cast(dict[str, JsonValue], node).items()
-                    tokens = [(escape_token(_clean(name)), child) for name, child in items]
+        # The open containers: each one's children still to visit, its pointer
+        # (their parent), and whether it is an array (its children are indexes).
+        stack: list[tuple[Iterator[tuple[Any, JsonValue]], str, bool]] = []
+        in_array = type(value) is list
+        children = _children(value)
+        parent = pointer
+        while True:
+            prefix = parent + "/"
+            for name, child in children:
+                if in_array:
+                    path = prefix + str(name)
+                elif name.isascii() and "~" not in name and "/" not in name:
+                    path = prefix + name  # the usual member name: nothing to clean or escape
                 else:
-                    key = (path, parent, "array", None, None, None)
-                    elements = cast(list[JsonValue], node)
-                    tokens = [(str(i), child) for i, child in enumerate(elements)]
-                prefix = path + "/"
-                stack.extend(reversed([(prefix + token, path, child) for token, child in tokens]))
-            elif isinstance(node, (dict, list, str)):
-                # A subclass (JSON decodes to none): flatten it as its base type.
-                exact: JsonValue = (
-                    dict(node) if isinstance(node, dict)
-                    else list(node) if isinstance(node, list)
-                    else str(node)
-                )
-                stack.append((path, parent, exact))
-                continue
-            else:
-                key = _scalar_key(path, parent, node)
-            if path and key not in keys:
-                if len(keys) >= max_rows:
+                    path = prefix + escape_token(_clean(name))
+                kind = type(child)
+                key: NodeKey
+                if kind is str:
+                    text = cast(str, child)
+                    key = (path, parent, "string", None, text if text.isascii() else _clean(text), None)
+                elif kind is int:
+                    key = (path, parent, "number", _as_float(cast(int, child)), None, None)
+                elif kind is float:
+                    key = (path, parent, "number", cast(float, child), None, None)
+                elif kind is bool:
+                    key = (path, parent, "bool", None, None, cast(bool, child))
+                elif child is None:
+                    key = (path, parent, "null", None, None, None)
+                elif kind is dict or kind is list:
+                    key = (path, parent, "object" if kind is dict else "array", None, None, None)
+                    keys[key] = None
+                    if len(keys) > max_rows:
+                        keys.popitem()  # the key just added: there was no room for it
+                        self.overflowed = True
+                        return
+                    # Descend: this container's children come before its next sibling.
+                    stack.append((children, parent, in_array))
+                    in_array = kind is list
+                    children = _children(child)
+                    parent = path
+                    break
+                else:
+                    # Not a type JSON decodes to (a subclass): flattened as its base type.
+                    self.add(path, child)
+                    if self.overflowed:
+                        return
+                    continue
+                keys[key] = None
+                if len(keys) > max_rows:
+                    keys.popitem()  # the key just added: there was no room for it
                     self.overflowed = True
                     return
-                keys[key] = None
+            else:
+                if not stack:
+                    return
+                children, parent, in_array = stack.pop()
+
+    def _keep(self, key: NodeKey) -> bool:
+        """Add `key` unless there is no room for it (then False, and overflowed)."""
+        if key not in self.keys:
+            if len(self.keys) >= self.max_rows:
+                self.overflowed = True
+                return False
+            self.keys[key] = None
+        return True
+
+
+def _exact(value: JsonValue) -> JsonValue:
+    """`value` as the JSON type it is an instance of (JSON decodes to no subclass)."""
+    if type(value) in _JSON_TYPES or not isinstance(value, dict | list | str):
+        return value
+    if isinstance(value, dict):
+        return dict(value)
+    return list(value) if isinstance(value, list) else str(value)
+
+
+_JSON_TYPES: Final = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _children(container: JsonValue) -> Iterator[tuple[Any, JsonValue]]:
+    """(member name or index, child) of an object or an array."""
+    if type(container) is list:
+        return enumerate(cast(list[JsonValue], container))
+    return iter(cast(dict[str, JsonValue], container).items())
+
+
+def _key(path: str, parent: str, node: JsonValue) -> NodeKey:
+    """The key of one node of exact JSON type (see `_exact`)."""
+    if type(node) is str:
+        text = cast(str, node)
+        return (path, parent, "string", None, _clean(text), None)
+    if type(node) is dict:
+        return (path, parent, "object", None, None, None)
+    if type(node) is list:
+        return (path, parent, "array", None, None, None)
+    return _scalar_key(path, parent, node)
 
 
 def _scalar_key(path: str, parent: str, node: JsonValue) -> NodeKey:
