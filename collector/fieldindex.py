@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final, Literal, TypeAlias, cast
+from typing import Any, Final, Literal, TypeAlias
 
 from collector.jsondoc import escape_token
 
@@ -150,7 +150,26 @@ class Nodes:
                 keys[key] = None
 
     def add(self, pointer: str, value: JsonValue | Absent) -> None:
-        """Every node at and under `pointer`, in pre-order; the document root itself is no row.
+        """Every node at and under `pointer`, in pre-order; the document root itself is no row."""
+        if isinstance(value, Absent) or self.overflowed:
+            return
+        value = _exact(value)
+        if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
+            return
+        if type(value) is list:
+            self._add_children(enumerate(value), pointer, True)
+        elif type(value) is dict:
+            self._add_children(iter(value.items()), pointer, False)
+
+    def add_elements(self, pointer: str, array: list[JsonValue], first: int) -> None:
+        """`add` of each element of the array at `pointer` from index `first` on, in order."""
+        if not self.overflowed:
+            self._add_children(enumerate(array[first:], first), pointer, True)
+
+    def _add_children(
+        self, children: Iterator[tuple[Any, Any]], parent: str, in_array: bool
+    ) -> None:
+        """Every node under `parent` (`children` are its (index or member, value) pairs).
 
         Iterative rather than recursive: telemetry may carry states nested
         deeper than Python's recursion limit. This runs for every node of
@@ -160,21 +179,11 @@ class Nodes:
         nodes are scalars) and builds each child's pointer once, from its
         parent's.
         """
-        if isinstance(value, Absent) or self.overflowed:
-            return
-        value = _exact(value)
-        if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
-            return
-        if type(value) is not dict and type(value) is not list:
-            return
         keys = self.keys
         max_rows = self.max_rows
-        # The open containers: each one's children still to visit, its pointer
-        # (their parent), and whether it is an array (its children are indexes).
-        stack: list[tuple[Iterator[tuple[Any, JsonValue]], str, bool]] = []
-        in_array = type(value) is list
-        children = _children(value)
-        parent = pointer
+        # The open containers above this one: the children each has still to
+        # visit, its pointer (their parent), and whether it is an array.
+        stack: list[tuple[Iterator[tuple[Any, Any]], str, bool]] = []
         while True:
             prefix = parent + "/"
             for name, child in children:
@@ -187,14 +196,14 @@ class Nodes:
                 kind = type(child)
                 key: NodeKey
                 if kind is str:
-                    text = cast(str, child)
-                    key = (path, parent, "string", None, text if text.isascii() else _clean(text), None)
+                    text = child if child.isascii() else _clean(child)
+                    key = (path, parent, "string", None, text, None)
                 elif kind is int:
-                    key = (path, parent, "number", _as_float(cast(int, child)), None, None)
+                    key = (path, parent, "number", _as_float(child), None, None)
                 elif kind is float:
-                    key = (path, parent, "number", cast(float, child), None, None)
+                    key = (path, parent, "number", child, None, None)
                 elif kind is bool:
-                    key = (path, parent, "bool", None, None, cast(bool, child))
+                    key = (path, parent, "bool", None, None, child)
                 elif child is None:
                     key = (path, parent, "null", None, None, None)
                 elif kind is dict or kind is list:
@@ -207,7 +216,7 @@ class Nodes:
                     # Descend: this container's children come before its next sibling.
                     stack.append((children, parent, in_array))
                     in_array = kind is list
-                    children = _children(child)
+                    children = enumerate(child) if in_array else iter(child.items())
                     parent = path
                     break
                 else:
@@ -248,18 +257,10 @@ def _exact(value: JsonValue) -> JsonValue:
 _JSON_TYPES: Final = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
-def _children(container: JsonValue) -> Iterator[tuple[Any, JsonValue]]:
-    """(member name or index, child) of an object or an array."""
-    if type(container) is list:
-        return enumerate(cast(list[JsonValue], container))
-    return iter(cast(dict[str, JsonValue], container).items())
-
-
 def _key(path: str, parent: str, node: JsonValue) -> NodeKey:
     """The key of one node of exact JSON type (see `_exact`)."""
     if type(node) is str:
-        text = cast(str, node)
-        return (path, parent, "string", None, _clean(text), None)
+        return (path, parent, "string", None, _clean(node), None)
     if type(node) is dict:
         return (path, parent, "object", None, None, None)
     if type(node) is list:

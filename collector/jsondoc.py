@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from enum import Enum
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import jsonpatch
 import jsonpointer
@@ -317,29 +317,28 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
         if type(target) is dict:
             if part not in target:
                 return _NOT_PLAIN
-            target = target[part]  # type: ignore[index]
+            target = target[part]
         elif type(target) is list:
             index = _array_index(part)
-            if index is None or index >= len(target):  # type: ignore[arg-type]
+            if index is None or index >= len(target):
                 return _NOT_PLAIN
-            target = target[index]  # type: ignore[index]
+            target = target[index]
         else:
             return _NOT_PLAIN
     last = parts[-1]
     if type(target) is dict:
-        members = cast(dict[str, JsonValue], target)
         if kind == "add":
-            members[last] = op["value"]
-        elif last not in members:
+            target[last] = op["value"]
+        elif last not in target:
             return _NOT_PLAIN
         elif kind == "replace":
-            members[last] = op["value"]
+            target[last] = op["value"]
         else:
-            del members[last]
+            del target[last]
         return doc
     if type(target) is not list:
         return _NOT_PLAIN
-    items = cast(list[JsonValue], target)
+    items = target
     if kind == "add" and last == "-":
         items.append(op["value"])
         return doc
