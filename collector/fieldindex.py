@@ -142,6 +142,9 @@ class Nodes:
 
     def extend(self, other: Nodes) -> None:
         keys = self.keys
+        if len(keys) + len(other.keys) <= self.max_rows:
+            keys.update(other.keys)  # room for all: a key already here keeps its place
+            return
         for key in other.keys:
             if key not in keys:
                 if len(keys) >= self.max_rows:
@@ -194,24 +197,23 @@ class Nodes:
                 else:
                     path = prefix + escape_token(_clean(name))
                 kind = type(child)
-                key: NodeKey
+                # The row cap is checked per container (`_trim`), not per scalar.
                 if kind is str:
                     text = child if child.isascii() else _clean(child)
-                    key = (path, parent, "string", None, text, None)
+                    keys[(path, parent, "string", None, text, None)] = None
                 elif kind is int:
-                    key = (path, parent, "number", _as_float(child), None, None)
+                    keys[(path, parent, "number", _as_float(child), None, None)] = None
                 elif kind is float:
-                    key = (path, parent, "number", child, None, None)
+                    keys[(path, parent, "number", child, None, None)] = None
                 elif kind is bool:
-                    key = (path, parent, "bool", None, None, child)
+                    keys[(path, parent, "bool", None, None, child)] = None
                 elif child is None:
-                    key = (path, parent, "null", None, None, None)
+                    keys[(path, parent, "null", None, None, None)] = None
                 elif kind is dict or kind is list:
-                    key = (path, parent, "object" if kind is dict else "array", None, None, None)
-                    keys[key] = None
+                    container: Kind = "object" if kind is dict else "array"
+                    keys[(path, parent, container, None, None, None)] = None
                     if len(keys) > max_rows:
-                        keys.popitem()  # the key just added: there was no room for it
-                        self.overflowed = True
+                        self._trim()
                         return
                     # Descend: this container's children come before its next sibling.
                     stack.append((children, parent, in_array))
@@ -221,19 +223,31 @@ class Nodes:
                     break
                 else:
                     # Not a type JSON decodes to (a subclass): flattened as its base type.
+                    if len(keys) > max_rows:
+                        self._trim()
+                        return
                     self.add(path, child)
                     if self.overflowed:
                         return
-                    continue
-                keys[key] = None
-                if len(keys) > max_rows:
-                    keys.popitem()  # the key just added: there was no room for it
-                    self.overflowed = True
-                    return
             else:
+                if len(keys) > max_rows:
+                    self._trim()
+                    return
                 if not stack:
                     return
                 children, parent, in_array = stack.pop()
+
+    def _trim(self) -> None:
+        """Drop the keys beyond `max_rows`: the row cap was reached (overflowed).
+
+        Keys are added in order, so the ones beyond the cap are the latest: the
+        very keys a check before each one would have refused, the first of
+        them stopping the walk. Checking once per container instead costs at
+        most one container's children of extra keys, briefly.
+        """
+        for _ in range(len(self.keys) - self.max_rows):
+            self.keys.popitem()
+        self.overflowed = True
 
     def _keep(self, key: NodeKey) -> bool:
         """Add `key` unless there is no room for it (then False, and overflowed)."""
