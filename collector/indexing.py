@@ -51,8 +51,9 @@ def field_index(history: History, run_id: str, touched: Nodes | None = None) -> 
             if step.applied:
                 shifting = partial(_shifting_in, step.transition.patch_json)
                 _add_written(touched, step.changed_paths, shifting, state)
-    start = history.state_at(history.start_sequence)
-    end = history.replayed_end if isinstance(recorded, Missing) else recorded
+    # Only read (flattened) here, so lent, not copied.
+    start = history.peek_at(history.start_sequence)
+    end = history.peek_at(history.last_sequence) if isinstance(recorded, Missing) else recorded
     return index_nodes(run_id, start, end, touched)
 
 
