@@ -197,23 +197,24 @@ class Nodes:
                 else:
                     path = prefix + escape_token(_clean(name))
                 kind = type(child)
-                # The row cap is checked per container (`_trim`), not per scalar.
+                key: NodeKey
                 if kind is str:
                     text = child if child.isascii() else _clean(child)
-                    keys[(path, parent, "string", None, text, None)] = None
+                    key = (path, parent, "string", None, text, None)
                 elif kind is int:
-                    keys[(path, parent, "number", _as_float(child), None, None)] = None
+                    key = (path, parent, "number", _as_float(child), None, None)
                 elif kind is float:
-                    keys[(path, parent, "number", child, None, None)] = None
+                    key = (path, parent, "number", child, None, None)
                 elif kind is bool:
-                    keys[(path, parent, "bool", None, None, child)] = None
+                    key = (path, parent, "bool", None, None, child)
                 elif child is None:
-                    keys[(path, parent, "null", None, None, None)] = None
+                    key = (path, parent, "null", None, None, None)
                 elif kind is dict or kind is list:
                     container: Kind = "object" if kind is dict else "array"
                     keys[(path, parent, container, None, None, None)] = None
                     if len(keys) > max_rows:
-                        self._trim()
+                        keys.popitem()  # the key just added: there was no room for it
+                        self.overflowed = True
                         return
                     # Descend: this container's children come before its next sibling.
                     stack.append((children, parent, in_array))
@@ -223,31 +224,20 @@ class Nodes:
                     break
                 else:
                     # Not a type JSON decodes to (a subclass): flattened as its base type.
-                    if len(keys) > max_rows:
-                        self._trim()
-                        return
                     self.add(path, child)
                     if self.overflowed:
                         return
-            else:
+                    continue
+                # Checked per key, so a huge state never holds more than the cap.
+                keys[key] = None
                 if len(keys) > max_rows:
-                    self._trim()
+                    keys.popitem()  # the key just added: there was no room for it
+                    self.overflowed = True
                     return
+            else:
                 if not stack:
                     return
                 children, parent, in_array = stack.pop()
-
-    def _trim(self) -> None:
-        """Drop the keys beyond `max_rows`: the row cap was reached (overflowed).
-
-        Keys are added in order, so the ones beyond the cap are the latest: the
-        very keys a check before each one would have refused, the first of
-        them stopping the walk. Checking once per container instead costs at
-        most one container's children of extra keys, briefly.
-        """
-        for _ in range(len(self.keys) - self.max_rows):
-            self.keys.popitem()
-        self.overflowed = True
 
     def _keep(self, key: NodeKey) -> bool:
         """Add `key` unless there is no room for it (then False, and overflowed)."""
