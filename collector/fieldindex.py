@@ -22,10 +22,10 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal, TypeAlias, cast
+from typing import Any, Final, Literal, TypeAlias
 
 from collector.jsondoc import escape_token
 
@@ -142,6 +142,9 @@ class Nodes:
 
     def extend(self, other: Nodes) -> None:
         keys = self.keys
+        if len(keys) + len(other.keys) <= self.max_rows:
+            keys.update(other.keys)  # room for all: a key already here keeps its place
+            return
         for key in other.keys:
             if key not in keys:
                 if len(keys) >= self.max_rows:
@@ -150,55 +153,123 @@ class Nodes:
                 keys[key] = None
 
     def add(self, pointer: str, value: JsonValue | Absent) -> None:
-        """Every node at and under `pointer`, in pre-order; the document root itself is no row.
+        """Every node at and under `pointer`, in pre-order; the document root itself is no row."""
+        if isinstance(value, Absent) or self.overflowed:
+            return
+        value = _exact(value)
+        if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
+            return
+        if type(value) is list:
+            self._add_children(enumerate(value), pointer, True)
+        elif type(value) is dict:
+            self._add_children(iter(value.items()), pointer, False)
+
+    def add_elements(self, pointer: str, array: list[JsonValue], first: int) -> None:
+        """`add` of each element of the array at `pointer` from index `first` on, in order."""
+        if not self.overflowed:
+            self._add_children(enumerate(array[first:], first), pointer, True)
+
+    def _add_children(
+        self, children: Iterator[tuple[Any, Any]], parent: str, in_array: bool
+    ) -> None:
+        """Every node under `parent` (`children` are its (index or member, value) pairs).
 
         Iterative rather than recursive: telemetry may carry states nested
         deeper than Python's recursion limit. This runs for every node of
         every indexed state, the largest part of the replayer's work, so it
-        dispatches on exact types (JSON decodes to exactly these) and builds
-        each child's pointer once, from its parent's.
+        dispatches on exact types (JSON decodes to exactly these), keys each
+        scalar where it meets it (only containers go on the stack, and most
+        nodes are scalars) and builds each child's pointer once, from its
+        parent's.
         """
-        if isinstance(value, Absent) or self.overflowed:
-            return
         keys = self.keys
         max_rows = self.max_rows
-        stack: list[tuple[str, str, JsonValue]] = [(pointer, pointer.rpartition("/")[0], value)]
-        pop = stack.pop
-        while stack:
-            path, parent, node = pop()
-            kind = type(node)
-            key: NodeKey
-            if kind is str:
-                text = cast(str, node)
-                key = (path, parent, "string", None, text if text.isascii() else _clean(text), None)
-            elif kind is dict or kind is list:
-                tokens: Iterable[tuple[str, JsonValue]]
-                if kind is dict:
-                    key = (path, parent, "object", None, None, None)
-                    items = cast(dict[str, JsonValue], node).items()
-                    tokens = [(escape_token(_clean(name)), child) for name, child in items]
+        # The open containers above this one: the children each has still to
+        # visit, its pointer (their parent), and whether it is an array.
+        stack: list[tuple[Iterator[tuple[Any, Any]], str, bool]] = []
+        while True:
+            prefix = parent + "/"
+            for name, child in children:
+                if in_array:
+                    path = prefix + str(name)
+                elif name.isascii() and "~" not in name and "/" not in name:
+                    path = prefix + name  # the usual member name: nothing to clean or escape
                 else:
-                    key = (path, parent, "array", None, None, None)
-                    elements = cast(list[JsonValue], node)
-                    tokens = [(str(i), child) for i, child in enumerate(elements)]
-                prefix = path + "/"
-                stack.extend(reversed([(prefix + token, path, child) for token, child in tokens]))
-            elif isinstance(node, (dict, list, str)):
-                # A subclass (JSON decodes to none): flatten it as its base type.
-                exact: JsonValue = (
-                    dict(node) if isinstance(node, dict)
-                    else list(node) if isinstance(node, list)
-                    else str(node)
-                )
-                stack.append((path, parent, exact))
-                continue
-            else:
-                key = _scalar_key(path, parent, node)
-            if path and key not in keys:
-                if len(keys) >= max_rows:
+                    path = prefix + escape_token(_clean(name))
+                kind = type(child)
+                key: NodeKey
+                if kind is str:
+                    text = child if child.isascii() else _clean(child)
+                    key = (path, parent, "string", None, text, None)
+                elif kind is int:
+                    key = (path, parent, "number", _as_float(child), None, None)
+                elif kind is float:
+                    key = (path, parent, "number", child, None, None)
+                elif kind is bool:
+                    key = (path, parent, "bool", None, None, child)
+                elif child is None:
+                    key = (path, parent, "null", None, None, None)
+                elif kind is dict or kind is list:
+                    container: Kind = "object" if kind is dict else "array"
+                    keys[(path, parent, container, None, None, None)] = None
+                    if len(keys) > max_rows:
+                        keys.popitem()  # the key just added: there was no room for it
+                        self.overflowed = True
+                        return
+                    # Descend: this container's children come before its next sibling.
+                    stack.append((children, parent, in_array))
+                    in_array = kind is list
+                    children = enumerate(child) if in_array else iter(child.items())
+                    parent = path
+                    break
+                else:
+                    # Not a type JSON decodes to (a subclass): flattened as its base type.
+                    self.add(path, child)
+                    if self.overflowed:
+                        return
+                    continue
+                # Checked per key, so a huge state never holds more than the cap.
+                keys[key] = None
+                if len(keys) > max_rows:
+                    keys.popitem()  # the key just added: there was no room for it
                     self.overflowed = True
                     return
-                keys[key] = None
+            else:
+                if not stack:
+                    return
+                children, parent, in_array = stack.pop()
+
+    def _keep(self, key: NodeKey) -> bool:
+        """Add `key` unless there is no room for it (then False, and overflowed)."""
+        if key not in self.keys:
+            if len(self.keys) >= self.max_rows:
+                self.overflowed = True
+                return False
+            self.keys[key] = None
+        return True
+
+
+def _exact(value: JsonValue) -> JsonValue:
+    """`value` as the JSON type it is an instance of (JSON decodes to no subclass)."""
+    if type(value) in _JSON_TYPES or not isinstance(value, dict | list | str):
+        return value
+    if isinstance(value, dict):
+        return dict(value)
+    return list(value) if isinstance(value, list) else str(value)
+
+
+_JSON_TYPES: Final = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _key(path: str, parent: str, node: JsonValue) -> NodeKey:
+    """The key of one node of exact JSON type (see `_exact`)."""
+    if type(node) is str:
+        return (path, parent, "string", None, _clean(node), None)
+    if type(node) is dict:
+        return (path, parent, "object", None, None, None)
+    if type(node) is list:
+        return (path, parent, "array", None, None, None)
+    return _scalar_key(path, parent, node)
 
 
 def _scalar_key(path: str, parent: str, node: JsonValue) -> NodeKey:

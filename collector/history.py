@@ -267,6 +267,10 @@ class History:
         states = self._require_states(sequence)
         return states.after(self.index_at(sequence))
 
+    def peek_at(self, sequence: int) -> JsonValue:
+        """`state_at`, lent rather than copied where a checkpoint holds it: read, never change."""
+        return self._require_states(sequence).peek(self.index_at(sequence))
+
     def verified_at(self, sequence: int) -> bool:
         """Whether the state after `sequence` is proven by the evidence."""
         self._require_states(sequence)

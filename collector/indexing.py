@@ -11,12 +11,11 @@ nodes of every state the history passed through.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
 from collector.fieldindex import (
     ABSENT,
-    Absent,
     FieldIndex,
     JsonValue,
     Nodes,
@@ -27,9 +26,9 @@ from collector.history import History, walk
 from collector.jsondoc import (
     JsonPatchOp,
     Missing,
-    changed_paths,
     list_index,
-    resolve,
+    pointer_parts,
+    resolve_parts,
     shifting_paths,
 )
 
@@ -47,10 +46,14 @@ def field_index(history: History, run_id: str, touched: Nodes | None = None) -> 
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
     if touched is None:
         touched = Nodes()
-        for pointer, value in _walked(history):
-            touched.add(pointer, value)
-    start = history.state_at(history.start_sequence)
-    end = history.replayed_end if isinstance(recorded, Missing) else recorded
+        for step, state in walk(history):
+            # Flattened before the walk goes on: it patches one document in place.
+            if step.applied:
+                shifting = partial(_shifting_in, step.transition.patch_json)
+                _add_written(touched, step.changed_paths, shifting, state)
+    # Only read (flattened) here, so lent, not copied.
+    start = history.peek_at(history.start_sequence)
+    end = history.peek_at(history.last_sequence) if isinstance(recorded, Missing) else recorded
     return index_nodes(run_id, start, end, touched)
 
 
@@ -65,29 +68,17 @@ class TouchedValues:
     def __init__(self) -> None:
         self.nodes = Nodes()
 
-    def __call__(self, ops: Sequence[JsonPatchOp], state: JsonValue) -> None:
-        for pointer, value in _written(changed_paths(ops), lambda: shifting_paths(ops), state):
-            self.nodes.add(pointer, value)
+    def __call__(
+        self, ops: Sequence[JsonPatchOp], paths: tuple[str, ...], state: JsonValue
+    ) -> None:
+        _add_written(self.nodes, paths, lambda: shifting_paths(ops), state)
 
 
-def _walked(history: History) -> Iterator[tuple[str, JsonValue | Absent]]:
-    """`TouchedValues`' values, found by walking the history again.
-
-    A generator on purpose: the walked state is one working document patched
-    in place, so each value must be flattened before the walk moves on.
-    (Collected into a list first, a value later patched in place was indexed
-    with its later content, and `ever` missed the earlier one.)
-    """
-    for step, state in walk(history):
-        if step.applied:
-            shifting = partial(_shifting_in, step.transition.patch_json)
-            yield from _written(step.changed_paths, shifting, state)
-
-
-def _written(
-    pointers: Iterable[str], shifting: Callable[[], Mapping[str, int]], state: JsonValue
-) -> Iterator[tuple[str, JsonValue | Absent]]:
-    """Each node at `pointers` in the state after a step, and array elements it moved.
+def _add_written(
+    nodes: Nodes, pointers: Iterable[str], shifting: Callable[[], Mapping[str, int]],
+    state: JsonValue,
+) -> None:
+    """Add each node at `pointers` in the state after a step, and array elements it moved.
 
     Inserting into or removing from an array moves every later element to a
     new index: new (path, value) pairs that no op names. `shifting` gives the
@@ -100,12 +91,16 @@ def _written(
     inserts: dict[str, int] | None = None
     moved_from: dict[str, tuple[list[JsonValue], int]] = {}
     for pointer in pointers:
-        parent_pointer, _, token = pointer.rpartition("/")
-        parent = resolve(state, parent_pointer) if pointer else None
+        if not pointer:
+            nodes.add(pointer, state)
+            continue
+        parts = pointer_parts(pointer)
+        parent = resolve_parts(state, parts[:-1])
         if isinstance(parent, list):
             if shifted is None:
                 shifted = shifting()
             if shifted.get(pointer, 0):
+                parent_pointer, _, token = pointer.rpartition("/")
                 if token == "-":
                     # An element appended with `-` ends no lower than the length minus
                     # every insert into this array in the patch: a later insert may
@@ -118,11 +113,11 @@ def _written(
                 lowest = moved_from.get(parent_pointer, (parent, first))[1]
                 moved_from[parent_pointer] = (parent, max(min(first, lowest), 0))
                 continue
-        value = resolve(state, pointer)
-        yield pointer, ABSENT if isinstance(value, Missing) else value
+        # The node itself, found from its parent (already resolved).
+        value = parent if isinstance(parent, Missing) else resolve_parts(parent, parts[-1:])
+        nodes.add(pointer, ABSENT if isinstance(value, Missing) else value)
     for parent_pointer, (array, first) in moved_from.items():
-        for index in range(first, len(array)):
-            yield f"{parent_pointer}/{index}", array[index]
+        nodes.add_elements(parent_pointer, array, first)
 
 
 def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:

@@ -118,11 +118,11 @@ from collector.selection import (
 
 MISMATCH_POINTERS_SHOWN: Final = 5
 
-AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], JsonValue], None]
-"""Called after each patch replay applies: its ops and the live working document.
+AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], tuple[str, ...], JsonValue], None]
+"""Called after each patch replay applies: its ops, their `changed_paths`, the live document.
 
-Both are replay's own: read them at once (op names and pointers only: the
-values of add/replace ops may now be part of the document) and change neither.
+All are replay's own: read them at once (op names and pointers only: the
+values of add/replace ops may now be part of the document) and change none.
 It sees exactly what `walk` (collector/history.py) would yield for the
 applied steps, without a second pass over the patches.
 """
@@ -334,7 +334,7 @@ class _Replay:
             paths = changed_paths(ops or ())
             applied = ops is not None and tape.apply(transition.patch_json, ops)
             if applied and ops is not None and self.on_applied is not None:
-                self.on_applied(ops, tape.document)
+                self.on_applied(ops, paths, tape.document)
             if ops is None:
                 tape.skip()
             elif not applied and verified:
@@ -511,4 +511,7 @@ def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[i
 
 
 def _unverify(step: Step) -> Step:
-    return step._replace(verified=False)
+    # Built directly: NamedTuple._replace costs several times as much, once per step.
+    return Step(
+        step.sequence, step.transition, step.changed_paths, step.applied, False, step.foreign
+    )
