@@ -15,6 +15,8 @@ Invariants:
   predecessor only under the pointers a transition touched, so flattening the
   start state plus each touched subtree sees every (path, value) the history
   ever held.
+- Every string in a row (path, parent, text) encodes as UTF-8: a lone
+  surrogate (valid in JSON) is written as its backslash escape (`_clean`).
 - At most `max_rows` rows per execution; final-state rows are kept first
   (`final` is the default filter scope) and `truncated` reports any loss.
 """
@@ -157,6 +159,7 @@ class Nodes:
         if isinstance(value, Absent) or self.overflowed:
             return
         value = _exact(value)
+        pointer = _clean(pointer)  # a written pointer: keyed as its member names are
         if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
             return
         if type(value) is list:
@@ -167,7 +170,7 @@ class Nodes:
     def add_elements(self, pointer: str, array: list[JsonValue], first: int) -> None:
         """`add` of each element of the array at `pointer` from index `first` on, in order."""
         if not self.overflowed:
-            self._add_children(enumerate(array[first:], first), pointer, True)
+            self._add_children(enumerate(array[first:], first), _clean(pointer), True)
 
     def _add_children(
         self, children: Iterator[tuple[Any, Any]], parent: str, in_array: bool
@@ -292,7 +295,14 @@ def _as_float(number: int | float) -> float:
 
 
 def _clean(text: str) -> str:
-    """Make text encodable as UTF-8: JSON allows lone surrogate escapes, UTF-8 does not."""
+    """Make text encodable as UTF-8: JSON allows lone surrogate escapes, UTF-8 does not.
+
+    The one rule for every string a row holds: values, member names and the
+    pointers patches wrote to. Cleaning a whole pointer equals cleaning each of
+    its member names (it only rewrites surrogates, RFC 6901 escaping only "~"
+    and "/"), so a node a patch wrote and the same node found inside a state
+    get one key.
+    """
     if text.isascii():
         return text
     try:

@@ -260,9 +260,13 @@ def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
 
 
 def list_index(token: str) -> int | None:
-    """The array index a reference token names, or None if it names none (e.g. "-", "01")."""
-    # RFC 6901: array indexes are decimal without leading zeros.
-    if token.isdigit() and (token == "0" or not token.startswith("0")):
+    """The array index a reference token names, or None if it names none (e.g. "-", "01").
+
+    RFC 6901: ASCII decimal digits without leading zeros, exactly as jsonpointer
+    reads them. `str.isdigit` alone also accepts other scripts' digits ("\\u0661"
+    would name index 1) and digit-like signs `int` rejects ("\\u00b2").
+    """
+    if token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"):
         return int(token)
     return None
 
@@ -326,7 +330,7 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
                 return _NOT_PLAIN
             target = target[part]
         elif type(target) is list:
-            index = _array_index(part)
+            index = list_index(part)
             if index is None or index >= len(target):
                 return _NOT_PLAIN
             target = target[index]
@@ -349,7 +353,7 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
     if kind == "add" and last == "-":
         items.append(op["value"])
         return doc
-    index = _array_index(last)
+    index = list_index(last)
     if index is None or index > len(items) or (index == len(items) and kind != "add"):
         return _NOT_PLAIN
     if kind == "add":
@@ -368,13 +372,6 @@ def _plain_parts(path: str) -> tuple[str, ...] | None:
         return pointer_parts(path)
     except ValueError:
         return None
-
-
-def _array_index(token: str) -> int | None:
-    """The index a token names in an array, exactly as jsonpointer reads one (ASCII digits)."""
-    if token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"):
-        return int(token)
-    return None
 
 
 _OPERATIONS: Final = jsonpatch.JsonPatch.operations

@@ -160,4 +160,13 @@ def _flags(step: Step) -> int:
 
 
 def _compact(state: object) -> str:
-    return json.dumps(state, separators=(",", ":"), ensure_ascii=False)
+    """The state as JSON text the store can hold (UTF-8), as short as it can be."""
+    text = json.dumps(state, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (JSON allows "\ud800"; UTF-8 has no such character):
+            # escaped, it reads back as the same state.
+            return json.dumps(state, separators=(",", ":"))
+    return text

@@ -113,3 +113,23 @@ def test_nodes_past_the_cap_mark_the_index_truncated_and_keep_final_rows() -> No
     index = index_nodes("r1", ABSENT, {"f": 1}, touched)
     assert index.truncated
     assert [row.path for row in index.rows if row.is_final] == ["/f"]
+
+
+def test_index_rows_keys_a_written_lone_surrogate_as_the_state_keys_its_member() -> None:
+    # JSON may name a member "\ud800"; a patch that wrote it names the same node.
+    final: JsonValue = {"\ud800": {"b": 1}}
+    index = index_rows("r1", ABSENT, final, [("/\ud800", {"b": 1}), ("/\ud800/b", 1)])
+    assert [(row.path, row.parent, row.is_final) for row in index.rows] == [
+        ("/\\ud800", "", True),
+        ("/\\ud800/b", "/\\ud800", True),
+    ]
+    for row in index.rows:
+        row.path.encode("utf-8")
+        row.parent.encode("utf-8")
+
+
+def test_nodes_clean_the_pointer_of_elements_added_under_a_lone_surrogate() -> None:
+    touched = Nodes()
+    touched.add_elements("/\ud800~1x", ["\udfff"], 0)
+    ((path, parent, kind, _, text, _),) = touched.keys
+    assert (path, parent, kind, text) == ("/\\ud800~1x/0", "/\\ud800~1x", "string", "\\udfff")

@@ -26,7 +26,8 @@ from history_records import (
 )
 
 from collector.history import Diagnostic, History, StateUnavailableError, holes, walk
-from collector.jsondoc import MISSING, JsonValue, iter_differences, json_equal
+from collector.indexing import TouchedValues, field_index
+from collector.jsondoc import MISSING, JsonValue, iter_differences, json_equal, list_index, resolve
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.provenance import provenance
 from collector.replay import replay
@@ -958,6 +959,50 @@ def test_corrupted_fixture_cut_payload_is_invalid_json() -> None:
 
     assert finding(history, "invalid_json_payload").sequence == 3
     assert history.verdict == "partial"
+
+
+# --- array indexes in pointers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["0", "7", "10"])
+def test_list_index_reads_ascii_decimal_indexes(token: str) -> None:
+    assert list_index(token) == int(token)
+
+
+# Superscript two, Arabic-Indic one, fullwidth one: digits to str.isdigit, not to RFC 6901.
+@pytest.mark.parametrize("token", ["01", "-", "", "+1", " 1", "1.0", "\u00b2", "\u0661", "\uff11"])
+def test_list_index_names_no_index_for_any_other_token(token: str) -> None:
+    assert list_index(token) is None
+
+
+UNICODE_DIGITS: list[Patch] = [
+    [
+        {"op": "add", "path": "/x/\u00b2", "value": 1},
+        {"op": "add", "path": "/x/\u0661", "value": 2},
+        {"op": "replace", "path": "/x", "value": [0, 5]},
+    ]
+]
+
+
+def test_replay_treats_a_unicode_digit_token_as_a_member_name_not_an_index() -> None:
+    # The tokens name members while /x is an object; once /x is an array they name nothing.
+    execution, transitions, _ = scenario({"x": {}}, UNICODE_DIGITS)
+    touched = TouchedValues()
+    history = replay(execution, transitions, on_applied=touched)
+    assert history.verdict == "verified"
+    assert resolve(history.state_at(1), "/x/\u0661") is MISSING
+    watched = field_index(history, execution.run_id, touched.nodes)
+    walked = field_index(history, execution.run_id)
+    assert {row.path for row in watched.rows} == {row.path for row in walked.rows}
+    assert {row.path for row in walked.rows} == {"/x", "/x/0", "/x/1"}
+
+
+def test_provenance_does_not_take_a_unicode_digit_token_for_a_shifted_index() -> None:
+    execution, transitions, _ = scenario({"x": {}}, UNICODE_DIGITS)
+
+    entries = provenance(replay(execution, transitions), "/x/0").entries
+
+    assert [(e.sequence, e.op, e.relation) for e in entries] == [(1, "replace", "ancestor")]
 
 
 # --- provenance ------------------------------------------------------------------------------

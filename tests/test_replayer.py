@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from history_records import scenario
+from history_records import Patch, scenario
 
 from collector import replayer as replayer_module
 from collector.model import Evidence, Execution, Transition
@@ -24,6 +25,19 @@ def _run() -> tuple[Execution, list[Transition]]:
     execution = dataclasses.replace(execution, run_id="run-r", store_id="store-r")
     placed = [t._replace(store_id="store-r", event_index=i) for i, t in enumerate(transitions)]
     return execution, placed
+
+
+def _odd_run(name: str, trace_id: str, start: Any, patches: list[Patch]) -> Evidence:
+    """One execution of its own store and trace, so several can be stored side by side."""
+    execution, transitions, _ = scenario(start, patches)
+    execution = dataclasses.replace(
+        execution, run_id=f"run-{name}", store_id=f"store-{name}", trace_id=trace_id
+    )
+    placed = [
+        t._replace(store_id=f"store-{name}", trace_id=trace_id, event_index=i)
+        for i, t in enumerate(transitions)
+    ]
+    return Evidence([execution], placed, {})
 
 
 def _verdict(store: Store, run_id: str) -> str | None:
@@ -100,6 +114,29 @@ def test_a_run_naming_no_store_is_replayed_by_its_run_id_once(tmp_path: Path) ->
         replayer.notify(store.write([IngestBatch(spans=[], evidence=Evidence([late], [], {}))]))
         assert replayer.wait_idle(10)
         assert _verdict(store, "run-late") == "not_applicable"
+    finally:
+        replayer.close()
+        store.close()
+
+
+def test_odd_but_valid_pointers_get_a_verdict_and_are_not_stale_again(tmp_path: Path) -> None:
+    # A member named by a lone surrogate (valid JSON, not UTF-8), and a token of
+    # Unicode digits that names a member, never an array index.
+    member: Patch = [{"op": "add", "path": "/\ud800", "value": 1}]
+    surrogate = _odd_run("s", "1" * 32, {"a": 1}, [member])
+    squared: Patch = [
+        {"op": "add", "path": "/x/\u00b2", "value": 1},
+        {"op": "replace", "path": "/x", "value": [0]},
+    ]
+    digits = _odd_run("d", "2" * 32, {"x": {}}, [squared])
+    store = Store(tmp_path / "replayer.duckdb")
+    store.write([IngestBatch(spans=[], evidence=surrogate), IngestBatch(spans=[], evidence=digits)])
+    assert sorted(store.stale_store_ids()) == ["store-d", "store-s"]
+    replayer = Replayer(store)  # replays what is stale at start-up, both in one batch
+    try:
+        assert replayer.wait_idle(10)
+        assert (_verdict(store, "run-s"), _verdict(store, "run-d")) == ("verified", "verified")
+        assert store.stale_store_ids() == []
     finally:
         replayer.close()
         store.close()

@@ -233,3 +233,21 @@ def test_pruning_a_trace_deletes_its_snapshots(tmp_path: Path) -> None:
     assert pruned.executions == 1
     assert store.replay_snapshot(execution.run_id) is None
     store.close()
+
+
+def test_a_state_with_a_lone_surrogate_is_saved_and_restored(tmp_path: Path) -> None:
+    # JSON may carry "\ud800"; UTF-8, and so the store, cannot hold it unescaped.
+    execution, transitions, _ = scenario(
+        {"n": 0, "odd": "\ud800", "\udfff": "é"},
+        [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, MIN_SNAPSHOT_STEPS + 1)],
+    )
+    transitions = [t._replace(event_index=i) for i, t in enumerate(transitions)]
+    store = Store(tmp_path / "surrogate.duckdb")
+    store.write([IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))])
+    replay_stores(store, [execution.store_id or ""])
+    snapshot = store.replay_snapshot(execution.run_id)
+    assert snapshot is not None and snapshot.verdict == "verified"
+    history, _ = load_history(store, execution)
+    assert history.checkpoint_count == len(snapshot.checkpoint_steps)  # restored, not replayed
+    assert_same_history(history, replay_with(execution, transitions, []))
+    store.close()
