@@ -88,7 +88,10 @@ def _segment_path(directory: Path, number: int) -> Path:
 
 def _segment_numbers(directory: Path) -> list[int]:
     return sorted(
-        int(path.stem) for path in directory.glob(f"*{SEGMENT_SUFFIX}") if path.stem.isdigit()
+        int(path.stem)
+        for path in directory.glob(f"*{SEGMENT_SUFFIX}")
+        # ASCII only: a stray file named in other digits would make int() raise at start-up.
+        if path.stem.isascii() and path.stem.isdigit()
     )
 
 

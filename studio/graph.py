@@ -177,7 +177,8 @@ def spans_lost(rows: Sequence[WaterfallRow], runs: Mapping[str, NodeRun]) -> boo
     declared = next(
         (a.preview for a in owner.attributes if a.key == WORKFLOW_NODE_COUNT), None
     )
-    if declared is None or not declared.isdigit():
+    # ASCII only: str.isdigit() also admits digits such as '²', which int() refuses.
+    if declared is None or not (declared.isascii() and declared.isdigit()):
         return False
     return int(declared) > sum(run.count for run in runs.values())
 

@@ -39,7 +39,7 @@ from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
 from studio import execution_page
 from studio.api import provenance_json
-from studio.graph import layout, node_runs
+from studio.graph import layout, node_runs, spans_lost
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
@@ -470,6 +470,21 @@ def test_waterfall_orders_spans_as_a_tree_with_bars_to_scale() -> None:
     assert [(r.x, r.width) for r in rows[:3]] == [(0, 1000), (0, 250), (500, 500)]
     assert [r.in_execution for r in rows] == [True, True, True, False]
     assert node_runs(rows) == {}
+
+
+def test_a_node_count_in_non_ascii_digits_is_no_count_rather_than_a_crash() -> None:
+    # str.isdigit() admits '²', which int() refuses: the page raised on such telemetry.
+    def owner(count: str) -> SpanRow:
+        span = trace_pb2.Span()
+        attribute = span.attributes.add()
+        attribute.key = junjo.WORKFLOW_NODE_COUNT
+        attribute.value.string_value = count
+        return SpanRow("t" * 32, "a", "", "Workflow", 1, 0, 10, 0, "", "svc", "junjo",
+                       None, None, span.SerializeToString())
+
+    for count, lost in (("\u00b2", False), ("\u0661", False), ("3", True)):
+        rows = build_waterfall([owner(count)], owner_span_id="a").rows
+        assert spans_lost(rows, {}) is lost
 
 
 def test_a_foreign_step_in_this_trace_links_to_the_run_that_wrote_it() -> None:
