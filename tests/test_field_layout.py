@@ -227,8 +227,18 @@ def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
     try:
         _stored_and_replayed(store, 5, first=0)
         _ballast(store, 1_000_000)
-        rewrite = _rewriting(store)
         seen_during_the_rewrite = 0
+        exported = threading.Event()
+
+        def between_steps() -> bool:
+            # Until three exports were seen during steps, give this thread its turn
+            # between two: on a fast machine the rewrite ended after only two.
+            if seen_during_the_rewrite < 3:
+                exported.wait(2)
+                exported.clear()
+            return False
+
+        rewrite = _rewriting(store, between_steps)
         n = 100
         deadline = time.monotonic() + 60
         while rewrite.is_alive() and seen_during_the_rewrite < 3 and time.monotonic() < deadline:
@@ -243,6 +253,7 @@ def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
                 assert store.execution_row(f"run-{n}") is not None
                 assert f"run-{n}" in found
                 seen_during_the_rewrite += 1
+                exported.set()
             n += 1
         assert seen_during_the_rewrite == 3
         _finished(rewrite)
