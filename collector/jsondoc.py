@@ -323,19 +323,8 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
     if not parts:
         # The whole document: replaced (add or replace), or an error (remove, bad pointer).
         return op["value"] if parts is not None and kind != "remove" else _NOT_PLAIN
-    target = doc
-    for part in parts[:-1]:
-        if type(target) is dict:
-            if part not in target:
-                return _NOT_PLAIN
-            target = target[part]
-        elif type(target) is list:
-            index = list_index(part)
-            if index is None or index >= len(target):
-                return _NOT_PLAIN
-            target = target[index]
-        else:
-            return _NOT_PLAIN
+    # The container written to; MISSING (a path through nothing) fails the type checks below.
+    target = resolve_parts(doc, parts[:-1])
     last = parts[-1]
     if type(target) is dict:
         if kind == "add":
