@@ -151,7 +151,14 @@
     }
     document.querySelectorAll("button[data-time-toggle]").forEach(function (button) {
       button.hidden = false;
-      button.textContent = mode === "utc" ? "Times: UTC" : "Times: " + zoneName(new Date());
+      var shown = mode === "utc" ? "UTC" : zoneName(new Date());
+      // Changed only when it differs: the observer below would see a change as new content.
+      if (button.textContent !== "Times: " + shown) {
+        var word = document.createElement("span");
+        word.className = "time-toggle-word";  // left out on a phone's narrow header
+        word.textContent = "Times: ";
+        button.replaceChildren(word, document.createTextNode(shown));
+      }
       button.setAttribute("aria-pressed", mode === "utc" ? "true" : "false");
       button.title = mode === "utc" ? "Show times in your time zone" : "Show times in UTC";
     });

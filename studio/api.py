@@ -35,13 +35,13 @@ from collector.row_json import execution_json
 from collector.store.in_flight import InFlightRow
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
-from studio.field_suggestions import field_help, paths_json, values_json
+from studio.field_suggestions import paths_json, values_json
 from studio.inspect import Inspection, parent_and_children
 from studio.json_errors import json_error
 from studio.links import Links
 from studio.outcome import ended_badly, outcome, outcome_json
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
-from studio.services import inspector_of, store_of
+from studio.services import inspector_of, store_of, suggestions_of
 from studio.start_writer import start_writer
 from studio.waterfall import build_waterfall
 
@@ -394,7 +394,7 @@ def _state_or_none(history: History, sequence: int) -> JsonValue:
 def field_paths(request: Request) -> Response:
     """GET /api/fields?workflow=W: the end-state paths of the newest runs (of W)."""
     workflow = request.query_params.get("workflow") or None
-    return JSONResponse(paths_json(field_help(store_of(request), workflow)))
+    return JSONResponse(paths_json(suggestions_of(request).help(store_of(request), workflow)))
 
 
 def field_values(request: Request) -> Response:
@@ -409,5 +409,5 @@ def field_values(request: Request) -> Response:
         return json_error(400, f"path: {exc}", parameter="path")
     workflow = request.query_params.get("workflow") or None
     path = Path(pointer_parts(pointer))
-    sampled, values = store_of(request).field_examples(path, workflow)
+    sampled, values = suggestions_of(request).examples(store_of(request), path, workflow)
     return JSONResponse(values_json(path, workflow, sampled, values))

@@ -31,11 +31,11 @@ from collector.store.listing import (
     SortKey,
 )
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
-from studio.field_suggestions import NO_HELP, FieldHelp, field_help
+from studio.field_suggestions import NO_HELP, FieldHelp
 from studio.links import Links
 from studio.list_return import remember_list
 from studio.params import DEFAULT_SORT, BadParameter, execution_query, next_cursor
-from studio.services import services_of, store_of
+from studio.services import services_of, store_of, suggestions_of
 from studio.templating import templates
 
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
@@ -181,7 +181,7 @@ def executions_page(request: Request) -> Response:
             return _go_to(request, destination)
         view = _empty_view(
             request, links, filters, error=filter_error(exc, filters),
-            field_help=field_help(store, filters["workflow"] or None),
+            field_help=suggestions_of(request).help(store, filters["workflow"] or None),
         )
         return _render_executions(request, view, status_code=400)
     return _render_executions(request, _executions_view(request, links, store, filters, query))
@@ -267,7 +267,7 @@ def _executions_view(
             for hint in hints
         ),
         partly_indexed=store.partly_indexed(query) if query.where is not None else 0,
-        field_help=field_help(store, query.workflow),
+        field_help=suggestions_of(request).help(store, query.workflow),
     )
 
 

@@ -27,7 +27,7 @@ from test_studio_pages import send, without_workflow_span
 from studio.execution_page import POLL_SECONDS
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (pytest_plugins), not here
-    from browser import PageFactory
+    from browser import PageFactory, Screenshot
 
 pytestmark = pytest.mark.browser
 pytest_plugins = ("browser",)
@@ -167,7 +167,7 @@ def test_browser_without_javascript_times_are_utc_and_say_so(
 
 
 def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_not(
-    site: Site, new_page: PageFactory
+    site: Site, new_page: PageFactory, screenshot: Screenshot
 ) -> None:
     page = zoned_page(new_page)
     polls: list[str] = []
@@ -186,10 +186,12 @@ def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_
         f"{local_text(since.get_attribute('datetime') or '')} {ZONE_LABEL}"
     )
     expect(flights.locator("tr", has_text=site.active).locator(".status-in_flight")).to_be_visible()
+    screenshot(page, "executions-in-flight.png")
 
     page.goto(site.server.url + f"/executions/{site.quiet}")
     expect(page.locator("header.x-header .status-quiet")).to_have_text("no activity")
     expect(page.locator("#verdict")).to_contain_text("stopped refreshing itself")
+    screenshot(page, "execution-no-activity.png")
     polls.clear()
     page.wait_for_timeout((2 * POLL_SECONDS + 1) * 1000)
     assert polls == []

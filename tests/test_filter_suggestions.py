@@ -30,6 +30,7 @@ from collector.query_ast import Path
 from collector.store import field_catalog
 from collector.store.filters import insert_field_rows
 from collector.store.migrations import apply_migrations
+from studio.field_suggestions import CACHED_ANSWERS, TimedCache
 
 # Markup, both quote kinds and a slash (an RFC 6901 separator, so `~1` in pointers).
 HOSTILE_KEY = "<script>alert(\"k\")</script>'q"
@@ -225,3 +226,27 @@ def _options(page: str) -> list[str]:
 
 def _text(markup: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", markup)).split())
+
+
+def test_suggestions_are_kept_a_while_then_asked_again() -> None:
+    now = [0.0]
+    asked: list[str] = []
+    cache: TimedCache[str] = TimedCache(ttl=60.0, clock=lambda: now[0])
+
+    def answer(key: str) -> str:
+        def compute() -> str:
+            asked.append(key)
+            return key.upper()
+
+        return cache.get(key, compute)
+
+    assert answer("a") == "A" and answer("a") == "A"
+    assert asked == ["a"]
+    now[0] = 61.0  # expired: asked anew
+    assert answer("a") == "A" and asked == ["a", "a"]
+    for n in range(CACHED_ANSWERS + 1):  # the least recently used is dropped
+        answer(f"k{n}")
+    asked.clear()
+    answer("k0")
+    answer(f"k{CACHED_ANSWERS}")
+    assert asked == ["k0"]

@@ -20,9 +20,13 @@ import duckdb
 from collector.store.listing import ExecutionQuery
 
 IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
-# An in-flight run that received nothing for this long has probably lost its
-# owner span (an exporter queue that overflowed, a process that exited before
-# flushing); the studio says so instead of waiting for it.
+# An in-flight run whose trace received nothing for this long has probably
+# stopped: its process died, or its owner span was lost (an exporter queue that
+# overflowed, a process that exited before flushing). The studio shows it as
+# "no activity since" and stops refreshing its page instead of waiting; a span
+# arriving later in its trace makes it active again. Ten minutes: Junjo exports
+# a span when it ends, in batches at most 5 s apart (SCHEMA.md section 0), so a
+# quiet trace means no span of it ended for that long.
 IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
 
 
