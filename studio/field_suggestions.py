@@ -14,10 +14,11 @@ telemetry: they reach the page only through autoescaped templates and JSON.
 Answers are kept for HELP_TTL_SECONDS (`Suggestions`): the sampled runs' rows
 are found by run key, which prunes well while they are still in arrival
 order but not once the idle server has sorted the index by path. Measured at
-1M runs (32.5M index rows), one list page's help took 14-29 ms on an index
-in arrival order, and 94-347 ms once sorted (the sampled keys' rows are then
-in every row group); the list's own query took 6-15 ms. So a page pays that
-at most once a minute per workflow, and new paths show up within the minute.
+1M runs (32.5M index rows, serve's settings), one list page's help took 10-11
+ms on an index in arrival order, and 52-58 ms once sorted (the sampled keys'
+rows are then in every row group, so the key column is read whole); the
+list's own query took 6 ms. So a page pays that at most once a minute per
+workflow, and new paths show up within the minute.
 """
 
 from __future__ import annotations

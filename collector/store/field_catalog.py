@@ -23,8 +23,7 @@ import duckdb
 from collector.query_ast import Path
 from collector.store.filters import TABLE, FieldValue, key64
 
-# The newest runs asked. At 1M runs the two statements below took ~14 ms and
-# ~3 ms with 200 (README "Filter suggestions" has the figures).
+# The newest runs asked (README "Filter suggestions" has the figures).
 SAMPLE_RUNS: Final = 200
 # How far below the greatest run key the newest runs are looked for first.
 KEY_WINDOW: Final = 20
@@ -32,6 +31,13 @@ MAX_PATHS: Final = 500
 MAX_VALUES: Final = 8
 # Longer strings make poor examples and hostile telemetry can be megabytes long.
 MAX_VALUE_CHARS: Final = 120
+
+
+# The sampled runs' rows: their key range first, a plain comparison DuckDB checks
+# fast, then the keys themselves. A workflow's sampled keys are not contiguous,
+# and the IN list alone took 122 ms at 1M runs on an index sorted by path; with
+# the range before it, 46 ms (every sampled run's rows: 41 ms).
+_IN_SAMPLE: Final = "v.run_key BETWEEN ? AND ? AND v.run_key IN ({keys})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +97,9 @@ def paths_in(
     keys = ", ".join("?" for _ in run_keys)
     rows = cursor.execute(
         f"SELECT v.path, list(DISTINCT v.kind ORDER BY v.kind), count(DISTINCT v.run_key) AS n "
-        f"FROM {TABLE} v WHERE v.is_final AND v.path <> '' AND v.run_key IN ({keys}) "
+        f"FROM {TABLE} v WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
         "GROUP BY v.path ORDER BY n DESC, v.path LIMIT ?",
-        [*run_keys, limit + 1],
+        [min(run_keys), max(run_keys), *run_keys, limit + 1],
     ).fetchall()
     return [PathCount(row[0], tuple(row[1]), int(row[2])) for row in rows]
 
@@ -116,10 +122,10 @@ def values_at(
         "WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
         "AND v.kind IN ('string', 'number', 'bool', 'null') "
         "AND (v.str IS NULL OR length(v.str) <= ?) AND (v.num IS NULL OR isfinite(v.num)) "
-        f"AND v.run_key IN ({keys}) "
+        f"AND {_IN_SAMPLE.format(keys=keys)} "
         "GROUP BY ALL ORDER BY n DESC, v.kind, v.num, v.str LIMIT ?",
         [key64(path.parent.pointer), key64(path.pointer), path.pointer, MAX_VALUE_CHARS,
-         *run_keys, limit],
+         min(run_keys), max(run_keys), *run_keys, limit],
     ).fetchall()
     found: list[ValueCount] = []
     for kind, num, text, flag, count in rows:
