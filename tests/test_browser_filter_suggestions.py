@@ -85,7 +85,7 @@ def test_browser_suggestions_follow_the_workflow_facet(site: Suggesting, page: P
     assert "title" in options(page)
     page.locator("section.facet a", has_text="Loop Workflow").click()
     expect(page).to_have_url(re.compile(r"workflow=Loop\+Workflow"))
-    expect(page.locator("#where-help")).to_contain_text("of Loop Workflow")
+    expect(page.locator("#where-fields")).to_contain_text("of Loop Workflow")
     assert "verdict" in options(page) and "title" not in options(page)
     page.locator("#where").focus()
     page.keyboard.type("verdict = ")

@@ -149,9 +149,10 @@ def test_filter_help_names_real_paths_and_a_working_example(suggesting: Suggesti
     page = suggesting.get("/").text
     help_text = _text(_between(page, '<p id="where-help"', "</p>"))
     assert "done = true" in help_text  # a flag that runs ended with, as the example
-    assert "Fields of the newest 3 runs:" in help_text and "profile.address.city" in help_text
+    fields = _text(_between(page, '<p id="where-fields"', "</p>"))
+    assert "Fields of the newest 3 runs:" in fields and "profile.address.city" in fields
     # Named fields before array elements, which would crowd them out.
-    assert "items[0]" not in help_text
+    assert "items[0]" not in fields
     options = _options(page)
     assert {"title", "profile.address.city", "items[0]", HOSTILE_LABEL} <= set(options)
     assert 'list="where-paths"' in page
