@@ -121,10 +121,11 @@
   }
 
   function showTime(element, mode) {
+    if (element.getAttribute("data-shown") === mode) return;
     var iso = element.getAttribute("datetime") || "";
     var shown = mode === "utc" ? utcParts(iso) : localParts(iso);
     var other = mode === "utc" ? localParts(iso) : utcParts(iso);
-    if (!shown || !other || element.getAttribute("data-shown") === mode) return;
+    if (!shown || !other) return;
     var date = document.createElement("span");
     date.className = "date";
     date.textContent = shown.date;
@@ -242,9 +243,12 @@
     var url = list.getAttribute("data-values-url") + "?path=" + encodeURIComponent(path);
     if (workflowOf(input)) url += "&workflow=" + encodeURIComponent(workflowOf(input));
     fetch(url, { headers: { accept: "application/json" }, credentials: "same-origin" })
-      .then(function (answer) { return answer.ok ? answer.json() : { values: [] }; })
-      .then(function (found) { valueCache[key] = found.values || []; then(valueCache[key]); },
-            function () { valueCache[key] = []; });
+      .then(function (answer) { return answer.ok ? answer.json() : null; })
+      .then(function (found) {
+        if (!found) return;  // a bad path, or the store unavailable: no values, asked again later
+        valueCache[key] = found.values || [];
+        then(valueCache[key]);
+      }, function () { return null; });
   }
 
   // The completions of `text` (the whole box, the caret at its end).

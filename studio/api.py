@@ -73,9 +73,9 @@ def in_flight_json(row: InFlightRow) -> dict[str, Any]:
         "span_count": row.span_count,
         # When its trace last received a span; repeated as `no_activity_since` once that is
         # so long ago that the run is taken to have stopped (InFlightRow.is_quiet).
-        "last_activity_at": rfc3339(row.quiet_since_unix_nano),
+        "last_activity_at": rfc3339(row.latest_activity_unix_nano),
         "no_activity_since": (
-            rfc3339(row.quiet_since_unix_nano) if row.is_quiet(time.time_ns()) else None
+            rfc3339(row.latest_activity_unix_nano) if row.is_quiet(time.time_ns()) else None
         ),
     }
 

@@ -294,8 +294,8 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
         back=list_return(request),
-        last_activity=flight.quiet_since_unix_nano if flight is not None else None,
-        quiet_since=flight.quiet_since_unix_nano if flight is not None and quiet else None,
+        last_activity=flight.latest_activity_unix_nano if flight is not None else None,
+        quiet_since=flight.latest_activity_unix_nano if flight is not None and quiet else None,
     )
 
 

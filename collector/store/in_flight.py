@@ -53,11 +53,10 @@ class InFlightRow:
     def is_quiet(self, now_unix_nano: int) -> bool:
         """Nothing arrived in its trace for IN_FLIGHT_QUIET_NANOS: its process probably died,
         or its owner span was lost. Evidence arriving later makes it active again."""
-        latest = max(self.last_activity_unix_nano, self.last_received_unix_nano)
-        return now_unix_nano - latest > IN_FLIGHT_QUIET_NANOS
+        return now_unix_nano - self.latest_activity_unix_nano > IN_FLIGHT_QUIET_NANOS
 
     @property
-    def quiet_since_unix_nano(self) -> int:
+    def latest_activity_unix_nano(self) -> int:
         """When the run's trace last received anything (what "no activity since" names)."""
         return max(self.last_activity_unix_nano, self.last_received_unix_nano)
 
