@@ -9,13 +9,14 @@ the submodules, one concern each: the schema (migrations.py), transactions
 (transactions.py), the database's settings and checkpoints (database.py), an
 ingest write (writes.py), finding executions (listing.py) and runs in flight
 (in_flight.py), replay's inputs and results (replays.py, lineage.py,
-run_keys.py), the field index and its filter compiler (filters.py) and its
-idle-time rewrite (field_layout.py), retention (retention.py), ingestion keys
-(keys.py), a trace's spans (spans.py) and the spool position
-(spool_position.py). rows.py, documents.py and span_bytes.py build rows
-without SQL; rewrite.py runs field_layout.py's rewrite a step at a time
-under the store's locks, also without SQL. Values are always bound
-parameters; identifiers come only from allow-lists.
+run_keys.py), the field index and its filter compiler (filters.py), its
+idle-time rewrite (field_layout.py) and the filter box's suggestions
+(field_catalog.py), retention (retention.py), ingestion keys (keys.py), a
+trace's spans (spans.py) and the spool position (spool_position.py).
+rows.py, documents.py and span_bytes.py build rows without SQL; rewrite.py
+runs field_layout.py's rewrite a step at a time under the store's locks, also
+without SQL. Values are always bound parameters; identifiers come only from
+allow-lists.
 
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
@@ -47,6 +48,7 @@ from collector.query_ast import Path as FieldPath
 from collector.snapshot import Snapshot
 from collector.store import (
     database,
+    field_catalog,
     field_layout,
     filters,
     in_flight,
@@ -428,6 +430,22 @@ class Store:
     def field_children(self, parent: FieldPath, limit: int = 500) -> list[str]:
         with self._cursor() as cursor:
             return filters.child_paths(cursor, parent, limit)
+
+    def field_paths(
+        self, workflow: str | None = None
+    ) -> tuple[int, list[field_catalog.PathCount]]:
+        """The end-state paths of the newest runs (of `workflow`): (runs sampled, paths)."""
+        with self._cursor() as cursor:
+            keys = field_catalog.sample_run_keys(cursor, workflow)
+            return len(keys), field_catalog.paths_in(cursor, keys)
+
+    def field_examples(
+        self, path: FieldPath, workflow: str | None = None
+    ) -> tuple[int, list[field_catalog.ValueCount]]:
+        """The commonest end values of `path` in the newest runs: (runs sampled, values)."""
+        with self._cursor() as cursor:
+            keys = field_catalog.sample_run_keys(cursor, workflow)
+            return len(keys), field_catalog.values_at(cursor, path, keys)
 
     def execution_row(self, run_id: str) -> listing.ExecutionRow | None:
         with self._cursor() as cursor:
