@@ -10,6 +10,7 @@ saved; the execution pages replay on demand from the evidence itself.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from collector.burst_memory import BurstMemory
-from collector.evidence import EvidenceVersion, carriers_of, replay_with, version_of
+from collector.evidence import EvidenceVersion, replay_with, version_of
 from collector.fieldindex import FieldIndex
 from collector.foreground import Foreground
 from collector.history import History
@@ -67,8 +68,14 @@ class Backlog:
         self.runs.update(runs)
 
     def take(self, size: int) -> Backlog:
-        """Up to `size` stores and `size` runs, removed from here."""
-        batch = Backlog(set(sorted(self.stores)[:size]), set(sorted(self.runs)[:size]))
+        """Up to `size` stores and `size` runs (the least ids), removed from here.
+
+        `nsmallest`, not a sort: a burst leaves tens of thousands waiting, and
+        sorting them all again for every batch of 64 cost more than the batch.
+        """
+        batch = Backlog(
+            set(heapq.nsmallest(size, self.stores)), set(heapq.nsmallest(size, self.runs))
+        )
         self.stores -= batch.stores
         self.runs -= batch.runs
         return batch
@@ -286,30 +293,23 @@ def replay_stores(
 
     `storeless_runs` adds those runs that name no store (a run whose owner span
     lost its store id: not_applicable, with its diagnostics). The evidence of
-    the whole batch is read in two queries. `between` runs before each
-    execution's replay (the replayer gives way to studio requests there); each
-    history is offered to `sink` as it is made.
+    the whole batch is read in one snapshot (Store.replay_batch), with the
+    runs' keys, which the save then needs no join to find. `between` runs
+    before each execution's replay (the replayer gives way to studio requests
+    there); each history is offered to `sink` as it is made.
     """
-    executions = store.executions_for_stores(store_ids) if store_ids else []
-    if storeless_runs:
-        executions += store.storeless_executions(storeless_runs)
+    batch = store.replay_batch(store_ids, storeless_runs)
+    executions, transitions, links = batch.executions, batch.transitions, batch.links
     if not executions:
         return 0
-    owned = sorted({e.store_id for e in executions if e.store_id})
     traces = sorted({e.trace_id for e in executions})
-    # Read before the evidence, so a version never claims more than was replayed.
-    versions = store.evidence_versions(owned, traces) if sink is not None else ({}, {})
-    transitions = store.transitions_for_stores(owned)
-    links = store.evidence_spans_for(
-        traces, carriers_of(t for received in transitions.values() for t in received)
-    )
     # Each execution needs its own trace's spans and its carriers elsewhere; hand
     # it those, not the whole batch's, so a batch costs linear time.
     by_trace: dict[str, list[SpanLink]] = {}
     for link in links:
         by_trace.setdefault(link.span.trace_id, []).append(link)
     now = time.time_ns()
-    per_store, per_trace = versions
+    per_store, per_trace = batch.versions if sink is not None else ({}, {})
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
     snapshots: list[Snapshot] = []
@@ -334,5 +334,5 @@ def replay_stores(
     # around it now that the spans between may have arrived (collector/lineage.py).
     in_batch = set(traces)
     parents = enclosing_runs(link for link in links if link.span.trace_id in in_batch)
-    store.save_replays(records, indexes, snapshots, parents)
+    store.save_replays(records, indexes, snapshots, parents, batch.run_keys)
     return len(records)

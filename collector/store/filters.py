@@ -51,7 +51,7 @@ of any state the history passed through):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, assert_never
 
@@ -61,14 +61,16 @@ import pyarrow.compute as pc
 
 from collector.fieldindex import FieldIndex
 from collector.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
-from collector.store.run_keys import insert_with_run_keys
+from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
 TABLE: Final = "field_values"
-SORT_KEY: Final = "parent_key, path_key, kind, num, str_key"
+SORT_COLUMNS: Final = ("parent_key", "path_key", "kind", "num", "str_key")
+SORT_KEY: Final = ", ".join(SORT_COLUMNS)
 RANGES: Final = "field_ranges"
 # `hi` last: most `ever` ranges are lower bounds (`>=`, `>`), which zone maps
 # on `hi` then prune within the path's slice.
-RANGES_SORT_KEY: Final = "parent_key, path_key, hi"
+RANGES_SORT_COLUMNS: Final = ("parent_key", "path_key", "hi")
+RANGES_SORT_KEY: Final = ", ".join(RANGES_SORT_COLUMNS)
 
 
 _BATCH_SCHEMA: Final = pa.schema(
@@ -104,15 +106,24 @@ def key64(text: str) -> int:
 # --- writes ------------------------------------------------------------------
 
 
-def insert_field_rows(conn: duckdb.DuckDBPyConnection, indexes: Iterable[FieldIndex]) -> int:
+def insert_field_rows(
+    conn: duckdb.DuckDBPyConnection,
+    indexes: Iterable[FieldIndex],
+    runs: Mapping[str, StoredRun] | None = None,
+) -> int:
     """Append the rows of one or many executions in one sorted bulk insert.
 
-    Returns the number of rows written. Re-indexing an execution is
+    Returns the number of rows written. `runs` are the stored runs the rows
+    may belong to (`run_keys.stored_runs`), looked up here if not given; rows
+    of other runs are not written. Re-indexing an execution is
     `delete_field_rows` then this, in one transaction owned by the caller.
     """
-    batch = _arrow_batch(indexes)
-    insert_with_run_keys(conn, TABLE, batch, order_by=SORT_KEY)
-    insert_with_run_keys(conn, RANGES, _ranges(batch), order_by=RANGES_SORT_KEY)
+    listed = list(indexes)
+    if runs is None:
+        runs = stored_runs(conn, {index.run_id for index in listed})
+    batch = _arrow_batch(listed)
+    insert_with_run_keys(conn, TABLE, batch, runs, sort_by=SORT_COLUMNS)
+    insert_with_run_keys(conn, RANGES, _ranges(batch), runs, sort_by=RANGES_SORT_COLUMNS)
     written: int = batch.num_rows
     return written
 
