@@ -5,8 +5,9 @@ transitions an execution, ~340 field-index rows once replayed) through
 `Store.write`, as the extractor stores them, and replays them as `serve`'s
 replayer does after a burst (`replay_stores`, `READ_BATCH_STORES` stores a call),
 first on a store holding nothing else, then on one holding `--runs` runs more:
-copies of one replayed export with random ids (md5), as OTel trace ids and
-Junjo's ids are, so that no zone map narrows a look-up by id. The copies carry
+copies of one replayed export. Every export's ids are stamped with a random
+token (`random_numbers`), as OTel trace ids and Junjo's ids are random, so that
+no zone map or join filter narrows a look-up by id. The copies carry
 no field-index rows (at ~340 rows a run they would be tens of millions; the
 save only appends to that table) and no span bytes (never read here).
 
@@ -31,6 +32,7 @@ large store within 2x of the small store's.
 from __future__ import annotations
 
 import argparse
+import random
 import shutil
 import tempfile
 import time
@@ -41,14 +43,17 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import duckdb
+import pyarrow as pa
 
-from bench.bench_ingest import RequestTemplate, build_request
+from bench.bench_ingest import RequestTemplate, build_request, request_token
 from collector import replayer
 from collector.extractor import batch_from_export
 from collector.replayer import READ_BATCH_STORES, REPLAY_BATCH_STORES, Backlog, replay_stores
 from collector.store import Store
 
 SPANS_PER_EXPORT: Final = 512
+TOKENS: Final = 62**5  # request numbers bench_ingest can stamp (request_token)
+SEED_NUMBER: Final = TOKENS - 1  # "zzzzz": no other part of an id looks like it
 EXECUTIONS_PER_EXPORT: Final = 51  # whole ones in an export of 512 spans (and one cut off)
 TARGET_GROWTH: Final = 2.0
 STAGES: Final = ("read", "replay", "save")
@@ -87,56 +92,74 @@ class StageClock:
         return timed
 
 
-def write_exports(store: Store, template: RequestTemplate, first: int, count: int) -> None:
-    for number in range(first, first + count):
+def write_exports(store: Store, template: RequestTemplate, numbers: Sequence[int]) -> None:
+    for number in numbers:
         store.write([batch_from_export(template.render(number))])
+
+
+def random_numbers(rng: random.Random, count: int) -> list[int]:
+    """Request numbers spread over the whole token range, so that ids are spread too.
+
+    Real trace ids and Junjo's ids are random: a batch's least and greatest id
+    then span nearly every stored id, and no min/max filter narrows a scan.
+    Consecutive numbers would give one batch's ids a common prefix apart from
+    the rest, which DuckDB's join filters would exploit as real ids never allow.
+    """
+    return rng.sample(range(1, TOKENS), count)
 
 
 def seed(path: Path, template: RequestTemplate) -> None:
     """One export, replayed: the pattern the large store's extra runs are copies of."""
     store = Store(path)
-    write_exports(store, template, 1, 1)
+    write_exports(store, template, [SEED_NUMBER])
     replay_stores(store, store.stale_store_ids())
     store.close()
 
 
-def add_copies(path: Path, source: Path, copies: int) -> None:
-    """`copies` copies of `source`'s runs with random ids, already replayed."""
+def add_copies(path: Path, source: Path, tokens: Sequence[str]) -> None:
+    """Copies of `source`'s runs, one per token, already replayed.
+
+    Each copy is the seed export with its token replaced: in text ids as
+    written, in hex ids (trace and span ids) as its hex.
+    """
     Store(path).close()  # the schema
     conn = duckdb.connect(str(path))
     conn.execute(f"ATTACH '{source}' AS src (READ_ONLY)")
-    ids = f"range({copies}) t(k)"
+    conn.register("_tokens", pa.table({"token": list(tokens)}))
+    conn.execute("CREATE TEMP TABLE tokens AS SELECT token, lower(hex(token)) AS hex FROM _tokens")
+    seed_token = request_token(SEED_NUMBER).decode()
+    seed_hex = seed_token.encode().hex()
 
-    def fresh(column: str) -> str:  # a random-looking id as long as the one it replaces
-        return f"left(md5({column} || '/' || k::VARCHAR), length({column}))"
+    def text(column: str) -> str:
+        return f"replace({column}, '{seed_token}', t.token)"
 
-    def optional(column: str) -> str:
-        return f"CASE WHEN {column} IS NULL OR {column} = '' THEN {column} ELSE {fresh(column)} END"
+    def hexed(column: str) -> str:
+        return f"replace({column}, '{seed_hex}', t.hex)"
 
     conn.execute(
-        f"""INSERT INTO spans BY NAME SELECT * EXCLUDE (k) REPLACE (
-            {fresh('trace_id')} AS trace_id, {fresh('span_id')} AS span_id,
-            {optional('parent_span_id')} AS parent_span_id,
-            {optional('junjo_runtime_id')} AS junjo_runtime_id,
-            {optional('junjo_parent_runtime_id')} AS junjo_parent_runtime_id, ''::BLOB AS raw)
-        FROM src.spans, {ids} ORDER BY k, received_unix_nano"""
+        f"""INSERT INTO spans BY NAME SELECT s.* REPLACE (
+            {hexed('trace_id')} AS trace_id, {hexed('span_id')} AS span_id,
+            {hexed('parent_span_id')} AS parent_span_id,
+            {text('junjo_runtime_id')} AS junjo_runtime_id,
+            {text('junjo_parent_runtime_id')} AS junjo_parent_runtime_id, ''::BLOB AS raw)
+        FROM src.spans s, tokens t ORDER BY t.token, s.received_unix_nano"""
     )
     conn.execute(
-        f"""INSERT INTO executions BY NAME SELECT * EXCLUDE (run_key, k) REPLACE (
-            {fresh('run_id')} AS run_id, {fresh('trace_id')} AS trace_id,
-            {fresh('span_id')} AS span_id, {optional('store_id')} AS store_id,
-            {optional('parent_run_id')} AS parent_run_id)
-        FROM src.executions, {ids} ORDER BY k, src.executions.run_key"""
+        f"""INSERT INTO executions BY NAME SELECT e.* EXCLUDE (run_key) REPLACE (
+            {text('run_id')} AS run_id, {hexed('trace_id')} AS trace_id,
+            {hexed('span_id')} AS span_id, {hexed('parent_span_id')} AS parent_span_id,
+            {text('store_id')} AS store_id, {text('parent_run_id')} AS parent_run_id)
+        FROM src.executions e, tokens t ORDER BY t.token, e.run_key"""
     )
     conn.execute(
-        f"""INSERT INTO transitions BY NAME SELECT * EXCLUDE (k) REPLACE (
-            {fresh('trace_id')} AS trace_id, {fresh('span_id')} AS span_id,
-            {fresh('store_id')} AS store_id)
-        FROM src.transitions, {ids} ORDER BY k, received_unix_nano"""
+        f"""INSERT INTO transitions BY NAME SELECT x.* REPLACE (
+            {hexed('trace_id')} AS trace_id, {hexed('span_id')} AS span_id,
+            {text('store_id')} AS store_id, {text('event_id')} AS event_id)
+        FROM src.transitions x, tokens t ORDER BY t.token, x.received_unix_nano"""
     )
     conn.execute(
         f"""CREATE TEMP TABLE copied AS SELECT r.* EXCLUDE (run_key, run_id),
-            {fresh('r.run_id')} AS run_id FROM src.execution_replays r, {ids}"""
+            {text('r.run_id')} AS run_id FROM src.execution_replays r, tokens t"""
     )
     conn.execute(
         """INSERT INTO execution_replays BY NAME SELECT c.*, e.run_key
@@ -147,15 +170,18 @@ def add_copies(path: Path, source: Path, copies: int) -> None:
 
 
 def build(folder: Path, template: RequestTemplate, exports: int, runs: int) -> Path:
+    """A store of `runs` runs more (copies, replayed), then `exports` exports (not replayed)."""
+    rng = random.Random(42)
     path = folder / f"store-{runs}.duckdb"
+    numbers = random_numbers(rng, exports + -(-runs // EXECUTIONS_PER_EXPORT))
     if runs:
         source = folder / "seed.duckdb"
         if not source.exists():
             seed(source, template)
-        per_export = _count(source, "SELECT count(*) FROM executions")
-        add_copies(path, source, -(-runs // per_export))
+        tokens = [request_token(number).decode() for number in numbers[exports:]]
+        add_copies(path, source, tokens)
     store = Store(path)
-    write_exports(store, template, 1_000, exports)
+    write_exports(store, template, numbers[:exports])
     store.close()
     return path
 

@@ -91,9 +91,11 @@ def executions_for_stores(
 def _keyed_executions_for_stores(
     cursor: duckdb.DuckDBPyConnection, store_ids: Iterable[str]
 ) -> list[tuple[Execution, int]]:
+    # A semi-join, not list_contains: that compares each row with every id of
+    # the list, 2.6x the cost for 256 stores at 200k runs (bench_replayer).
     rows = cursor.execute(
         f"SELECT {EXECUTION_SELECT}, e.run_key FROM executions e"
-        " WHERE list_contains(?, e.store_id)",
+        " WHERE e.store_id IN (SELECT unnest(?::VARCHAR[]))",
         [sorted(store_ids)],
     ).fetchall()
     return [(execution_from_row(row[:-1]), int(row[-1])) for row in rows]
