@@ -59,7 +59,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.fieldindex import FieldIndex
+from collector.fieldindex import FieldIndex, NodeKey
 from collector.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
 from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
@@ -87,6 +87,10 @@ _BATCH_SCHEMA: Final = pa.schema(
         ("path", pa.string()),
         ("parent", pa.string()),
     ]
+)
+# A FieldIndex node (fieldindex.NodeKey) as Arrow sees it, field for field.
+_NODE: Final = pa.struct(
+    [_BATCH_SCHEMA.field(name) for name in ("path", "parent", "kind", "num", "str", "bool_val")]
 )
 Ordering: TypeAlias = Literal["<", "<=", ">", ">="]
 _ORDERING_SQL: Final[dict[Ordering, str]] = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -138,25 +142,34 @@ def _ranges(batch: pa.Table) -> pa.Table:
 
 
 def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
-    columns: dict[str, list[object]] = {name: [] for name in _BATCH_SCHEMA.names}
+    # The nodes go to Arrow in one conversion, as structs, and are split into
+    # columns there: a replay batch writes tens of thousands of rows.
+    nodes: list[NodeKey] = []
+    run_ids: list[str] = []
+    finals: list[bool] = []
     for index in indexes:
-        if not index.nodes:
-            continue
-        # Column by column: a replay batch writes a hundred thousand rows.
-        paths, parents, kinds, nums, texts, flags = zip(*index.nodes, strict=True)
-        finals = [True] * index.final_count + [False] * (len(paths) - index.final_count)
-        columns["run_id"].extend([index.run_id] * len(paths))
-        columns["parent_key"].extend(map(key64, parents))
-        columns["path_key"].extend(map(key64, paths))
-        columns["kind"].extend(kinds)
-        columns["num"].extend(nums)
-        columns["str_key"].extend(None if text is None else key64(text) for text in texts)
-        columns["str"].extend(texts)
-        columns["bool_val"].extend(flags)
-        columns["is_final"].extend(finals)
-        columns["path"].extend(paths)
-        columns["parent"].extend(parents)
-    return pa.table(columns, schema=_BATCH_SCHEMA)
+        count = len(index.nodes)
+        nodes.extend(index.nodes)
+        run_ids.extend([index.run_id] * count)
+        finals.extend([True] * index.final_count + [False] * (count - index.final_count))
+    arrays = dict(zip(_NODE.names, pa.array(nodes, _NODE).flatten(), strict=True))
+    arrays["run_id"] = pa.array(run_ids, pa.string())
+    arrays["is_final"] = pa.array(finals, pa.bool_())
+    arrays["parent_key"] = _keys(arrays["parent"])
+    arrays["path_key"] = _keys(arrays["path"])
+    arrays["str_key"] = _keys(arrays["str"])
+    return pa.table([arrays[name] for name in _BATCH_SCHEMA.names], schema=_BATCH_SCHEMA)
+
+
+def _keys(texts: pa.Array) -> pa.Array:
+    """`key64` of each text (null for null), hashing each distinct text once.
+
+    A batch's rows repeat a few hundred paths and values: hashing the distinct
+    ones and spreading them with Arrow cost a fraction of one call per row.
+    """
+    encoded = texts.dictionary_encode()
+    distinct = pa.array([key64(text) for text in encoded.dictionary.to_pylist()], pa.int64())
+    return pc.take(distinct, encoded.indices)
 
 
 def delete_field_rows(
