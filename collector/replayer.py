@@ -10,6 +10,7 @@ saved; the execution pages replay on demand from the evidence itself.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from collector.burst_memory import BurstMemory
-from collector.evidence import EvidenceVersion, carriers_of, replay_with, version_of
+from collector.evidence import EvidenceVersion, replay_with, version_of
 from collector.fieldindex import FieldIndex
 from collector.foreground import Foreground
 from collector.history import History
@@ -28,15 +29,23 @@ from collector.model import Execution
 from collector.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, WriteResult
 from collector.store.field_layout import DEFAULT_COMPACTION, CompactionPolicy
-from collector.store.replays import ReplayRecord, SpanLink
+from collector.store.replays import ReplayBatch, ReplayRecord, SpanLink
 
 logger = logging.getLogger(__name__)
 
-# Stores replayed per batch: large enough that one scan of the spans table serves
-# many executions, small enough that fresh verdicts appear within a second or so
-# and that the batch's field-index rows (hundreds per execution) stay a few tens
-# of MB: at 256 stores a batch added ~90 MB to the peak RSS, at 64 about 45.
+# Executions replayed and saved per transaction: few enough that fresh verdicts
+# appear within a second or so and that their field-index rows (hundreds per
+# execution) stay a few tens of MB: at 256 stores a batch added ~90 MB to the
+# peak RSS, at 64 about 45.
 REPLAY_BATCH_STORES = 64
+# Stores whose evidence is read at once, then replayed and saved REPLAY_BATCH_STORES
+# at a time. Each read scans the executions, transitions and spans tables (their
+# ids are random: no index or zone map narrows the scan), and a scan costs about
+# as much for hundreds of stores as for 64, while growing with the tables. At
+# 200k stored runs (bench/bench_replayer.py) reading 64 stores' evidence cost
+# 2.6 ms a run in CPU, 256 stores' 0.9, 512 stores' 0.6; the replayer's peak RSS
+# rose by 16 MB at 256 and by 41 MB at 512, against a 400 MB target for serve.
+READ_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
 # Ingest counts as active for this long after its last commit.
 INGEST_QUIET_SECONDS = 1.0
@@ -67,8 +76,15 @@ class Backlog:
         self.runs.update(runs)
 
     def take(self, size: int) -> Backlog:
-        """Up to `size` stores and `size` runs, removed from here."""
-        batch = Backlog(set(sorted(self.stores)[:size]), set(sorted(self.runs)[:size]))
+        """Up to `size` stores and `size` runs (the least ids), removed from here.
+
+        `nsmallest`, not a sort: a burst leaves tens of thousands waiting, and
+        sorting them all again for every batch took 2.9 s of CPU to drain 42,000
+        stores 64 at a time, against 0.7 s (0.3 s 256 at a time).
+        """
+        batch = Backlog(
+            set(heapq.nsmallest(size, self.stores)), set(heapq.nsmallest(size, self.runs))
+        )
         self.stores -= batch.stores
         self.runs -= batch.runs
         return batch
@@ -184,7 +200,7 @@ class Replayer:
                 )
                 if self._stopping:
                     return
-                batch = self._pending.take(REPLAY_BATCH_STORES)
+                batch = self._pending.take(READ_BATCH_STORES)
             self._foreground.give_way()
             started = time.monotonic()
             self._replay(batch)
@@ -281,41 +297,49 @@ def replay_stores(
     between: Callable[[], object] = lambda: None,
     sink: HistorySink | None = None,
     storeless_runs: Sequence[str] = (),
+    save_every: int = REPLAY_BATCH_STORES,
 ) -> int:
     """Replay and save every execution owning one of these stores; return how many.
 
     `storeless_runs` adds those runs that name no store (a run whose owner span
     lost its store id: not_applicable, with its diagnostics). The evidence of
-    the whole batch is read in two queries. `between` runs before each
-    execution's replay (the replayer gives way to studio requests there); each
-    history is offered to `sink` as it is made.
+    the whole batch is read in one snapshot (Store.replay_batch), with the
+    runs' keys, which the saves then need no join to find; the executions are
+    then replayed and saved `save_every` at a time, each group in one
+    transaction. `between` runs before each execution's replay (the replayer
+    gives way to studio requests there); each history is offered to `sink` as
+    it is made.
     """
-    executions = store.executions_for_stores(store_ids) if store_ids else []
-    if storeless_runs:
-        executions += store.storeless_executions(storeless_runs)
-    if not executions:
-        return 0
-    owned = sorted({e.store_id for e in executions if e.store_id})
-    traces = sorted({e.trace_id for e in executions})
-    # Read before the evidence, so a version never claims more than was replayed.
-    versions = store.evidence_versions(owned, traces) if sink is not None else ({}, {})
-    transitions = store.transitions_for_stores(owned)
-    links = store.evidence_spans_for(
-        traces, carriers_of(t for received in transitions.values() for t in received)
-    )
+    batch = store.replay_batch(store_ids, storeless_runs)
     # Each execution needs its own trace's spans and its carriers elsewhere; hand
     # it those, not the whole batch's, so a batch costs linear time.
     by_trace: dict[str, list[SpanLink]] = {}
-    for link in links:
+    for link in batch.links:
         by_trace.setdefault(link.span.trace_id, []).append(link)
+    versions = batch.versions if sink is not None else None
+    executions = batch.executions
+    for start in range(0, len(executions), save_every):
+        group = executions[start : start + save_every]
+        _replay_and_save(store, batch, group, by_trace, between, sink, versions)
+    return len(executions)
+
+
+def _replay_and_save(
+    store: Store,
+    batch: ReplayBatch,
+    executions: Sequence[Execution],
+    by_trace: dict[str, list[SpanLink]],
+    between: Callable[[], object],
+    sink: HistorySink | None,
+    versions: tuple[dict[str, int], dict[str, int]] | None,
+) -> None:
     now = time.time_ns()
-    per_store, per_trace = versions
     records: list[ReplayRecord] = []
     indexes: list[FieldIndex] = []
     snapshots: list[Snapshot] = []
     for execution in executions:
         between()
-        received = transitions.get(execution.store_id, []) if execution.store_id else []
+        received = batch.transitions.get(execution.store_id, []) if execution.store_id else []
         carrier_traces = {t.trace_id for t in received} | {execution.trace_id}
         relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]
         touched = TouchedValues()
@@ -327,12 +351,12 @@ def replay_stores(
             snapshot = take(history, received, version_of(execution, received, relevant))
             if snapshot is not None:
                 snapshots.append(snapshot)
-        if sink is not None:
+        if sink is not None and versions is not None:
+            per_store, per_trace = versions
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
     # An agent run in a node names the node, not its run: link it to the run
     # around it now that the spans between may have arrived (collector/lineage.py).
-    in_batch = set(traces)
-    parents = enclosing_runs(link for link in links if link.span.trace_id in in_batch)
-    store.save_replays(records, indexes, snapshots, parents)
-    return len(records)
+    traces = {e.trace_id for e in executions}
+    parents = enclosing_runs(link for trace in sorted(traces) for link in by_trace.get(trace, ()))
+    store.save_replays(records, indexes, snapshots, parents, batch.run_keys)

@@ -14,6 +14,7 @@ from collector import replayer as replayer_module
 from collector.model import Evidence, Execution, Transition
 from collector.replayer import Replayer
 from collector.store import IngestBatch, Store, WriteResult
+from collector.store.retention import delete_traces
 
 NOTHING_WRITTEN = WriteResult(store_ids=frozenset(), run_ids=frozenset())
 
@@ -140,3 +141,65 @@ def test_odd_but_valid_pointers_get_a_verdict_and_are_not_stale_again(tmp_path: 
     finally:
         replayer.close()
         store.close()
+
+
+def _stored_rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    with store._cursor() as cursor:
+        return {
+            table: cursor.execute(f"SELECT * EXCLUDE ({skip}) FROM {table} ORDER BY ALL").fetchall()
+            for table, skip in (
+                ("execution_replays", "replayed_unix_nano"),
+                ("field_values", "run_key"),
+                ("field_ranges", "run_key"),
+            )
+        }
+
+
+def test_replays_saved_a_few_at_a_time_store_what_one_save_stores(tmp_path: Path) -> None:
+    """One read of many stores, saved in groups: the same rows, each with its own run key."""
+    evidence = [
+        _odd_run(str(n), f"{n:032x}", {"n": 0, "tags": []}, [
+            [{"op": "replace", "path": "/n", "value": n * i}] for i in range(1, 4)
+        ] + [[{"op": "add", "path": "/tags/-", "value": f"t{n}"}]])
+        for n in range(1, 8)
+    ]  # fmt: skip
+    stored = {}
+    for save_every in (64, 3):
+        store = Store(tmp_path / f"every-{save_every}.duckdb")
+        store.write([IngestBatch(spans=[], evidence=e) for e in evidence])
+        stores = sorted(store.stale_store_ids())
+        assert replayer_module.replay_stores(store, stores, save_every=save_every) == 7
+        assert store.stale_store_ids() == []
+        with store._cursor() as cursor:
+            mismatched = cursor.execute(
+                "SELECT count(*) FROM field_values v JOIN executions e USING (run_id)"
+                " WHERE v.run_key IS DISTINCT FROM e.run_key"
+            ).fetchall()
+        assert mismatched == [(0,)]
+        stored[save_every] = _stored_rows(store)
+        store.close()
+    assert stored[3] == stored[64]
+    assert len(stored[3]["execution_replays"]) == 7
+
+
+def test_a_run_pruned_between_its_read_and_its_save_gets_no_replay_rows(tmp_path: Path) -> None:
+    """The save finds its runs again: what a prune deleted meanwhile stays deleted."""
+    store = Store(tmp_path / "pruned.duckdb")
+    kept = _odd_run("kept", "a" * 32, {"n": 0}, [[{"op": "replace", "path": "/n", "value": 1}]])
+    gone = _odd_run("gone", "b" * 32, {"n": 0}, [[{"op": "replace", "path": "/n", "value": 2}]])
+    store.write([IngestBatch(spans=[], evidence=kept), IngestBatch(spans=[], evidence=gone)])
+    read = store.replay_batch
+
+    def read_then_prune(*args: Any, **kwargs: Any) -> Any:
+        batch = read(*args, **kwargs)
+        with store._cursor() as cursor:
+            delete_traces(cursor, ["b" * 32])
+        return batch
+
+    store.replay_batch = read_then_prune  # type: ignore[method-assign]
+    assert replayer_module.replay_stores(store, ["store-gone", "store-kept"]) == 2
+    rows = _stored_rows(store)
+    assert [row[0] for row in rows["execution_replays"]] == ["run-kept"]
+    assert {row[0] for row in rows["field_values"]} == {"run-kept"}
+    assert {row[0] for row in rows["field_ranges"]} == {"run-kept"}
+    store.close()

@@ -34,7 +34,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
@@ -490,27 +490,11 @@ class Store:
         with self._cursor() as cursor:
             return replays.evidence_version(cursor, store_id, trace_id)
 
-    def evidence_versions(
-        self, store_ids: Sequence[str], trace_ids: Sequence[str]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """`evidence_version`'s two parts for many stores and traces at once.
-
-        Returns (transitions per store, latest span arrival per trace); a store
-        or trace with nothing stored is absent (its part is 0).
-        """
-        with self._cursor() as cursor:
-            return replays.evidence_versions(cursor, store_ids, trace_ids)
-
     # -- replay inputs and outputs ----------------------------------------------
 
     def executions_for_stores(self, store_ids: Iterable[str]) -> list[Execution]:
         with self._cursor() as cursor:
             return replays.executions_for_stores(cursor, store_ids)
-
-    def storeless_executions(self, run_ids: Iterable[str]) -> list[Execution]:
-        """Those of these runs that name no store (no store's replay finds them)."""
-        with self._cursor() as cursor:
-            return replays.storeless_executions(cursor, run_ids)
 
     def transitions_for_stores(self, store_ids: Sequence[str]) -> dict[str, list[Transition]]:
         with self._cursor() as cursor:
@@ -522,6 +506,14 @@ class Store:
         """The spans of these traces and these carrier spans: see replays.evidence_spans_for."""
         with self._cursor() as cursor:
             return replays.evidence_spans_for(cursor, trace_ids, carriers)
+
+    def replay_batch(
+        self, store_ids: Sequence[str], storeless_runs: Sequence[str] = ()
+    ) -> replays.ReplayBatch:
+        """The executions owning these stores, plus these storeless runs, and all
+        their evidence, read in one snapshot: see replays.replay_batch."""
+        with self._cursor() as cursor:
+            return replays.replay_batch(cursor, store_ids, storeless_runs)
 
     def stale_store_ids(self) -> list[str]:
         with self._cursor() as cursor:
@@ -537,11 +529,13 @@ class Store:
         indexes: Sequence[FieldIndex],
         snapshots: Sequence[Snapshot] = (),
         parents: Sequence[tuple[str, str]] = (),
+        run_keys: Mapping[str, int] | None = None,
     ) -> None:
         """Replace what is stored about these executions' replays, atomically.
 
         `parents` are (child run id, enclosing run id) pairs found by the walk
-        in collector/lineage.py, linked in the same transaction.
+        in collector/lineage.py, linked in the same transaction. `run_keys`
+        (`ReplayBatch.run_keys`) spare the save looking the runs up by id.
         """
         with (
             self._field_index_lock,
@@ -550,7 +544,7 @@ class Store:
             transaction(cursor, "could not save replay results"),
         ):
             self._rewriter.note_writes([r.run_id for r in records] + [i.run_id for i in indexes])
-            replays.save(cursor, records, indexes, snapshots)
+            replays.save(cursor, records, indexes, snapshots, run_keys)
             lineage.link(cursor, parents)
 
     def compact_field_index_if_due(

@@ -51,7 +51,7 @@ of any state the history passed through):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, assert_never
 
@@ -59,16 +59,18 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.fieldindex import FieldIndex
+from collector.fieldindex import FieldIndex, NodeKey
 from collector.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
-from collector.store.run_keys import insert_with_run_keys
+from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
 TABLE: Final = "field_values"
-SORT_KEY: Final = "parent_key, path_key, kind, num, str_key"
+SORT_COLUMNS: Final = ("parent_key", "path_key", "kind", "num", "str_key")
+SORT_KEY: Final = ", ".join(SORT_COLUMNS)
 RANGES: Final = "field_ranges"
 # `hi` last: most `ever` ranges are lower bounds (`>=`, `>`), which zone maps
 # on `hi` then prune within the path's slice.
-RANGES_SORT_KEY: Final = "parent_key, path_key, hi"
+RANGES_SORT_COLUMNS: Final = ("parent_key", "path_key", "hi")
+RANGES_SORT_KEY: Final = ", ".join(RANGES_SORT_COLUMNS)
 
 
 _BATCH_SCHEMA: Final = pa.schema(
@@ -85,6 +87,10 @@ _BATCH_SCHEMA: Final = pa.schema(
         ("path", pa.string()),
         ("parent", pa.string()),
     ]
+)
+# A FieldIndex node (fieldindex.NodeKey) as Arrow sees it, field for field.
+_NODE: Final = pa.struct(
+    [_BATCH_SCHEMA.field(name) for name in ("path", "parent", "kind", "num", "str", "bool_val")]
 )
 Ordering: TypeAlias = Literal["<", "<=", ">", ">="]
 _ORDERING_SQL: Final[dict[Ordering, str]] = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -104,15 +110,24 @@ def key64(text: str) -> int:
 # --- writes ------------------------------------------------------------------
 
 
-def insert_field_rows(conn: duckdb.DuckDBPyConnection, indexes: Iterable[FieldIndex]) -> int:
+def insert_field_rows(
+    conn: duckdb.DuckDBPyConnection,
+    indexes: Iterable[FieldIndex],
+    runs: Mapping[str, StoredRun] | None = None,
+) -> int:
     """Append the rows of one or many executions in one sorted bulk insert.
 
-    Returns the number of rows written. Re-indexing an execution is
+    Returns the number of rows written. `runs` are the stored runs the rows
+    may belong to (`run_keys.stored_runs`), looked up here if not given; rows
+    of other runs are not written. Re-indexing an execution is
     `delete_field_rows` then this, in one transaction owned by the caller.
     """
-    batch = _arrow_batch(indexes)
-    insert_with_run_keys(conn, TABLE, batch, order_by=SORT_KEY)
-    insert_with_run_keys(conn, RANGES, _ranges(batch), order_by=RANGES_SORT_KEY)
+    listed = list(indexes)
+    if runs is None:
+        runs = stored_runs(conn, {index.run_id for index in listed})
+    batch = _arrow_batch(listed)
+    insert_with_run_keys(conn, TABLE, batch, runs, sort_by=SORT_COLUMNS)
+    insert_with_run_keys(conn, RANGES, _ranges(batch), runs, sort_by=RANGES_SORT_COLUMNS)
     written: int = batch.num_rows
     return written
 
@@ -127,25 +142,34 @@ def _ranges(batch: pa.Table) -> pa.Table:
 
 
 def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
-    columns: dict[str, list[object]] = {name: [] for name in _BATCH_SCHEMA.names}
+    # The nodes go to Arrow in one conversion, as structs, and are split into
+    # columns there: a replay batch writes tens of thousands of rows.
+    nodes: list[NodeKey] = []
+    run_ids: list[str] = []
+    finals: list[bool] = []
     for index in indexes:
-        if not index.nodes:
-            continue
-        # Column by column: a replay batch writes a hundred thousand rows.
-        paths, parents, kinds, nums, texts, flags = zip(*index.nodes, strict=True)
-        finals = [True] * index.final_count + [False] * (len(paths) - index.final_count)
-        columns["run_id"].extend([index.run_id] * len(paths))
-        columns["parent_key"].extend(map(key64, parents))
-        columns["path_key"].extend(map(key64, paths))
-        columns["kind"].extend(kinds)
-        columns["num"].extend(nums)
-        columns["str_key"].extend(None if text is None else key64(text) for text in texts)
-        columns["str"].extend(texts)
-        columns["bool_val"].extend(flags)
-        columns["is_final"].extend(finals)
-        columns["path"].extend(paths)
-        columns["parent"].extend(parents)
-    return pa.table(columns, schema=_BATCH_SCHEMA)
+        count = len(index.nodes)
+        nodes.extend(index.nodes)
+        run_ids.extend([index.run_id] * count)
+        finals.extend([True] * index.final_count + [False] * (count - index.final_count))
+    arrays = dict(zip(_NODE.names, pa.array(nodes, _NODE).flatten(), strict=True))
+    arrays["run_id"] = pa.array(run_ids, pa.string())
+    arrays["is_final"] = pa.array(finals, pa.bool_())
+    arrays["parent_key"] = _keys(arrays["parent"])
+    arrays["path_key"] = _keys(arrays["path"])
+    arrays["str_key"] = _keys(arrays["str"])
+    return pa.table([arrays[name] for name in _BATCH_SCHEMA.names], schema=_BATCH_SCHEMA)
+
+
+def _keys(texts: pa.Array) -> pa.Array:
+    """`key64` of each text (null for null), hashing each distinct text once.
+
+    A batch's rows repeat a few hundred paths and values: hashing the distinct
+    ones and spreading them with Arrow cost a fraction of one call per row.
+    """
+    encoded = texts.dictionary_encode()
+    distinct = pa.array([key64(text) for text in encoded.dictionary.to_pylist()], pa.int64())
+    return pc.take(distinct, encoded.indices)
 
 
 def delete_field_rows(
