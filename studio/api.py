@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from collector.history import Diagnostic, History, StateUnavailableError, Step
 from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_patch
+from collector.junjo import APPLICATION_RUN_SUFFIX
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
 from collector.store.in_flight import InFlightRow
@@ -132,6 +133,8 @@ def execution_detail(request: Request) -> Response:
                     "id": execution.application_store_id,
                     "transition_start": execution.application_transition_start,
                     "transition_end": execution.application_transition_end,
+                    # The store's history over the agent's run, a child run of the agent.
+                    "run_id": execution.run_id + APPLICATION_RUN_SUFFIX,
                 }
                 if execution.application_store_id is not None
                 else None

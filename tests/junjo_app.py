@@ -29,7 +29,12 @@ from junjo import (
     WorkflowCancelledError,
     WorkflowExecutionError,
 )
-from junjo_agent import agent_workflow, failing_agent_workflow
+from junjo_agent import (
+    agent_workflow,
+    failing_agent_workflow,
+    own_store_agent_workflow,
+    top_level_agent_run,
+)
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -499,6 +504,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "large_state_loop": large_state_loop_workflow,
     "agent_in_node": agent_workflow,
     "failing_agent": failing_agent_workflow,
+    "own_store_agent": own_store_agent_workflow,
 }
 
 
@@ -523,6 +529,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
         return [await cancelled_run()]
     if name == "cancelled_deep":
         return [await cancelled_deep_run()]
+    if name == "top_level_agent":
+        return [await top_level_agent_run()]
     return [await run(name)]
 
 

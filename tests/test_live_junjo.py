@@ -527,6 +527,7 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
     # Its tool's one write to the workflow's store, which the agent span bounds.
     assert detail["application_store"] == {
         "id": workflow["store_id"], "transition_start": 1, "transition_end": 2,
+        "run_id": f"{agent['id']}:application",
     }
     page = urllib.request.urlopen(f"{server.url}/executions/{agent['id']}").read().decode()
     assert f'href="/executions/{run["run_id"]}?step=2"' in page
@@ -537,3 +538,58 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
         "tool record_note", "note", "carrier confirmed damage",
     )
     assert write["verified"]
+
+
+def _application_run(server: Server, agent_id: str) -> tuple[dict[str, Any], str]:
+    """An agent's application-store run, verified, and the agent's page."""
+    detail = server.get_json(f"/api/executions/{agent_id}")
+    run_id = detail["application_store"]["run_id"]
+    (child,) = detail["children"]
+    assert (child["id"], child["kind"]) == (run_id, "application_store")
+    assert child["verdict"] == "verified"
+    quoted = urllib.parse.quote(run_id, safe="")
+    application = server.get_json(f"/api/executions/{quoted}")
+    assert application["store_id"] == detail["application_store"]["id"] != detail["store_id"]
+    assert application["parent"]["id"] == agent_id
+    page = httpx.get(f"{server.url}/executions/{agent_id}").text
+    return application, page
+
+
+def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
+    replayed: ReplayedRuns,
+) -> None:
+    # An agent given a store of its own, at the top level (`execute(store=...)`,
+    # the store set up beforehand) or in a node (its `store_factory`): no other
+    # run owns the store, so the agent's application-store run is its history.
+    runs, server = replayed("top_level_agent", "own_store_agent")
+    top = runs["top_level_agent"]
+    application, page = _application_run(server, top["run_id"])
+    quoted = urllib.parse.quote(application["id"], safe="")
+    # The setup write had no span: the run starts after it, with its value.
+    assert (application["transition_start"], application["transition_end"]) == (1, 2)
+    start = server.get_json(f"/api/executions/{quoted}/state?sequence=1")
+    assert start["state"]["order_id"] == "B-2002"
+    end = server.get_json(f"/api/executions/{quoted}/state")
+    assert end["verified"] and end["state"] == top["final_state"]
+    provenance = server.get_json(f"/api/executions/{quoted}/provenance?path=/notes/0")
+    assert [(w["node"], w["action"], w["after"]) for w in provenance["writes"]] == [
+        ("tool record_note", "note", "carrier confirmed damage")
+    ]
+    # The agent's page leads to that history at the tool's step.
+    assert f'href="/executions/{quoted}?step=2"' in page
+    # In a node: the workflow's store is another one, and the agent's page
+    # leads to the agent's own application-store run, not to the workflow.
+    workflow = server.get_json(f"/api/executions/{runs['own_store_agent']['run_id']}")
+    (agent,) = workflow["children"]
+    application, page = _application_run(server, agent["id"])
+    assert application["store_id"] != workflow["store_id"]
+    quoted = urllib.parse.quote(application["id"], safe="")
+    end = server.get_json(f"/api/executions/{quoted}/state")
+    assert end["verified"]
+    assert end["state"] == {
+        "order_id": "A-1001", "notes": ["carrier confirmed damage"], "decision": None,
+    }
+    assert f'href="/executions/{quoted}?step=1"' in page
+    assert server.get_json(f"/api/executions/{workflow['id']}/state")["state"] == (
+        runs["own_store_agent"]["final_state"]
+    )
