@@ -348,7 +348,8 @@ def execution_provenance(request: Request) -> Response:
     if found.last_writer is None and untouched and not inspection.history.missing_count:
         origin = start_writer(
             inspection, pointer, store_of(request).store_run_before,
-            inspector_of(request).inspect, Links.of(request),
+            inspector_of(request).inspect, store_of(request).store_transitions_between,
+            Links.of(request),
         )
     return JSONResponse(
         {

@@ -323,7 +323,8 @@ def _provenance(
         return view
     store = store_of(request)
     writer = start_writer(
-        inspection, pointer, store.store_run_before, inspector_of(request).inspect, links
+        inspection, pointer, store.store_run_before, inspector_of(request).inspect,
+        store.store_transitions_between, links,
     )
     return dataclasses.replace(view, start_writer=writer)
 

@@ -492,6 +492,37 @@ async def borrowed_store_runs() -> list[dict[str, Any]]:
     ]
 
 
+def policy_check_workflow() -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        check = CheckPolicy()
+        return Graph(source=check, sinks=[check], edges=[])
+
+    return _refund_workflow("Policy Check", graph)
+
+
+async def lent_in_request_runs() -> list[dict[str, Any]]:
+    """A store lent to two runs inside a request's span; the handler writes it before each.
+
+    The runs write only attempts and notes; the handler's writes (the order,
+    then a refund decision) are events on the request span, in no run's interval.
+    """
+    store = RefundStore(initial_state=RefundState())
+    runs = []
+    with trace.get_tracer("my.web").start_as_current_span("POST /refunds"):
+        await store.load_order("A-2002", {"name": "Grace", "tier": "silver"})
+        runs.append(("first", await policy_check_workflow().execute(store=store)))
+        await store.decide(True, 10.0, "goodwill")
+        runs.append(("second", await policy_check_workflow().execute(store=store)))
+    return [
+        {
+            "scenario": f"lent_in_request_{label}",
+            "run_id": result.run_id,
+            "final_state": result.state.model_dump(mode="json"),
+        }
+        for label, result in runs
+    ]
+
+
 SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "linear": linear_workflow,
     "concurrent": concurrent_workflow,
@@ -525,6 +556,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
     """Every execution a scenario ran, as the application saw it."""
     if name == "borrowed_store":
         return await borrowed_store_runs()
+    if name == "lent_in_request":
+        return await lent_in_request_runs()
     if name == "cancelled":
         return [await cancelled_run()]
     if name == "cancelled_deep":

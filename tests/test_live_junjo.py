@@ -388,6 +388,46 @@ def test_live_borrowed_store_provenance_names_the_earlier_run_that_wrote_the_val
     assert "As recorded in the start state." in fresh and "x-start-writer" not in fresh
 
 
+def test_live_store_written_between_its_runs_names_that_write(replayed: ReplayedRuns) -> None:
+    # A request handler lends one store to two runs and writes it before each,
+    # inside the request's span: those events arrive, but in no run's interval.
+    runs, server = replayed("lent_in_request")
+    first, second = (
+        server.get_json(f"/api/executions/{runs[f'lent_in_request_{label}']['run_id']}")
+        for label in ("first", "second")
+    )
+    assert first["verdict"] == second["verdict"] == "verified"
+    between = first["transition_end"] + 1
+    assert (first["transition_start"], second["transition_start"]) == (1, between)
+
+    def origin(run: dict[str, Any], path: str) -> Any:
+        found = server.get_json(f"/api/executions/{run['id']}/provenance?path={path}")
+        assert found["writes"] == []
+        return found["start_writer"]
+
+    handler = {
+        "run_id": None, "run_name": None, "span_name": "POST /refunds",
+        "href": f"/?trace={first['trace_id']}", "verified": True,
+    }
+    # Replayed from the first run's end: the decision the handler made between.
+    assert origin(second, "/refund/reason") == handler | {"sequence": between, "action": "decide"}
+    # Before the first run, no state is known: read off the write of the whole field,
+    # found walking back through the first run, which did not change it.
+    assert origin(second, "/order_id") == handler | {"sequence": 1, "action": "load_order"}
+    assert origin(first, "/customer/tier") == handler | {"sequence": 1, "action": "load_order"}
+    assert server.get_json(f"/api/executions/{second['id']}/state")["state"] == (
+        runs["lent_in_request_second"]["final_state"]
+    )
+    page = httpx.get(
+        f"{server.url}/executions/{second['id']}", params={"path": "/refund/reason"}
+    ).text
+    assert _start_writer_text(page) == (
+        f"The store was written between its runs: last at step {between}, in no run, by"
+        " decide in POST /refunds (the runs of its trace). Every run on this store"
+    )
+    assert f'<a href="/?trace={first["trace_id"]}">the runs of its trace</a>' in page
+
+
 def _banner(html: str) -> str:
     """The outcome banner's text, tags dropped and whitespace collapsed."""
     return _block_text(html, 'id="outcome"', "</div>")
