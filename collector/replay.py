@@ -195,6 +195,7 @@ class _Replay:
         self.own_evidence = own_evidence(
             execution, self.received, self.evidence, self.owner_span_ids
         )
+        drops = len(self.diagnostics)
         self.diagnostics += dropped_findings(self.own_evidence)
         if execution.store_id is None:
             return self._history((), "not_applicable", Interval(0, 0, by_time=False))
@@ -214,6 +215,12 @@ class _Replay:
         states = tape.finish()
         last_received = sequenced[-1][0] if sequenced else interval.lower
         complete = chain.complete and (interval.upper is None or last_received >= interval.upper)
+        if not interval.by_time and interval.upper is not None and not holes(
+            (sequence for sequence, _ in sequenced), interval.lower, interval.upper
+        ):
+            # Nothing of this run is missing: what its spans dropped was other stores'.
+            found = dropped_findings(self.own_evidence, interval_whole=True)
+            self.diagnostics[drops : drops + len(found)] = found
         end_matches = self._check_end(states, len(sequenced) - 1, recorded_end, complete)
         steps = chain.steps
         if complete and end_matches is False:

@@ -46,9 +46,12 @@ class StoredRuns(Protocol):
 
 
 class ReplayedRuns(Protocol):
-    """The `replayed` fixture: run scenarios; the runs and the live, replayed server."""
+    """The `replayed` fixture: run scenarios (`env` adds to the application's
+    environment: SDK limits); the runs and the live, replayed server."""
 
-    def __call__(self, *scenarios: str) -> tuple[Runs, Server]: ...
+    def __call__(
+        self, *scenarios: str, env: dict[str, str] | None = None
+    ) -> tuple[Runs, Server]: ...
 
 
 def _run_app(
@@ -164,14 +167,12 @@ def test_live_twin_subflows_each_draw_their_own_run_in_the_graph(replayed: Repla
 
 
 def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
-    make_server: MakeServer,
+    replayed: ReplayedRuns,
 ) -> None:
     # The SDK drops a span's oldest attributes first: at 14 the workflow span
     # loses its start state and store id (it is an execution naming no store),
     # the subflow span even its junjo.span_type and run id (no execution).
-    server = make_server("--api-key", KEY)
-    runs = _run_app(server, "junjo", "subflow", env={"OTEL_ATTRIBUTE_COUNT_LIMIT": "14"})
-    server.wait_replayed()
+    runs, server = replayed("subflow", env={"OTEL_ATTRIBUTE_COUNT_LIMIT": "14"})
     run_id = runs["subflow"]["run_id"]
     detail = server.get_json(f"/api/executions/{run_id}")
     assert (detail["store_id"], detail["verdict"]) == (None, "not_applicable")
@@ -201,11 +202,9 @@ def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
     assert listed(verdict="not_applicable") == [(run_id, "not_applicable", 2)]
 
 
-def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer) -> None:
+def test_live_state_at_a_step_that_never_arrived_says_so(replayed: ReplayedRuns) -> None:
     # One event per span (the SDK keeps the newest): a node's earlier writes are lost.
-    server = make_server("--api-key", KEY)
-    runs = _run_app(server, "junjo", "linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
-    server.wait_replayed()
+    runs, server = replayed("linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
     run_id = runs["linear"]["run_id"]
     timeline = server.get_json(f"/api/executions/{run_id}/timeline")
     assert timeline["verdict"] == "partial" and timeline["missing"]
@@ -216,6 +215,30 @@ def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer
     assert inside["state_of_sequence"] == before
     received = server.get_json(f"/api/executions/{run_id}/state?sequence={before}")
     assert (received["missing"], received["state_of_sequence"]) == (None, before)
+
+
+def test_live_events_a_subflow_span_dropped_count_against_the_store_they_wrote(
+    replayed: ReplayedRuns,
+) -> None:
+    # One event per span: the subflow span keeps its post_run write (the
+    # parent's store) and drops its pre_run one (the subflow's own store).
+    runs, server = replayed("subflow", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
+    run_id = runs["subflow"]["run_id"]
+    parent = server.get_json(f"/api/executions/{run_id}")
+    # Every transition of the parent arrived: the drop is said, as none of its loss.
+    assert parent["verdict"] == "verified"
+    (dropped,) = parent["diagnostics"]
+    assert (dropped["code"], dropped["severity"]) == ("otlp_data_dropped", "info")
+    assert "every transition of this run arrived" in dropped["message"]
+    (listed,) = server.get_json("/api/executions?kind=workflow")["executions"]
+    assert listed["diagnostic_warnings"] == 0
+    # The subflow's own store lost its pre_run write: a warning, with the gap.
+    (child,) = parent["children"]
+    review = server.get_json(f"/api/executions/{child['id']}")
+    assert review["verdict"] == "partial"
+    (own,) = [d for d in review["diagnostics"] if d["code"] == "otlp_data_dropped"]
+    assert own["severity"] == "warning" and own["span_id"] == dropped["span_id"]
+    assert "sequence_gap" in _codes(review)
 
 
 def _verified_with_one_child(
@@ -243,9 +266,9 @@ def test_live_failing_run_is_stored_with_its_error(stored: StoredRuns) -> None:
 def replayed(make_server: MakeServer) -> ReplayedRuns:
     """Run scenarios against a live server and wait until every execution is replayed."""
 
-    def run(*scenarios: str) -> tuple[Runs, Server]:
+    def run(*scenarios: str, env: dict[str, str] | None = None) -> tuple[Runs, Server]:
         server: Server = make_server("--api-key", KEY)
-        runs = _run_app(server, "junjo", *scenarios)
+        runs = _run_app(server, "junjo", *scenarios, env=env)
         server.wait_replayed()
         return runs, server
 
