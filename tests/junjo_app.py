@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from junjo import (
@@ -492,6 +493,44 @@ async def borrowed_store_runs() -> list[dict[str, Any]]:
     ]
 
 
+class LedgerState(BaseState):
+    amount: Decimal = Decimal("0")
+    flag: Any = None
+
+
+class LedgerStore(BaseStore[LedgerState]):
+    async def set_amount(self, amount: Decimal) -> None:
+        await self.set_state({"amount": amount})
+
+    async def set_flag(self, flag: Any) -> None:
+        await self.set_state({"flag": flag})
+
+
+class Book(Node[LedgerStore]):
+    """Writes values equal in Python to what the store holds, serialized otherwise.
+
+    Decimal 12.50 == 12.5 and True == 1: Junjo records a patch for each, but the
+    store keeps its state (and revision).
+    """
+
+    async def service(self, store: LedgerStore) -> None:
+        await store.set_amount(Decimal("12.50"))
+        await store.set_amount(Decimal("12.5"))
+        await store.set_flag(1)
+        await store.set_flag(True)
+
+
+def ledger_workflow() -> Workflow[LedgerState, LedgerStore]:
+    def graph() -> Graph:
+        book = Book()
+        return Graph(source=book, sinks=[book], edges=[])
+
+    return Workflow[LedgerState, LedgerStore](
+        name="Ledger Workflow", graph_factory=graph,
+        store_factory=lambda: LedgerStore(initial_state=LedgerState()),
+    )
+
+
 def policy_check_workflow() -> Workflow[RefundState, RefundStore]:
     def graph() -> Graph:
         check = CheckPolicy()
@@ -536,6 +575,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "agent_in_node": agent_workflow,
     "failing_agent": failing_agent_workflow,
     "own_store_agent": own_store_agent_workflow,
+    "ledger": ledger_workflow,
 }
 
 

@@ -451,6 +451,31 @@ def test_live_store_written_between_its_runs_names_that_write(replayed: Replayed
     assert f'<a href="/?trace={first["trace_id"]}">the runs of its trace</a>' in page
 
 
+def test_live_patch_the_store_did_not_commit_changes_nothing(replayed: ReplayedRuns) -> None:
+    # Decimal("12.5") == Decimal("12.50") and True == 1: Junjo records a patch for
+    # each write, but keeps the store's state and revision, as its end state shows.
+    runs, server = replayed("ledger")
+    run = runs["ledger"]
+    assert run["final_state"] == {"amount": "12.50", "flag": 1}
+    detail = server.get_json(f"/api/executions/{run['run_id']}")
+    assert detail["verdict"] == "verified", detail["diagnostics"]
+    assert [(d["code"], d["severity"], d["sequence"]) for d in detail["diagnostics"]] == [
+        ("patch_not_committed", "info", 2), ("patch_not_committed", "info", 4),
+    ]
+    assert '"value":"12.5"' in detail["diagnostics"][0]["message"]
+    for sequence, expected in [(1, "12.50"), (2, "12.50")]:
+        state = server.get_json(f"/api/executions/{run['run_id']}/state?sequence={sequence}")
+        assert (state["state"]["amount"], state["verified"]) == (expected, True)
+    flag = server.get_json(f"/api/executions/{run['run_id']}/state?sequence=4")["state"]["flag"]
+    assert flag == 1 and flag is not True
+    provenance = server.get_json(f"/api/executions/{run['run_id']}/provenance?path=/amount")
+    assert [(w["sequence"], w["after"]) for w in provenance["writes"]] == [(1, "12.50")]
+    timeline = server.get_json(f"/api/executions/{run['run_id']}/timeline")["transitions"]
+    assert [(t["sequence"], t["changed_paths"]) for t in timeline] == [
+        (1, ["/amount"]), (2, []), (3, ["/flag"]), (4, []),
+    ]
+
+
 def _banner(html: str) -> str:
     """The outcome banner's text, tags dropped and whitespace collapsed."""
     return _block_text(html, 'id="outcome"', "</div>")
