@@ -663,8 +663,11 @@ def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
     assert [(w["node"], w["action"], w["after"]) for w in provenance["writes"]] == [
         ("tool record_note", "note", "carrier confirmed damage")
     ]
-    # The agent's page leads to that history at the tool's step.
+    # The agent's page leads to that history at the tool's step; that run's page
+    # says where its start state came from (the agent's span, not a workflow's).
     assert f'href="/executions/{quoted}?step=2"' in page
+    own_page = unescape(httpx.get(f"{server.url}/executions/{quoted}").text)
+    assert "start state (as recorded on the run's own span)" in own_page
     # In a node: the workflow's store is another one, and the agent's page
     # leads to the agent's own application-store run, not to the workflow.
     workflow = server.get_json(f"/api/executions/{runs['own_store_agent']['run_id']}")
