@@ -217,6 +217,24 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
     return _refund_workflow("Failing Refund Workflow", graph)
 
 
+class CustomerIsGold(Condition[RefundState]):
+    """An edge condition that raises: the customer record has no tier."""
+
+    def evaluate(self, state: RefundState) -> bool:
+        return bool(state.customer["loyalty_tier"] == "gold")
+
+
+def failing_condition_workflow() -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        load, decide = LoadOrder(), Decide()
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[Edge(tail=load, head=decide, condition=CustomerIsGold())],
+        )
+
+    return _refund_workflow("Gold Refund Workflow", graph)
+
+
 class AskModel(Node[RefundStore]):
     """Calls a model through an instrumented client span, which raises.
 
@@ -576,6 +594,7 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "failing_agent": failing_agent_workflow,
     "own_store_agent": own_store_agent_workflow,
     "ledger": ledger_workflow,
+    "failing_condition": failing_condition_workflow,
 }
 
 

@@ -540,6 +540,26 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
     )
 
 
+def test_live_run_that_raised_between_its_nodes_says_how_far_it_got(
+    replayed: ReplayedRuns,
+) -> None:
+    # The edge condition after LoadOrder raises: no node did, so the banner says
+    # the workflow itself raised, after the node that ended last.
+    runs, server = replayed("failing_condition")
+    run_id = runs["failing_condition"]["run_id"]
+    assert "loyalty_tier" in runs["failing_condition"]["error"]
+    found = server.get_json(f"/api/executions/{run_id}")["outcome"]
+    assert (found["error_type"], found["culprits"]) == ("KeyError", [])
+    assert (found["after"]["name"], found["after"]["kind"]) == ("LoadOrder", "node")
+    html = httpx.get(f"{server.url}/executions/{run_id}").text
+    assert _banner(html) == (
+        "KeyError: 'loyalty_tier' No node raised it, as far as the spans that arrived show;"
+        " the last to end was node LoadOrder. It came from the workflow itself, while"
+        " choosing the next node (an edge condition raised, or no edge applied)."
+    )
+    assert f'node <a href="#span-{found["after"]["span_id"]}">LoadOrder</a>' in html
+
+
 def test_live_failure_is_traced_to_the_node_not_to_a_library_span_inside_it(
     replayed: ReplayedRuns,
 ) -> None:
