@@ -75,7 +75,7 @@ class StartWriter:
     # The earlier run's page at that step, with the field's provenance open; for
     # a write between runs, the runs of the trace whose page shows its span.
     href: str
-    # False when a transition after it never arrived, or lies in no stored run's interval.
+    # False when a transition after it (up to this run's start) never arrived.
     verified: bool
 
 
