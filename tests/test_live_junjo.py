@@ -688,6 +688,10 @@ def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
     assert f'href="/executions/{quoted}?step=2"' in page
     own_page = unescape(httpx.get(f"{server.url}/executions/{quoted}").text)
     assert "start state (as recorded on the run's own span)" in own_page
+    # The start of the agent's id, typed in the filter box, still names one run:
+    # the agent (its application-store run's id starts the same).
+    typed = httpx.get(f"{server.url}/", params={"where": top["run_id"][:10]})
+    assert (typed.status_code, typed.headers["location"]) == (303, f"/executions/{top['run_id']}")
     # In a node: the workflow's store is another one, and the agent's page
     # leads to the agent's own application-store run, not to the workflow.
     workflow = server.get_json(f"/api/executions/{runs['own_store_agent']['run_id']}")
