@@ -474,6 +474,10 @@ def test_live_patch_the_store_did_not_commit_changes_nothing(replayed: ReplayedR
     assert [(t["sequence"], t["changed_paths"]) for t in timeline] == [
         (1, ["/amount"]), (2, []), (3, ["/flag"]), (4, []),
     ]
+    # The step's page says why it changed nothing, quoting the patch received.
+    page = unescape(httpx.get(f"{server.url}/executions/{run['run_id']}?step=2").text)
+    assert 'No change: Transition 2 (action \'set_amount\'' in page
+    assert "as replayed: the store did not commit the one received" in page
 
 
 def _banner(html: str) -> str:
