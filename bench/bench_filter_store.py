@@ -22,6 +22,8 @@ Timed through the API's code path (`studio.params.execution_query` then
 `Store.search`, limit 50, parse and compile included):
   * a `final` equality filter, p50 and p99 over --queries values;
   * an `ever` numeric range filter, p50;
+  * the filter box's help uncached (studio/field_suggestions.py: the paths of
+    the newest 200 runs, all and one workflow's, and one path's values);
   * one cold `Inspector.inspect` + timeline + `state_at` of a middle step for a
     10,000-transition execution on a ~250 KB state (written with `Store.write`
     and replayed once, as `serve` does on arrival; the same for a copy that was
@@ -61,6 +63,7 @@ from collector.store import IngestBatch, Store
 from collector.store.filters import RANGES_SORT_KEY, SORT_KEY, key64
 from studio.api import timeline
 from studio.field_columns import empty_hints, value_cells, value_columns
+from studio.field_suggestions import field_help
 from studio.inspect import Inspector
 from studio.params import execution_query
 
@@ -646,6 +649,12 @@ def main() -> None:
                 time_ms(sorted_page(store, eligible_longest)) for _ in range(10)
             ]
             extras = [time_ms(page_extras(store, "refund.eligible = true")) for _ in range(10)]
+            # The filter box's help, uncached (the studio keeps it a minute): every
+            # path of the newest runs, and one path's values for the example.
+            help_all = [time_ms(lambda: field_help(store, None)) for _ in range(10)]
+            help_workflow = [
+                time_ms(lambda: field_help(store, "Refund Workflow")) for _ in range(10)
+            ]
             inspect = [time_ms(inspect_long(store, run_id)) for _ in range(5)]
             inspect_replaying = [time_ms(inspect_long(store, unreplayed_id)) for _ in range(5)]
             # What a user stepping through the timeline sees after the first view:
@@ -667,6 +676,8 @@ def main() -> None:
         ("sort=-duration p50", percentile(longest, 0.5), None),
         ("  same, refund.eligible = true", percentile(longest_eligible, 0.5), None),
         ("page values + empty-result hints", percentile(extras, 0.5), None),
+        ("filter help, uncached p50", percentile(help_all, 0.5), None),
+        ("  same, one workflow's runs", percentile(help_workflow, 0.5), None),
         ("inspect+timeline+state p50", percentile(inspect, 0.5), TARGET_INSPECT_MS),
         ("  same, never replayed (no snapshot)", percentile(inspect_replaying, 0.5), None),
         ("cached inspect+state p50", percentile(stepping, 0.5), None),

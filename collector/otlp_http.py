@@ -2,7 +2,8 @@
 
 The HTTP twin of `collector/otlp_grpc.py`, following the same rules and giving
 the same answers (collector/otlp_answers.py); nothing here decodes spans or
-touches storage except through the injected `Ingestor`.
+touches storage except through the injected `Ingestor`. A body is parsed by
+collector/decode.py (protobuf) or collector/otlp_json.py (OTLP JSON).
 
 Invariants:
 - a 200 is sent only after `Ingestor.ingest` returned, that is once the export
@@ -26,14 +27,11 @@ Status codes follow the OTLP/HTTP specification:
 from __future__ import annotations
 
 import asyncio
-import base64
 import enum
 import json
 import logging
-import re
 import zlib
-from collections.abc import Iterator
-from typing import Any, Final
+from typing import Final
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -42,9 +40,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from collector import otlp_json
 from collector.admission import Admission
 from collector.auth import KeyChecker, presented_key
-from collector.decode import DecodeError, ExportRequestPB2, parse_request
+from collector.decode import DecodeError, parse_request
 from collector.ingest import Ingestor, IngestOutcome, RetryLater
 from collector.otlp_answers import (
     AT_CAPACITY_MESSAGE,
@@ -216,7 +215,7 @@ class HttpTraceReceiver:
             if body_format is BodyFormat.PROTOBUF:
                 request, protobuf = parse_request(body), body
             else:
-                request, protobuf = parse_json(body), None
+                request, protobuf = otlp_json.parse_request(body), None
         except DecodeError as exc:
             raise _bad_request(str(exc)) from exc
         try:
@@ -347,88 +346,3 @@ def _declared_length(content_length: str | None) -> int | None:
 
 def _bad_request(message: str) -> Refused:
     return Refused(400, code_pb2.INVALID_ARGUMENT, message)
-
-
-# -- OTLP JSON ---------------------------------------------------------------
-
-_HEX_DIGITS = re.compile(r"[0-9a-fA-F]*")
-_SPAN_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
-_LINK_ID_FIELDS: Final = ("traceId", "spanId")
-
-
-def parse_json(body: bytes) -> ExportRequestPB2:
-    """An OTLP JSON export request, whose ids are hex where protobuf's JSON says base64.
-
-    The ids are rewritten in place to base64 at the fields the OTLP JSON
-    encoding names, then protobuf's own parser does the rest (int64 as string or
-    number, enums as integers). Unknown fields are ignored, as the encoding
-    requires for forward compatibility. Raises DecodeError for anything else.
-    """
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise DecodeError(f"body is not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise DecodeError("body is not a JSON object (an ExportTraceServiceRequest)")
-    for span in _children(document, "resourceSpans", "scopeSpans", "spans"):
-        _hex_ids_to_base64(span, _SPAN_ID_FIELDS)
-        for link in _children(span, "links"):
-            _hex_ids_to_base64(link, _LINK_ID_FIELDS)
-    request = ExportRequestPB2()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        raise DecodeError(f"body is not an OTLP JSON ExportTraceServiceRequest: {exc}") from exc
-    return request
-
-
-def _children(parent: dict[str, Any], *path: str) -> Iterator[dict[str, Any]]:
-    """The objects at `path` below `parent`, under either JSON or proto field names.
-
-    Anything of the wrong shape is skipped here: ParseDict reports it properly.
-    """
-    if not path:
-        yield parent
-        return
-    head, rest = path[0], path[1:]
-    for name in _spellings(head):
-        items = parent.get(name)
-        if isinstance(items, list):
-            for item in items:
-                if isinstance(item, dict):
-                    yield from _children(item, *rest)
-
-
-def _hex_ids_to_base64(message: dict[str, Any], fields: tuple[str, ...]) -> None:
-    for field in fields:
-        for name in _spellings(field):
-            if name not in message:
-                continue
-            value = message[name]
-            if value is None:
-                # proto3's JSON mapping reads null as the field's default: no id.
-                del message[name]
-            else:
-                message[name] = _hex_to_base64(value)
-
-
-def _hex_to_base64(value: object) -> str:
-    """A hex id as the base64 ParseDict reads; anything else as MALFORMED_ID."""
-    if not isinstance(value, str) or len(value) % 2 or not _HEX_DIGITS.fullmatch(value):
-        return _MALFORMED_ID
-    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
-
-
-# A malformed id becomes one byte, a length no id has, so the span is rejected by
-# the same check as any wrong-sized id (collector/decode.py) and the rest of the
-# request is stored; a 400 for the whole request lost every span in it, for good.
-_MALFORMED_ID: Final = base64.b64encode(b"\x00").decode("ascii")
-
-
-def _spellings(json_name: str) -> tuple[str, ...]:
-    """The lowerCamelCase name OTLP JSON uses, and the proto name ParseDict also takes.
-
-    A one-word name is spelled once: visiting it twice would convert an id twice.
-    """
-    proto_name = re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), json_name)
-    return (json_name,) if proto_name == json_name else (json_name, proto_name)

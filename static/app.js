@@ -84,7 +84,219 @@
     });
   });
 
+  // Times. The server writes every time in UTC, labelled so (templates/_macros.html `time`).
+  // Here they are shown in the viewer's time zone, with the UTC time in the tooltip, unless
+  // the header's toggle chose UTC (remembered in localStorage). A MutationObserver formats
+  // whatever arrives later too: htmx swaps, the execution page's own fetches and polls.
+  var TIME_MODE_KEY = "statetrail.times";
+  var ISO = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z$/;
+
+  function timeMode() {
+    try { return window.localStorage.getItem(TIME_MODE_KEY) === "utc" ? "utc" : "local"; }
+    catch (error) { return "local"; }  // storage refused (a privacy setting): the default
+  }
+
+  function pad(number) { return (number < 10 ? "0" : "") + number; }
+
+  function zoneName(moment) {
+    var part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" })
+      .formatToParts(moment).filter(function (p) { return p.type === "timeZoneName"; })[0];
+    return part ? part.value : "local";
+  }
+
+  // "2026-12-02T01:47:04.123456Z" -> the same moment on the viewer's clock, to the millisecond.
+  function localParts(iso) {
+    var match = ISO.exec(iso);
+    if (!match) return null;
+    var moment = new Date(Date.parse(match[1] + "Z"));
+    if (isNaN(moment.getTime())) return null;
+    var date = moment.getFullYear() + "-" + pad(moment.getMonth() + 1) + "-" + pad(moment.getDate());
+    var clock = pad(moment.getHours()) + ":" + pad(moment.getMinutes()) + ":" + pad(moment.getSeconds()) +
+      (match[2] || "").slice(0, 4);
+    return { date: date, clock: clock, zone: zoneName(moment) };
+  }
+
+  function utcParts(iso) {
+    return { date: iso.slice(0, 10), clock: iso.slice(11, 23), zone: "UTC" };
+  }
+
+  function showTime(element, mode) {
+    if (element.getAttribute("data-shown") === mode) return;
+    var iso = element.getAttribute("datetime") || "";
+    var shown = mode === "utc" ? utcParts(iso) : localParts(iso);
+    var other = mode === "utc" ? localParts(iso) : utcParts(iso);
+    if (!shown || !other) return;
+    var date = document.createElement("span");
+    date.className = "date";
+    date.textContent = shown.date;
+    var nodes = [date, document.createTextNode(" " + shown.clock)];
+    if (element.hasAttribute("data-zone")) {
+      var zone = document.createElement("span");
+      zone.className = "tz";
+      zone.textContent = shown.zone;
+      nodes.push(document.createTextNode(" "), zone);
+    }
+    element.replaceChildren.apply(element, nodes);
+    element.title = other.date + " " + other.clock + " " + other.zone + " (" + iso + ")";
+    element.setAttribute("data-shown", mode);
+  }
+
+  function showTimes(root) {
+    var mode = timeMode();
+    var zone = mode === "utc" ? "UTC" : zoneName(new Date());
+    if (root.querySelectorAll) {
+      root.querySelectorAll("time[datetime]").forEach(function (t) { showTime(t, mode); });
+      root.querySelectorAll("[data-zone-label]").forEach(function (label) {
+        if (label.textContent !== zone) label.textContent = zone;
+      });
+    }
+    document.querySelectorAll("button[data-time-toggle]").forEach(function (button) {
+      button.hidden = false;
+      var shown = mode === "utc" ? "UTC" : zoneName(new Date());
+      // Changed only when it differs: the observer below would see a change as new content.
+      if (button.textContent !== "Times: " + shown) {
+        var word = document.createElement("span");
+        word.className = "time-toggle-word";  // left out on a phone's narrow header
+        word.textContent = "Times: ";
+        button.replaceChildren(word, document.createTextNode(shown));
+      }
+      button.setAttribute("aria-pressed", mode === "utc" ? "true" : "false");
+      button.title = mode === "utc" ? "Show times in your time zone" : "Show times in UTC";
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target instanceof Element && event.target.closest("button[data-time-toggle]");
+    if (!button) return;
+    try { window.localStorage.setItem(TIME_MODE_KEY, timeMode() === "utc" ? "local" : "utc"); }
+    catch (error) { return; }
+    showTimes(document);
+  });
+
+  new MutationObserver(function (changes) {
+    var arrived = changes.some(function (change) {
+      return Array.prototype.some.call(change.addedNodes, function (node) {
+        return node instanceof Element && !node.closest("time");
+      });
+    });
+    if (arrived) showTimes(document);
+  }).observe(document.documentElement, { childList: true, subtree: true });
+
+  // Filter suggestions. The server fills datalist#where-paths with the paths the newest runs
+  // have (studio/field_suggestions.py); a browser offers those with JavaScript off. Here the
+  // options become completions of the clause being typed at the end of the box: a path, then
+  // "path = value" with the values the runs ended with (asked of /api/fields/values). Every
+  // option's text goes through option.value (a property, never markup): paths are telemetry.
+  var MAX_OPTIONS = 40;
+  var TOKENS = /"(?:[^"\\]|\\.)*"?|\s+|[()]|[^\s()"]+/g;
+  var PATH = '(?:[^\\s()"]|"(?:[^"\\\\]|\\\\.)*")+';
+  var VALUE_CLAUSE = new RegExp("^(" + PATH + ")(\\s*)(!=|<=|>=|=|<|>|contains)(\\s*)(.*)$");
+  var AFTER_PATH = new RegExp("^(" + PATH + ")(\\s+)(\\w*)$");
+  // A path being typed may end inside a quoted name: `metadata."extra/k`.
+  var PATH_PREFIX = new RegExp("^(?:" + PATH + ')?(?:"(?:[^"\\\\]|\\\\.)*)?$');
+  var valueCache = {};
+
+  // Where the clause being typed starts: after the last "(", ")", and, or, not.
+  function clauseStart(text) {
+    var start = 0;
+    var tokens = text.match(TOKENS) || [];
+    var at = 0;
+    tokens.forEach(function (token, i) {
+      at += token.length;
+      var word = token.toLowerCase();
+      var spaced = i + 1 < tokens.length && /^\s/.test(tokens[i + 1]);
+      if (token === "(" || token === ")" || (spaced && (word === "and" || word === "or" || word === "not"))) {
+        start = at;
+      }
+    });
+    return start;
+  }
+
+  function knownPaths(list) {
+    if (!list.__paths) {
+      list.__paths = Array.from(list.querySelectorAll("option[data-path]")).map(function (option) {
+        return { path: option.getAttribute("data-path") || "", kinds: option.label };
+      });
+    }
+    return list.__paths;
+  }
+
+  function workflowOf(input) {
+    var field = input.form && input.form.querySelector('input[name="workflow"]');
+    return field instanceof HTMLInputElement ? field.value : "";
+  }
+
+  function setOptions(list, options) {
+    var fresh = document.createDocumentFragment();
+    options.slice(0, MAX_OPTIONS).forEach(function (item) {
+      var option = document.createElement("option");
+      option.value = item.value;
+      if (item.label) option.label = item.label;
+      fresh.appendChild(option);
+    });
+    list.replaceChildren(fresh);
+  }
+
+  function valuesFor(list, input, path, then) {
+    var key = workflowOf(input) + "\n" + path;
+    if (valueCache[key]) return then(valueCache[key]);
+    var url = list.getAttribute("data-values-url") + "?path=" + encodeURIComponent(path);
+    if (workflowOf(input)) url += "&workflow=" + encodeURIComponent(workflowOf(input));
+    fetch(url, { headers: { accept: "application/json" }, credentials: "same-origin" })
+      .then(function (answer) { return answer.ok ? answer.json() : null; })
+      .then(function (found) {
+        if (!found) return;  // a bad path, or the store unavailable: no values, asked again later
+        valueCache[key] = found.values || [];
+        then(valueCache[key]);
+      }, function () { return null; });
+  }
+
+  // The completions of `text` (the whole box, the caret at its end).
+  function suggest(list, input) {
+    var paths = knownPaths(list);
+    var text = input.value;
+    var start = clauseStart(text);
+    var scope = /^(\s*(?:(?:ever|final)\s+)?)/i.exec(text.slice(start));
+    var head = text.slice(0, start) + (scope ? scope[1] : "");
+    var rest = text.slice(head.length);
+    var known = function (path) { return paths.some(function (p) { return p.path === path; }); };
+    var clause = VALUE_CLAUSE.exec(rest);
+    if (clause && known(clause[1])) {
+      var typed = clause[5];
+      var lead = head + clause[1] + clause[2] + clause[3] + (clause[4] || (typed ? "" : " "));
+      return valuesFor(list, input, clause[1], function (values) {
+        if (input.value !== text) return;  // typed on meanwhile
+        setOptions(list, values.filter(function (v) { return v.literal.indexOf(typed) === 0; })
+          .map(function (v) { return { value: lead + v.literal, label: v.kind + ", " + v.runs + " runs" }; }));
+      });
+    }
+    var after = AFTER_PATH.exec(rest);
+    if (after && known(after[1])) {
+      var base = head + after[1] + after[2];
+      return valuesFor(list, input, after[1], function (values) {
+        if (input.value !== text) return;
+        var options = values.map(function (v) {
+          return { value: base + "= " + v.literal, label: v.kind + ", " + v.runs + " runs" };
+        });
+        ["exists", "missing"].forEach(function (word) { options.push({ value: base + word }); });
+        setOptions(list, options.filter(function (o) { return o.value.indexOf(text) === 0; }));
+      });
+    }
+    if (!PATH_PREFIX.test(rest)) return setOptions(list, []);
+    setOptions(list, paths.filter(function (p) { return p.path.indexOf(rest) === 0; })
+      .map(function (p) { return { value: head + p.path, label: p.kinds }; }));
+  }
+
+  document.addEventListener("input", function (event) {
+    var input = event.target;
+    if (!(input instanceof HTMLInputElement) || !input.hasAttribute("data-suggest")) return;
+    var list = input.list;
+    if (!list || input.selectionStart !== input.value.length) return;
+    suggest(list, input);
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
+    showTimes(document);
     initCompare(document);
     showCopyButtons(document);
   });

@@ -13,25 +13,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from collector.history import Diagnostic, History, StateUnavailableError, Step
-from collector.jsondoc import MISSING, JsonPatchOp, JsonValue, Missing, parse_patch
+from collector.jsondoc import (
+    MISSING,
+    JsonPatchOp,
+    JsonValue,
+    Missing,
+    parse_patch,
+    pointer_parts,
+    resolve,
+)
 from collector.junjo import APPLICATION_RUN_SUFFIX
 from collector.provenance import Provenance, ProvenanceEntry
+from collector.query_ast import Path
 from collector.row_json import execution_json
 from collector.store.in_flight import InFlightRow
 from collector.timestamps import rfc3339
 from studio.field_columns import value_columns, value_json
+from studio.field_suggestions import paths_json, values_json
 from studio.inspect import Inspection, parent_and_children
 from studio.json_errors import json_error
 from studio.links import Links
 from studio.outcome import ended_badly, outcome, outcome_json
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
-from studio.services import inspector_of, store_of
+from studio.services import inspector_of, store_of, suggestions_of
 from studio.start_writer import start_writer
 from studio.waterfall import build_waterfall
 
@@ -61,6 +72,12 @@ def in_flight_json(row: InFlightRow) -> dict[str, Any]:
         # Of those, the run's own store: the one its timeline replays.
         "store_id": row.own_store_id,
         "span_count": row.span_count,
+        # When its trace last received a span; repeated as `no_activity_since` once that is
+        # so long ago that the run is taken to have stopped (InFlightRow.is_quiet).
+        "last_activity_at": rfc3339(row.latest_activity_unix_nano),
+        "no_activity_since": (
+            rfc3339(row.latest_activity_unix_nano) if row.is_quiet(time.time_ns()) else None
+        ),
     }
 
 
@@ -373,3 +390,28 @@ def _state_or_none(history: History, sequence: int) -> JsonValue:
         return history.state_at(sequence)
     except StateUnavailableError:
         return None
+
+
+# --- the filter box's suggestions (studio/field_suggestions.py) ---------------------
+
+
+def field_paths(request: Request) -> Response:
+    """GET /api/fields?workflow=W: the end-state paths of the newest runs (of W)."""
+    workflow = request.query_params.get("workflow") or None
+    return JSONResponse(paths_json(suggestions_of(request).help(store_of(request), workflow)))
+
+
+def field_values(request: Request) -> Response:
+    """GET /api/fields/values?path=P&workflow=W: P's commonest end values in the newest runs."""
+    text = request.query_params.get("path", "")
+    try:
+        if not text:
+            raise ValueError("give a field path, e.g. refund.eligible or /refund/eligible")
+        pointer = pointer_param(text)
+        resolve(None, pointer)  # raises ValueError for a malformed pointer
+    except ValueError as exc:
+        return json_error(400, f"path: {exc}", parameter="path")
+    workflow = request.query_params.get("workflow") or None
+    path = Path(pointer_parts(pointer))
+    sampled, values = suggestions_of(request).examples(store_of(request), path, workflow)
+    return JSONResponse(values_json(path, workflow, sampled, values))

@@ -231,6 +231,8 @@ ROUTES: Final = [
         name="api_provenance",
     ),
     Route("/api/executions/{run_id:run_id}", api.execution_detail, name="api_execution"),
+    Route("/api/fields", api.field_paths, name="api_fields"),
+    Route("/api/fields/values", api.field_values, name="api_field_values"),
     Route("/compare", compare_page.compare_page, name="compare"),
     Route("/api/compare", compare_page.compare_json, name="api_compare"),
     Route("/healthz", health.healthz, name="healthz"),

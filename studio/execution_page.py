@@ -154,6 +154,10 @@ class ExecutionView:
     back: ListReturn
     # In flight and still expecting its owner span: the page refreshes itself.
     polling: bool = False
+    # In flight: when its trace last received a span; and that time again once nothing has
+    # arrived for so long that the page calls it "no activity since" and stops refreshing.
+    last_activity: int | None = None
+    quiet_since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +268,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     graph, graph_note = _graph(inspection, children, waterfall, links)
     writers = _writers(store, history, inspection.trace_id, waterfall)
     quiet = _quiet(inspection)
+    flight = inspection.in_flight if execution is None else None
     return ExecutionView(
         header=_header(store, inspection, waterfall, links, quiet, parent, children),
         in_flight=inspection.execution is None,
@@ -291,6 +296,8 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         poll_seconds=POLL_SECONDS,
         polling=inspection.execution is None and not quiet,
         back=list_return(request),
+        last_activity=flight.latest_activity_unix_nano if flight is not None else None,
+        quiet_since=flight.latest_activity_unix_nano if flight is not None and quiet else None,
     )
 
 
@@ -345,9 +352,11 @@ def _writers(store: Store, history: History, trace_id: str, waterfall: Waterfall
 
 
 def _quiet(inspection: Inspection) -> bool:
-    """Whether an in-flight run stopped receiving evidence long ago (by this server's clock).
+    """Whether an in-flight run's trace stopped receiving evidence long ago (by this
+    server's clock).
 
-    Its page then says the owner span was probably lost and stops refreshing itself.
+    Its page then says "no activity since" and stops refreshing itself; evidence arriving
+    later makes the run in flight again (the next view asks anew).
     """
     flight = inspection.in_flight
     if inspection.execution is not None or flight is None:

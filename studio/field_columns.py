@@ -91,7 +91,7 @@ def value_json(
         for column in columns:
             value = found.get((row.run_id, column.pointer))
             kind, scalar = value if value is not None else ("absent", None)
-            if kind == "number" and isinstance(scalar, float) and _exact_integer(scalar):
+            if kind == "number" and isinstance(scalar, float) and exact_integer(scalar):
                 scalar = int(scalar)
             fields.append({"path": column.pointer, "kind": kind, "value": scalar})
         answer[row.run_id] = fields
@@ -181,14 +181,14 @@ def value_cell(value: FieldValue | None) -> Cell:
     if kind == "array":
         return Cell("[…]", kind)
     if kind == "number" and isinstance(scalar, float):
-        return Cell(str(int(scalar)) if _exact_integer(scalar) else repr(scalar), kind)
+        return Cell(str(int(scalar)) if exact_integer(scalar) else repr(scalar), kind)
     text = json.dumps(scalar, ensure_ascii=False)
     if len(text) > VALUE_CHARS:
         text = text[: VALUE_CHARS - 1] + "…"
     return Cell(text, kind)
 
 
-def _exact_integer(number: float) -> bool:
+def exact_integer(number: float) -> bool:
     """Whether a number the index holds (as a double) reads back as the integer it equals.
 
     The index keeps no int/float distinction (JSON has none: 1 and 1.0 are one

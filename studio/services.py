@@ -7,7 +7,7 @@ than through the untyped state bag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
@@ -18,6 +18,7 @@ from collector.keyring import ManagedKeys
 from collector.otlp_http import HttpTraceReceiver
 from collector.replayer import Replayer
 from collector.store import Store
+from studio.field_suggestions import Suggestions
 from studio.inspect import Inspector
 
 
@@ -33,6 +34,8 @@ class Services:
     admin_token: str
     replayer: Replayer
     inspector: Inspector
+    # The filter box's help and suggestions, kept for a minute (studio/field_suggestions.py).
+    suggestions: Suggestions = field(default_factory=Suggestions)
 
 
 def services_of(connection: HTTPConnection) -> Services:
@@ -46,3 +49,7 @@ def store_of(connection: HTTPConnection) -> Store:
 
 def inspector_of(connection: HTTPConnection) -> Inspector:
     return services_of(connection).inspector
+
+
+def suggestions_of(connection: HTTPConnection) -> Suggestions:
+    return services_of(connection).suggestions

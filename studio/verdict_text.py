@@ -31,10 +31,11 @@ def verdict_sentences(
         )
         if quiet:
             return [
-                arrived + "Nothing newer has arrived for a long while: if the run ended, its "
-                "workflow span was probably lost (an exporter queue that overflowed, or a "
-                "process that exited before flushing), and its states cannot be rebuilt. "
-                "Reload the page to look again."
+                arrived + "Nothing has arrived in its trace for a long while: its process "
+                "may have died, or, if the run ended, its workflow span was lost (an exporter "
+                "queue that overflowed, or a process that exited before flushing). That is "
+                "not a failure: anything that arrives later puts it back in flight. This page "
+                "has stopped refreshing itself; reload it to look again."
             ]
         return [
             arrived + "States will be rebuilt and checked when it arrives; this page "

@@ -32,10 +32,11 @@ from collector.store.listing import (
     SortKey,
 )
 from studio.field_columns import Cell, Hint, ValueColumn, empty_hints, value_cells, value_columns
+from studio.field_suggestions import NO_HELP, FieldHelp
 from studio.links import Links
 from studio.list_return import remember_list
 from studio.params import DEFAULT_SORT, BadParameter, execution_query, next_cursor
-from studio.services import services_of, store_of
+from studio.services import services_of, store_of, suggestions_of
 from studio.templating import templates
 
 FACETS: Final[tuple[FacetName, ...]] = ("workflow", "service", "status", "verdict", "kind")
@@ -137,6 +138,8 @@ class ExecutionsView:
     total: int | None = None
     sorts: dict[str, SortLink] = field(default_factory=dict)
     order: Order = ORDERS[("started", True)]
+    # The paths the newest runs have, for the filter box's help and suggestions.
+    field_help: FieldHelp = NO_HELP
     # When the page was made, for telling which in-flight runs went quiet.
     now_unix_nano: int = field(default_factory=time.time_ns)
 
@@ -177,7 +180,10 @@ def executions_page(request: Request) -> Response:
         destination = _id_lookup(store, links, text) if exc.name == "where" else None
         if destination is not None:
             return _go_to(request, destination)
-        view = _empty_view(request, links, filters, error=filter_error(exc, filters))
+        view = _empty_view(
+            request, links, filters, error=filter_error(exc, filters),
+            field_help=suggestions_of(request).help(store, filters["workflow"] or None),
+        )
         return _render_executions(request, view, status_code=400)
     return _render_executions(request, _executions_view(request, links, store, filters, query))
 
@@ -262,6 +268,7 @@ def _executions_view(
             for hint in hints
         ),
         partly_indexed=store.partly_indexed(query) if query.where is not None else 0,
+        field_help=suggestions_of(request).help(store, query.workflow),
     )
 
 
@@ -272,6 +279,7 @@ def _empty_view(
     *,
     error: FilterError | None = None,
     onboarding: bool = False,
+    field_help: FieldHelp = NO_HELP,
 ) -> ExecutionsView:
     """The page without results: a filter to fix, or a store with nothing to list yet."""
     return ExecutionsView(
@@ -280,6 +288,7 @@ def _empty_view(
         api_href=_api_href(request, filters),
         error=error,
         onboarding=onboarding,
+        field_help=field_help,
     )
 
 

@@ -2,9 +2,11 @@
 
 Get the fixtures in a test module with `pytest_plugins = ("browser",)` and mark the
 tests `@pytest.mark.browser`. `page` is a fresh page (own context) that fails
-the test on any console error or uncaught exception, so a CSP violation, a missing asset
-or a script error cannot pass unnoticed. The `screenshot` fixture saves full-page
-PNGs under $STATETRAIL_SCREENSHOTS, or the test's tmp_path when that is unset.
+the test on any console error or uncaught exception, so a CSP violation, a missing
+asset or a script error cannot pass unnoticed; `new_page(**options)` makes such
+pages in contexts with options (a time zone, JavaScript off). The `screenshot`
+fixture saves full-page PNGs under $STATETRAIL_SCREENSHOTS, or the test's tmp_path
+when that is unset.
 """
 
 from __future__ import annotations
@@ -12,9 +14,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Dialog,
+    Page,
+    ViewportSize,
+    sync_playwright,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = (
@@ -44,10 +55,14 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+PageFactory = Callable[..., Page]
+
+
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport=VIEWPORT)
-    opened = context.new_page()
+def new_page(browser: Browser) -> Iterator[PageFactory]:
+    """`new_page(**context_options)`: a page in a context of its own (a `timezone_id`, say,
+    or `java_script_enabled=False`), failing the test on a console error like `page`."""
+    contexts: list[BrowserContext] = []
     problems: list[str] = []
 
     def on_console(message: ConsoleMessage) -> None:
@@ -55,11 +70,37 @@ def page(browser: Browser) -> Iterator[Page]:
         if message.type == "error" and not message.text.startswith(CLIENT_ERROR_LOG):
             problems.append(f"console error: {message.text}")
 
-    opened.on("console", on_console)
-    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    yield opened
-    context.close()
+    def make(**options: Any) -> Page:
+        context = browser.new_context(viewport=VIEWPORT, **options)
+        contexts.append(context)
+        opened = context.new_page()
+        opened.on("console", on_console)
+        opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        return opened
+
+    yield make
+    for context in contexts:
+        context.close()
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def page(new_page: PageFactory) -> Page:
+    return new_page()
+
+
+@pytest.fixture
+def dialogs(page: Page) -> list[str]:
+    """The messages of every dialog (alert, confirm) `page` opens, each dismissed: a
+    hostile value that ran as script shows up here."""
+    seen: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        seen.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    return seen
 
 
 Screenshot = Callable[[Page, str], Path]

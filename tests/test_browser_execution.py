@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from playwright.sync_api import Browser, Dialog, Page, expect
+from playwright.sync_api import Browser, Page, expect
 from support import (
     Server,
     export_raw,
@@ -183,15 +183,8 @@ def test_browser_execution_stepping_keeps_a_fields_provenance_open(
 
 
 def test_browser_execution_hostile_state_values_render_as_text(
-    studio: Server, page: Page
+    studio: Server, page: Page, dialogs: list[str]
 ) -> None:
-    dialogs: list[str] = []
-
-    def on_dialog(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
     run_id = _run_id(studio, "Loop Workflow")
     page.goto(f"{studio.url}/executions/{run_id}?step=9")
     tree = page.locator("#state .x-tree")

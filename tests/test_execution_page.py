@@ -21,7 +21,7 @@ import httpx
 import pytest
 from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import new_span_id, new_trace_id, spans_of, variant
+from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
 from support import (
     MakeServer,
     Server,
@@ -806,7 +806,7 @@ def test_an_in_flight_run_that_went_quiet_says_its_owner_was_probably_lost() -> 
     assert not execution_page._quiet(flight(60))
     assert execution_page._quiet(flight(IN_FLIGHT_QUIET_NANOS // 1_000_000_000 + 60))
     text = " ".join(verdict_sentences(history, build_waterfall([], None), quiet=True))
-    assert "probably lost" in text and "refreshes itself" not in text
+    assert "process may have died" in text and "refreshes itself until" not in text
     assert execution is not None  # (the scenario's owner, left out above on purpose)
 
 
@@ -849,26 +849,59 @@ def _span_type(span: trace_pb2.Span) -> str | None:
 
 
 
-def test_an_in_flight_run_whose_spans_stopped_arriving_is_shown_as_quiet(
+def test_an_in_flight_run_with_no_activity_stops_refreshing_until_evidence_arrives(
     make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
-    first, _ = fixture_requests("l_split_batches")
+    first, last = fixture_requests("l_split_batches")
     export_raw(server.grpc_target, *first)
     server.wait_replayed()
     (flying,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    run = f"/executions/{flying['id']}"
+    assert flying["no_activity_since"] is None and flying["last_activity_at"]
+    assert 'hx-trigger="every' in _get(server, run).text  # still expecting its owner
     server.stop()
     # As if the last span arrived an hour ago (the server's clock is what counts).
     with duckdb.connect(str(server.db)) as db:
         db.execute("UPDATE spans SET received_unix_nano = received_unix_nano - ?",
                    [3600 * 1_000_000_000])
     server.start()
+    (quiet,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    assert quiet["no_activity_since"] == quiet["last_activity_at"]
+    assert quiet["status"] == "in_flight"  # a state of its own, not a failure
     listed = _get(server, "/").text
     section = listed[listed.index('<section class="in-flight"') :]
-    assert ">quiet</span>" in section[: section.index("</section>")]
-    page = _get(server, f"/executions/{flying['id']}").text
-    assert "probably lost" in _text(page)
+    section = section[: section.index("</section>")]
+    assert 'class="badge status-quiet"' in section and "status-in_flight" not in section
+    assert f'since <time datetime="{quiet["no_activity_since"]}"' in section
+    page = _get(server, run).text
+    assert "no activity" in _text(page) and "process may have died" in _text(page)
+    assert "not a failure" in _text(page) and "error" not in _text(_header_of(page))
     assert 'hx-trigger="every' not in page and 'http-equiv="refresh"' not in page
+
+    # Any span of its trace is evidence that it runs (a model call inside a node, say):
+    # the run is in flight again, and its page refreshes itself again.
+    now = time.time_ns()
+    trace_id = bytes.fromhex(flying["trace_id"])
+    export_raw(server.grpc_target, plain_request(
+        trace_id, [new_span_id()], start_unix_nano=now - 1_000_000, end_unix_nano=now,
+    ).SerializeToString())
+    (again,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    assert again["no_activity_since"] is None
+    assert again["last_activity_at"] > quiet["last_activity_at"]
+    page = _get(server, run).text
+    assert 'hx-trigger="every' in page and "status-quiet" not in page
+    # And once the owner span arrives, the run is an execution like any other.
+    export_raw(server.grpc_target, *last)
+    server.wait_replayed()
+    assert server.get_json("/api/executions?verdict=in_flight")["executions"] == []
+    page = _get(server, run).text
+    assert 'hx-trigger="every' not in page and "no activity" not in _text(page)
+
+
+def _header_of(page: str) -> str:
+    start = page.index('<header class="x-header">')
+    return page[start : page.index("</header>", start)]
 
 
 def test_container_sizes_read_in_words_with_the_right_number() -> None:

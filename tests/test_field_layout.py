@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from history_records import scenario
 
-from collector import store as store_module
 from collector.model import Evidence, Execution, Transition
 from collector.query import parse_query
 from collector.replayer import Replayer, replay_stores
 from collector.store import IngestBatch, Store, StoreError, WriteResult, field_layout
+from collector.store import rewrite as rewrite_module
 from collector.store.field_layout import CompactionPolicy, IndexLayout
 from collector.store.listing import ExecutionQuery
 
@@ -152,7 +152,7 @@ def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: 
     worker = threading.Thread(target=rewrite)
     worker.start()
     deadline = time.monotonic() + 30
-    while store._maintenance is None and time.monotonic() < deadline:  # the rewrite began
+    while store._rewriter._step_cursor is None and time.monotonic() < deadline:  # the rewrite began
         time.sleep(0.001)
     # Until it stops: an interrupt lands only while one of its statements runs.
     while worker.is_alive() and time.monotonic() < deadline:
@@ -242,7 +242,7 @@ def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
         n = 100
         deadline = time.monotonic() + 60
         while rewrite.is_alive() and seen_during_the_rewrite < 3 and time.monotonic() < deadline:
-            if store._maintenance is None:  # between two steps
+            if store._rewriter._step_cursor is None:  # between two steps
                 time.sleep(0.001)
                 continue
             # Sent while a step runs: stored (preempting the step, if it is a piece),
@@ -302,13 +302,13 @@ def test_filters_answer_the_same_before_during_and_after_a_rewrite(
         store.close()
 
 
-@pytest.mark.parametrize("swap_runs", [store_module.SWAP_REFRESH_RUNS, 0])
+@pytest.mark.parametrize("swap_runs", [rewrite_module.SWAP_REFRESH_RUNS, 0])
 def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap_runs: int
 ) -> None:
     # swap_runs 0: every change goes through the catch-ups before the swap.
     monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
-    monkeypatch.setattr(store_module, "SWAP_REFRESH_RUNS", swap_runs)
+    monkeypatch.setattr(rewrite_module, "SWAP_REFRESH_RUNS", swap_runs)
     store = Store(tmp_path / "layout.duckdb")
     try:
         _stored_and_replayed(store, 20, first=0)

@@ -3,16 +3,18 @@
 Every SQL statement in statetrail lives in this package, so moving to DuckLake
 with a PostgreSQL catalog touches nothing else. This module is a facade: the
 `Store` opens the file, serialises writes under one lock (writers of the
-field index also take a second one: see compact_field_index_if_due), gives each call a
+field index also take a second one: see rewrite.py), gives each call a
 cursor and turns DuckDB's failures into StoreError (errors.py); the SQL is in
 the submodules, one concern each: the schema (migrations.py), transactions
 (transactions.py), the database's settings and checkpoints (database.py), an
 ingest write (writes.py), finding executions (listing.py) and runs in flight
 (in_flight.py), replay's inputs and results (replays.py, lineage.py,
-run_keys.py), the field index and its filter compiler (filters.py) and its
-idle-time rewrite (field_layout.py), retention (retention.py), ingestion keys
-(keys.py), a trace's spans (spans.py) and the spool position
-(spool_position.py). rows.py, documents.py and span_bytes.py build rows
+run_keys.py), the field index and its filter compiler (filters.py), its
+idle-time rewrite (field_layout.py) and the filter box's suggestions
+(field_catalog.py), retention (retention.py), ingestion keys (keys.py), a
+trace's spans (spans.py) and the spool position (spool_position.py).
+rows.py, documents.py and span_bytes.py build rows without SQL; rewrite.py
+runs field_layout.py's rewrite a step at a time under the store's locks, also
 without SQL. Values are always bound parameters; identifiers come only from
 allow-lists.
 
@@ -27,7 +29,6 @@ not safe to share between threads).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import sys
@@ -47,6 +48,7 @@ from collector.query_ast import Path as FieldPath
 from collector.snapshot import Snapshot
 from collector.store import (
     database,
+    field_catalog,
     field_layout,
     filters,
     in_flight,
@@ -55,6 +57,7 @@ from collector.store import (
     listing,
     replays,
     retention,
+    rewrite,
     span_bytes,
     spool_position,
     writes,
@@ -91,18 +94,10 @@ _T = TypeVar("_T")
 # Resource keys remembered as stored (Store._stored_resources): an export names
 # one or two, so this covers thousands of services before it starts over.
 MAX_REMEMBERED_RESOURCES = 4096
-# A field-index rewrite swaps its copy in, under the field-index lock, once at
-# most this many runs changed since its last catch-up (each costs a few dozen
-# rows to copy; the scans of the index cost the same for one run as for this)...
-SWAP_REFRESH_RUNS = 2_000
-# ... or after this many catch-ups, whatever changed during the last one.
-MAX_CATCH_UPS = 3
-# An export waiting for the write lock interrupts a rewrite's piece (which rolls
-# back, to be copied again), repeating this often until it has the lock...
+# An export waiting for the write lock interrupts a field-index rewrite's piece
+# (which rolls back, to be copied again: rewrite.MAX_PREEMPTIONS), repeating
+# this often until it has the lock.
 PREEMPT_POLL_SECONDS = 0.05
-# ... but a piece preempted this many times in a row is copied through, so that
-# a steady trickle of exports cannot keep the rewrite from ever finishing.
-MAX_PREEMPTIONS = 3
 
 
 class Store:
@@ -137,19 +132,15 @@ class Store:
         if not read_only:
             apply_migrations(self._connection)
             self._checkpoint_on_open()
-        # The cursor of a field-index rewrite's step in progress, for interrupt_maintenance.
-        self._maintenance: duckdb.DuckDBPyConnection | None = None
-        # Held through a field-index rewrite's steps (compact_field_index_if_due).
+        # Held through a call of the field-index rewrite (compact_field_index_if_due),
+        # and by `close`, which drops the rewrite's copy.
         self._maintenance_lock = threading.Lock()
         # Held by every writer of the field index's tables (replays, prunes, the
         # rewrite's swap), which ingest does not write: a swap never holds up
         # storing. Taken after the maintenance lock, before the write lock.
         self._field_index_lock = threading.Lock()
-        self._rewrite: field_layout.Rewrite | None = None
-        # A rewrite's piece that an export may interrupt (`_storing`), and whether one did.
-        self._preemptible: duckdb.DuckDBPyConnection | None = None
-        self._preempted = False
-        self._closing = False
+        # The field-index rewrite in progress, if any, and the cursor of its step.
+        self._rewriter = rewrite.Rewriter()
         if not read_only:
             # This process is the file's only writer, so it hands out chunk ids.
             # (On a cursor of its own: a result left open on the connection
@@ -191,8 +182,7 @@ class Store:
 
         A field-index rewrite in progress is cut short and its copy dropped.
         """
-        self._closing = True
-        self.interrupt_maintenance()
+        self._rewriter.stop()
         with self._maintenance_lock, self._write_lock:
             if self._closed:
                 return
@@ -203,7 +193,7 @@ class Store:
                 # DuckDB, so no lower limit to save RSS here.
                 if not self._read_only:
                     self.limit_memory()
-                    if self._rewrite is not None:
+                    if self._rewriter.in_progress:
                         field_layout.abandon(self._connection)
                     database.checkpoint(self._connection)
             except duckdb.Error as exc:
@@ -376,10 +366,7 @@ class Store:
         """
         if not self._write_lock.acquire(blocking=False):
             while True:
-                piece = self._preemptible
-                if piece is not None:
-                    self._preempted = True
-                    piece.interrupt()
+                self._rewriter.preempt()
                 if self._write_lock.acquire(timeout=PREEMPT_POLL_SECONDS):
                     break
         try:
@@ -443,6 +430,22 @@ class Store:
     def field_children(self, parent: FieldPath, limit: int = 500) -> list[str]:
         with self._cursor() as cursor:
             return filters.child_paths(cursor, parent, limit)
+
+    def field_paths(
+        self, workflow: str | None = None
+    ) -> tuple[int, list[field_catalog.PathCount]]:
+        """The end-state paths of the newest runs (of `workflow`): (runs sampled, paths)."""
+        with self._cursor() as cursor:
+            keys = field_catalog.sample_run_keys(cursor, workflow)
+            return len(keys), field_catalog.paths_in(cursor, keys)
+
+    def field_examples(
+        self, path: FieldPath, workflow: str | None = None
+    ) -> tuple[int, list[field_catalog.ValueCount]]:
+        """The commonest end values of `path` in the newest runs: (runs sampled, values)."""
+        with self._cursor() as cursor:
+            keys = field_catalog.sample_run_keys(cursor, workflow)
+            return len(keys), field_catalog.values_at(cursor, path, keys)
 
     def execution_row(self, run_id: str) -> listing.ExecutionRow | None:
         with self._cursor() as cursor:
@@ -552,7 +555,7 @@ class Store:
             self._cursor() as cursor,
             transaction(cursor, "could not save replay results"),
         ):
-            self._note_index_writes([r.run_id for r in records] + [i.run_id for i in indexes])
+            self._rewriter.note_writes([r.run_id for r in records] + [i.run_id for i in indexes])
             replays.save(cursor, records, indexes, snapshots)
             lineage.link(cursor, parents)
 
@@ -566,146 +569,33 @@ class Store:
         Returns whether a rewrite finished in this call. The sorted copy is
         built beside the live tables (field_layout.py), a bounded piece at a
         time, each step in a transaction of its own, so no step holds a lock
-        for long:
-        - a piece holds the write lock (its sort takes most of DuckDB's memory
-          limit), but an export that wants the lock interrupts it, and it is
-          copied again later; after MAX_PREEMPTIONS in a row it is copied through;
-        - replays and prunes meanwhile note the runs whose rows they change;
-        - at the end the field-index lock (not the write lock: exports do not
-          write the index) is held to bring those runs up to date in the copy
-          and swap it in, in one transaction; catch-ups holding no lock come
-          first while many runs changed;
-        - a checkpoint, under the write lock, frees the old tables' blocks.
-        A filter reads the old tables or the new, never a mix.
+        for long and exports, replays and prunes go on meanwhile (rewrite.py
+        says which lock each step takes). A filter reads the old tables or the
+        new, never a mix. Once swapped in, a checkpoint frees the old tables' blocks.
 
         `pause` is asked after every step: True leaves the rest to the next
         call, which resumes where this one stopped. The replayer calls this when
         idle; `interrupt_maintenance` cuts the step in progress short (it rolls
         back; the next call repeats it). Raises StoreError.
         """
+        host = rewrite.Host(self._cursor, self._write_lock, self._field_index_lock)
         with self._maintenance_lock:
-            rewrite = self._rewrite or self._start_rewrite(policy)
-            if rewrite is None:
+            if not self._rewriter.run(host, policy, pause):
                 return False
-            if rewrite.pieces is None:
-                rewrite.pieces = self._maintain(field_layout.begin)
-            while rewrite.copied < len(rewrite.pieces) or not rewrite.merge_planned:
-                if rewrite.copied == len(rewrite.pieces):
-                    rewrite.pieces += self._maintain(field_layout.plan_merge)
-                    rewrite.merge_planned = True
-                    continue
-                piece = rewrite.pieces[rewrite.copied]
-                if self._copy_piece(piece, preemptible=rewrite.preempted < MAX_PREEMPTIONS):
-                    rewrite.copied += 1
-                    rewrite.preempted = 0
-                else:
-                    rewrite.preempted += 1
-                if pause() or self._closing:
-                    return False
-            for _ in range(MAX_CATCH_UPS):
-                with self._field_index_lock:
-                    if len(rewrite.touched) <= SWAP_REFRESH_RUNS and not rewrite.swept:
-                        self._swap_rewrite(rewrite)
-                        break
-                    run_ids, sweep = rewrite.take_changes()
-                self._catch_up(rewrite, run_ids, sweep)
-                if pause() or self._closing:
-                    return False
-            else:
-                # Still busy after every catch-up: what changed during the last
-                # one is little enough to bring up to date under the lock.
-                with self._field_index_lock:
-                    self._swap_rewrite(rewrite)
         # The old tables' blocks are free for reuse only once checkpointed; if
         # this fails, the next automatic checkpoint does it.
         with suppress(StoreError):
             self.checkpoint()
         return True
 
-    def _copy_piece(self, piece: field_layout.Piece, *, preemptible: bool) -> bool:
-        """Copy one piece under the write lock; False if an export preempted it.
-
-        Under the write lock because a piece's sort takes what DuckDB's memory
-        limit allows: a write beside it could run out of memory (and a write
-        whose rollback then fails invalidates the database). Preemptible, an
-        export that wants the lock interrupts it (`_storing`), and it rolls back.
-        """
-        with self._write_lock:
-            self._preempted = False
-            try:
-                self._maintain(
-                    functools.partial(field_layout.copy_piece, piece=piece), preemptible=preemptible
-                )
-            except StoreError:
-                if self._preempted and not self._closing:
-                    return False
-                raise
-        return True
-
     @property
     def rewriting_field_index(self) -> bool:
         """A field-index rewrite began and has not finished (it resumes on the next call)."""
-        return self._rewrite is not None
-
-    def _start_rewrite(
-        self, policy: field_layout.CompactionPolicy
-    ) -> field_layout.Rewrite | None:
-        """A new rewrite if one is due, noting changes from now on (under the field-index
-        lock, so that every change the pieces may not see is noted)."""
-        with self._field_index_lock, self._cursor() as cursor:
-            if self._closing or not policy.due(field_layout.layout(cursor)):
-                return None
-            self._rewrite = field_layout.Rewrite()
-            return self._rewrite
-
-    def _catch_up(self, rewrite: field_layout.Rewrite, run_ids: set[str], sweep: bool) -> None:
-        """Bring the runs changed so far up to date in the copy, holding no lock."""
-        try:
-            rewrite.refreshed_rows += self._maintain(
-                functools.partial(field_layout.refresh_runs, run_ids=run_ids, sweep=sweep)
-            )
-        except StoreError:
-            with self._field_index_lock:
-                rewrite.touched |= run_ids
-                rewrite.swept |= sweep
-            raise
-
-    def _swap_rewrite(self, rewrite: field_layout.Rewrite) -> None:
-        """The last changes, then the swap (the caller holds the field-index lock)."""
-        def statement(cursor: duckdb.DuckDBPyConnection) -> int:
-            refreshed = field_layout.refresh_runs(cursor, rewrite.touched, rewrite.swept)
-            return field_layout.swap(cursor, rewrite.refreshed_rows + refreshed)
-
-        self._maintain(statement)
-        self._rewrite = None
-
-    def _maintain(
-        self, statement: Callable[[duckdb.DuckDBPyConnection], _T], *, preemptible: bool = False
-    ) -> _T:
-        """One step of a rewrite in a transaction of its own, on a cursor that
-        `interrupt_maintenance` can reach, and, if `preemptible`, an export too."""
-        with self._cursor() as cursor:
-            self._maintenance = cursor
-            self._preemptible = cursor if preemptible else None
-            try:
-                with transaction(cursor, "could not sort the field index"):
-                    return statement(cursor)
-            finally:
-                self._maintenance = self._preemptible = None
-
-    def _note_index_writes(self, run_ids: Iterable[str] = (), swept: bool = False) -> None:
-        """Note runs whose field-index rows change, for a rewrite in progress
-        (the caller holds the field-index lock)."""
-        rewrite = self._rewrite
-        if rewrite is not None:
-            rewrite.touched.update(run_ids)
-            rewrite.swept |= swept
+        return self._rewriter.in_progress
 
     def interrupt_maintenance(self) -> None:
         """Cut a field-index rewrite's step short (it rolls back), so shutdown need not wait."""
-        cursor = self._maintenance
-        if cursor is not None:
-            cursor.interrupt()
+        self._rewriter.interrupt()
 
     # -- spans of a trace, for the execution page: SQL in collector/store/spans.py --
 
@@ -764,15 +654,15 @@ class Store:
         """Delete one batch of traces that ended before the cutoff; zero counts when done."""
         def statement(cursor: duckdb.DuckDBPyConnection) -> retention.PruneCounts:
             trace_ids = retention.old_traces(cursor, cutoff_unix_nano, max_spans)
-            if self._rewrite is not None:
-                self._note_index_writes(retention.runs_of_traces(cursor, trace_ids))
+            if self._rewriter.in_progress:
+                self._rewriter.note_writes(retention.runs_of_traces(cursor, trace_ids))
             return retention.delete_traces(cursor, trace_ids)
 
         return self._retention_write(statement)
 
     def prune_orphans(self) -> retention.PruneCounts:
         def statement(cursor: duckdb.DuckDBPyConnection) -> retention.PruneCounts:
-            self._note_index_writes(swept=True)
+            self._rewriter.note_writes(swept=True)
             return retention.delete_orphans(cursor)
 
         return self._retention_write(statement)

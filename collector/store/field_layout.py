@@ -14,8 +14,8 @@ multiple of the rows ever appended, while what is out of order stays a bounded
 share of it.
 
 The rewrite is a sorted copy built beside the live tables, a piece at a time,
-then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`; the store
-drives them, with its locks: Store.compact_field_index_if_due). At 1M runs
+then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`; rewrite.py
+runs them, under the store's locks: Store.compact_field_index_if_due). At 1M runs
 copying the index took 70-90 s in one transaction, during which no export
 could be stored. The SQL uses nothing docs/ducklake.md found DuckLake to lack
 (no RETURNING, constraints or indexes; not run on DuckLake), but there the
@@ -24,7 +24,7 @@ rewrite would rather be `SET SORTED BY` and `ducklake_merge_adjacent_files`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import duckdb
@@ -87,7 +87,7 @@ def layout(cursor: duckdb.DuckDBPyConnection) -> IndexLayout:
 # gets a twin, filled a piece at a time in transactions of its own. A piece is
 # a range of the table's order (`ORDER_KEYS`), bounded so that its sort fits in
 # a fraction of DuckDB's memory limit whatever the index's size. Replays and
-# prunes that change a run's rows meanwhile are noted (`Rewrite.touched`);
+# prunes that change a run's rows meanwhile are noted (rewrite.Rewrite.touched);
 # before the swap those runs' rows in the twin are replaced by their live ones,
 # so every run has exactly its live rows in the twin, whichever snapshot each
 # piece read.
@@ -130,28 +130,6 @@ class Piece:
     keys: tuple[str, ...]
     after: OrderKey | None
     upto: OrderKey | None
-
-
-@dataclass(slots=True)
-class Rewrite:
-    """A rewrite in progress: what is copied, and what changed since it began.
-
-    `touched` and `swept` are only changed under the store's field-index lock.
-    """
-
-    pieces: list[Piece] | None = None  # planned by `begin`, then `plan_merge`
-    merge_planned: bool = False
-    copied: int = 0  # pieces copied
-    preempted: int = 0  # times in a row an export interrupted the next piece
-    touched: set[str] = field(default_factory=set)  # runs whose rows changed since
-    swept: bool = False  # orphaned rows were deleted since
-    refreshed_rows: int = 0  # field_values rows copied out of sort order
-
-    def take_changes(self) -> tuple[set[str], bool]:
-        """The changes noted so far, forgetting them (a caller that fails puts them back)."""
-        changes = self.touched, self.swept
-        self.touched, self.swept = set(), False
-        return changes
 
 
 def twin(table: str) -> str:

@@ -20,9 +20,13 @@ import duckdb
 from collector.store.listing import ExecutionQuery
 
 IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
-# An in-flight run that received nothing for this long has probably lost its
-# owner span (an exporter queue that overflowed, a process that exited before
-# flushing); the studio says so instead of waiting for it.
+# An in-flight run whose trace received nothing for this long has probably
+# stopped: its process died, or its owner span was lost (an exporter queue that
+# overflowed, a process that exited before flushing). The studio shows it as
+# "no activity since" and stops refreshing its page instead of waiting; a span
+# arriving later in its trace makes it active again. Ten minutes: Junjo exports
+# a span when it ends, in batches at most 5 s apart (SCHEMA.md section 0), so a
+# quiet trace means no span of it ended for that long.
 IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
 
 
@@ -42,16 +46,29 @@ class InFlightRow:
     last_received_unix_nano: int = 0
     # The run's own store, of `store_ids` (see _IN_FLIGHT_SQL); None while nothing says.
     own_store_id: str | None = None
+    # When the newest span of the run's trace reached this server, of any type (a
+    # model call's, say, inside a node still running); never before the above.
+    last_activity_unix_nano: int = 0
 
     def is_quiet(self, now_unix_nano: int) -> bool:
-        """Nothing arrived for IN_FLIGHT_QUIET_NANOS: the owner span was probably lost."""
-        return now_unix_nano - self.last_received_unix_nano > IN_FLIGHT_QUIET_NANOS
+        """Nothing arrived in its trace for IN_FLIGHT_QUIET_NANOS: its process probably died,
+        or its owner span was lost. Evidence arriving later makes it active again."""
+        return now_unix_nano - self.latest_activity_unix_nano > IN_FLIGHT_QUIET_NANOS
+
+    @property
+    def latest_activity_unix_nano(self) -> int:
+        """When the run's trace last received anything (what "no activity since" names)."""
+        return max(self.last_activity_unix_nano, self.last_received_unix_nano)
 
 
 # A run is in flight when spans of the `{in_run}` types name it as their parent
 # run but its own owner span has not arrived. Spans of the `{not_run}` types
 # are parents too (RunConcurrent, of concurrent children), so their own
 # runtime ids are excluded.
+#
+# The run's last activity is the newest span received in its trace, whatever its
+# type: a node waiting on a long model call sends nothing itself until it ends, but
+# the agent or LLM spans inside it arrive as they end (SCHEMA.md section 1).
 #
 # Those spans can carry several stores' events (SCHEMA.md section 7.1): a
 # subflow span that arrived carries its own store's (pre_run_actions) beside
@@ -75,20 +92,31 @@ _IN_FLIGHT_SQL: Final = """
                 AND span_type IN ({not_run}) AND junjo_runtime_id IS NOT NULL)
           AND s.junjo_parent_runtime_id NOT IN (SELECT run_id FROM executions)
           {span_conditions}
+    ),
+    flights AS (
+        SELECT p.run_id, any_value(p.trace_id) AS trace_id, any_value(p.service_name) AS service,
+               min(p.start_unix_nano) AS first_start, max(p.end_unix_nano) AS last_end,
+               count(DISTINCT p.span_id) AS span_count,
+               list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL) AS store_ids,
+               count(t.store_id) AS transition_count, max(p.received_unix_nano) AS received,
+               mode(t.store_id) FILTER (
+                   WHERE t.store_id IS DISTINCT FROM p.carrier_store_id
+               ) AS own_store_id
+        FROM parents p
+        LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
+        GROUP BY p.run_id
+        {run_conditions}
+        ORDER BY min(p.start_unix_nano) DESC
+        LIMIT $limit
+    ),
+    trace_activity AS (
+        SELECT trace_id, max(received_unix_nano) AS received FROM spans
+        WHERE received_unix_nano >= $since AND trace_id IN (SELECT trace_id FROM flights)
+        GROUP BY trace_id
     )
-    SELECT p.run_id, any_value(p.trace_id), any_value(p.service_name),
-           min(p.start_unix_nano), max(p.end_unix_nano), count(DISTINCT p.span_id),
-           list(DISTINCT t.store_id) FILTER (WHERE t.store_id IS NOT NULL),
-           count(t.store_id), max(p.received_unix_nano),
-           mode(t.store_id) FILTER (
-               WHERE t.store_id IS DISTINCT FROM p.carrier_store_id
-           )
-    FROM parents p
-    LEFT JOIN transitions t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
-    GROUP BY p.run_id
-    {run_conditions}
-    ORDER BY min(p.start_unix_nano) DESC
-    LIMIT $limit
+    SELECT f.*, greatest(f.received, coalesce(a.received, 0))
+    FROM flights f LEFT JOIN trace_activity a ON a.trace_id = f.trace_id
+    ORDER BY f.first_start DESC
 """
 
 
@@ -144,7 +172,8 @@ def in_flight(
     rows = cursor.execute(sql, params).fetchall()
     return [
         InFlightRow(
-            r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8], r[9]
+            r[0], r[1], r[2], r[3], r[4], r[5], tuple(sorted(r[6] or ())), r[7], r[8], r[9],
+            r[10],
         )
         for r in rows
     ]

@@ -1,0 +1,139 @@
+"""SQL for the filter box's suggestions: which field paths runs have, and what values.
+
+Stage: storage. Read-only; every value is a bound parameter.
+
+A user who knows what they want (`refund.eligible = true`) rarely knows the
+state's shape. The field index already holds every path of every indexed end
+state, so the suggestions come from it, but never from all of it: at 1M runs
+(32.5M rows) a `DISTINCT path` over the whole index reads every row. Both
+questions are asked of the newest `SAMPLE_RUNS` runs only (of one workflow
+when the list is narrowed to one), looked up first and bound as constants, as
+`filters.final_values` does, so what is grouped and returned is bounded by
+the sample. What is read is not, quite: while the sampled runs' rows are in
+arrival order, zone maps on the run key skip the rest of the index; once the
+idle server has sorted the index by path, those rows are in every row group
+and the run-key column is read whole (~40 ms at 32.5M rows), which is why the
+studio keeps the answers a minute (studio/field_suggestions.py). A path that
+only older runs have is not suggested; typed, it filters as any other (and
+the list says when no run has it at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import duckdb
+
+from collector.query_ast import Path
+from collector.store.filters import TABLE, FieldValue, key64
+
+# The newest runs asked (README "Filter suggestions" has the figures).
+SAMPLE_RUNS: Final = 200
+# How far below the greatest run key the newest runs are looked for first.
+KEY_WINDOW: Final = 20
+MAX_PATHS: Final = 500
+MAX_VALUES: Final = 8
+# Longer strings make poor examples and hostile telemetry can be megabytes long.
+MAX_VALUE_CHARS: Final = 120
+
+
+# The sampled runs' rows: their key range first, a plain comparison DuckDB checks
+# fast, then the keys themselves. A workflow's sampled keys are not contiguous,
+# and the IN list alone took 122 ms at 1M runs on an index sorted by path; with
+# the range before it, 46 ms (every sampled run's rows: 41 ms).
+_IN_SAMPLE: Final = "v.run_key BETWEEN ? AND ? AND v.run_key IN ({keys})"
+
+
+@dataclass(frozen=True, slots=True)
+class PathCount:
+    """A path some sampled end state has: its JSON kinds and in how many of those runs."""
+
+    pointer: str
+    kinds: tuple[str, ...]
+    runs: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValueCount:
+    """One scalar end value of a path, and how many sampled runs ended with it."""
+
+    value: FieldValue
+    runs: int
+
+
+def sample_run_keys(
+    cursor: duckdb.DuckDBPyConnection, workflow: str | None, limit: int = SAMPLE_RUNS
+) -> list[int]:
+    """The keys of the `limit` runs stored last, of `workflow` if given.
+
+    Run keys follow arrival (a sequence), so the newest are just below the
+    greatest, which DuckDB knows from the column's statistics: looking only at
+    the last KEY_WINDOW times `limit` keys took ~2 ms at 1M runs, where a top-N
+    of the whole column took ~15 ms. A workflow too rare among those (or keys
+    thinned by pruning) falls back to that top-N.
+    """
+    condition = " AND name = ?" if workflow is not None else ""
+    params: list[object] = [workflow] if workflow is not None else []
+    recent = cursor.execute(
+        "SELECT run_key FROM executions "
+        f"WHERE run_key > (SELECT max(run_key) FROM executions) - ?{condition} "
+        "ORDER BY run_key DESC LIMIT ?",
+        [KEY_WINDOW * limit, *params, limit],
+    ).fetchall()
+    if len(recent) < limit:
+        recent = cursor.execute(
+            f"SELECT run_key FROM executions WHERE run_key IS NOT NULL{condition} "
+            "ORDER BY run_key DESC LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+    return [int(row[0]) for row in recent]
+
+
+def paths_in(
+    cursor: duckdb.DuckDBPyConnection, run_keys: list[int], limit: int = MAX_PATHS
+) -> list[PathCount]:
+    """The end-state paths of these runs (the root left out), most common first.
+
+    Up to `limit` + 1 are returned, so a caller can tell there were more.
+    """
+    if not run_keys:
+        return []
+    keys = ", ".join("?" for _ in run_keys)
+    rows = cursor.execute(
+        f"SELECT v.path, list(DISTINCT v.kind ORDER BY v.kind), count(DISTINCT v.run_key) AS n "
+        f"FROM {TABLE} v WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
+        "GROUP BY v.path ORDER BY n DESC, v.path LIMIT ?",
+        [min(run_keys), max(run_keys), *run_keys, limit + 1],
+    ).fetchall()
+    return [PathCount(row[0], tuple(row[1]), int(row[2])) for row in rows]
+
+
+def values_at(
+    cursor: duckdb.DuckDBPyConnection, path: Path, run_keys: list[int], limit: int = MAX_VALUES
+) -> list[ValueCount]:
+    """The commonest scalar end values of `path` in these runs.
+
+    Strings longer than MAX_VALUE_CHARS and numbers JSON cannot write (NaN) are left out.
+
+    The path's own slice is found by its keys first (the index's sort order),
+    then the sampled runs within it.
+    """
+    if not run_keys:
+        return []
+    keys = ", ".join("?" for _ in run_keys)
+    rows = cursor.execute(
+        f"SELECT v.kind, v.num, v.str, v.bool_val, count(*) AS n FROM {TABLE} v "
+        "WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
+        "AND v.kind IN ('string', 'number', 'bool', 'null') "
+        "AND (v.str IS NULL OR length(v.str) <= ?) AND (v.num IS NULL OR isfinite(v.num)) "
+        f"AND {_IN_SAMPLE.format(keys=keys)} "
+        "GROUP BY ALL ORDER BY n DESC, v.kind, v.num, v.str LIMIT ?",
+        [key64(path.parent.pointer), key64(path.pointer), path.pointer, MAX_VALUE_CHARS,
+         min(run_keys), max(run_keys), *run_keys, limit],
+    ).fetchall()
+    found: list[ValueCount] = []
+    for kind, num, text, flag, count in rows:
+        scalar = num if kind == "number" else text if kind == "string" else flag
+        found.append(ValueCount((kind, scalar), int(count)))
+    return found

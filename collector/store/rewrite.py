@@ -1,0 +1,243 @@
+"""Running the field index's idle-time rewrite beside a live store, a step at a time.
+
+Stage: storage. field_layout.py has the SQL of each step (`begin`, `plan_merge`,
+`copy_piece`, `refresh_runs`, `swap`); this module decides which runs next and
+under which of the store's locks, each step in a transaction of its own, so no
+step holds a lock for long:
+- a piece holds the write lock (its sort takes most of DuckDB's memory
+  limit), but an export that wants the lock interrupts it (`Rewriter.preempt`),
+  and it is copied again later; after MAX_PREEMPTIONS in a row it is copied through;
+- replays and prunes meanwhile note the runs whose rows they change
+  (`Rewriter.note_writes`);
+- at the end the field-index lock (not the write lock: exports do not write
+  the index) is held to bring those runs up to date in the copy and swap it
+  in, in one transaction; catch-ups holding no lock come first while many
+  runs changed.
+A filter reads the old tables or the new, never a mix.
+
+Invariant: every run has exactly its live rows in the copy when it is swapped
+in. The store owns the connection and the locks and lends them to each call
+(`Host`), holding its maintenance lock around it, so one call runs at a time;
+the rewrite in progress is kept here between calls, and the next call resumes
+it where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import duckdb
+
+from collector.store import field_layout
+from collector.store.errors import StoreError
+from collector.store.transactions import transaction
+
+_T = TypeVar("_T")
+
+# A rewrite swaps its copy in, under the field-index lock, once at most this
+# many runs changed since its last catch-up (each costs a few dozen rows to
+# copy; the scans of the index cost the same for one run as for this)...
+SWAP_REFRESH_RUNS = 2_000
+# ... or after this many catch-ups, whatever changed during the last one.
+MAX_CATCH_UPS = 3
+# An export waiting for the write lock interrupts a rewrite's piece (which rolls
+# back, to be copied again: Store._storing), but a piece preempted this many
+# times in a row is copied through, so that a steady trickle of exports cannot
+# keep the rewrite from ever finishing.
+MAX_PREEMPTIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What a call of the rewrite uses of the store that owns it.
+
+    `cursor` gives a cursor of the store's connection and turns DuckDB's
+    failures into StoreError (Store._cursor); the locks are the store's.
+    """
+
+    cursor: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
+    write_lock: AbstractContextManager[object]
+    field_index_lock: AbstractContextManager[object]
+
+
+@dataclass(slots=True)
+class Rewrite:
+    """A rewrite in progress: what is copied, and what changed since it began.
+
+    `touched` and `swept` are only changed under the store's field-index lock.
+    """
+
+    pieces: list[field_layout.Piece] | None = None  # planned by `begin`, then `plan_merge`
+    merge_planned: bool = False
+    copied: int = 0  # pieces copied
+    preempted: int = 0  # times in a row an export interrupted the next piece
+    touched: set[str] = field(default_factory=set)  # runs whose rows changed since
+    swept: bool = False  # orphaned rows were deleted since
+    refreshed_rows: int = 0  # field_values rows copied out of sort order
+
+    def take_changes(self) -> tuple[set[str], bool]:
+        """The changes noted so far, forgetting them (a caller that fails puts them back)."""
+        changes = self.touched, self.swept
+        self.touched, self.swept = set(), False
+        return changes
+
+
+class Rewriter:
+    """A store's rewrite of its field index, from the call that finds it due to the swap."""
+
+    def __init__(self) -> None:
+        self._rewrite: Rewrite | None = None
+        # The cursor of the step in progress, for `interrupt`.
+        self._step_cursor: duckdb.DuckDBPyConnection | None = None
+        # A piece that an export may interrupt (`preempt`), and whether one did.
+        self._preemptible: duckdb.DuckDBPyConnection | None = None
+        self._preempted = False
+        self._stopping = False
+
+    @property
+    def in_progress(self) -> bool:
+        """A rewrite began and has not been swapped in (the next `run` resumes it)."""
+        return self._rewrite is not None
+
+    def run(
+        self, host: Host, policy: field_layout.CompactionPolicy, pause: Callable[[], bool]
+    ) -> bool:
+        """Start a rewrite if one is due, or resume the one in progress; return
+        whether it was swapped in during this call.
+
+        `pause` is asked after every step: True leaves the rest to the next
+        call. Raises StoreError (a step that failed rolled back; the next call
+        repeats it).
+        """
+        rewrite = self._rewrite or self._start(host, policy)
+        if rewrite is None:
+            return False
+        if rewrite.pieces is None:
+            rewrite.pieces = self._step(host, field_layout.begin)
+        while rewrite.copied < len(rewrite.pieces) or not rewrite.merge_planned:
+            if rewrite.copied == len(rewrite.pieces):
+                rewrite.pieces += self._step(host, field_layout.plan_merge)
+                rewrite.merge_planned = True
+                continue
+            piece = rewrite.pieces[rewrite.copied]
+            if self._copy_piece(host, piece, preemptible=rewrite.preempted < MAX_PREEMPTIONS):
+                rewrite.copied += 1
+                rewrite.preempted = 0
+            else:
+                rewrite.preempted += 1
+            if pause() or self._stopping:
+                return False
+        for _ in range(MAX_CATCH_UPS):
+            with host.field_index_lock:
+                if len(rewrite.touched) <= SWAP_REFRESH_RUNS and not rewrite.swept:
+                    self._swap(host, rewrite)
+                    return True
+                run_ids, sweep = rewrite.take_changes()
+            self._catch_up(host, rewrite, run_ids, sweep)
+            if pause() or self._stopping:
+                return False
+        # Still busy after every catch-up: what changed during the last one is
+        # little enough to bring up to date under the lock.
+        with host.field_index_lock:
+            self._swap(host, rewrite)
+        return True
+
+    def note_writes(self, run_ids: Iterable[str] = (), swept: bool = False) -> None:
+        """Note runs whose field-index rows change, for a rewrite in progress
+        (the caller holds the field-index lock)."""
+        rewrite = self._rewrite
+        if rewrite is not None:
+            rewrite.touched.update(run_ids)
+            rewrite.swept |= swept
+
+    def preempt(self) -> None:
+        """Interrupt the piece in progress if an export may (one waiting for the write lock)."""
+        piece = self._preemptible
+        if piece is not None:
+            self._preempted = True
+            piece.interrupt()
+
+    def interrupt(self) -> None:
+        """Cut the step in progress short (it rolls back; the next `run` repeats it)."""
+        cursor = self._step_cursor
+        if cursor is not None:
+            cursor.interrupt()
+
+    def stop(self) -> None:
+        """Interrupt the step in progress and start no other: the store is closing."""
+        self._stopping = True
+        self.interrupt()
+
+    def _start(self, host: Host, policy: field_layout.CompactionPolicy) -> Rewrite | None:
+        """A new rewrite if one is due, noting changes from now on (under the field-index
+        lock, so that every change the pieces may not see is noted)."""
+        with host.field_index_lock, host.cursor() as cursor:
+            if self._stopping or not policy.due(field_layout.layout(cursor)):
+                return None
+            self._rewrite = Rewrite()
+            return self._rewrite
+
+    def _copy_piece(self, host: Host, piece: field_layout.Piece, *, preemptible: bool) -> bool:
+        """Copy one piece under the write lock; False if an export preempted it.
+
+        Under the write lock because a piece's sort takes what DuckDB's memory
+        limit allows: a write beside it could run out of memory (and a write
+        whose rollback then fails invalidates the database). Preemptible, an
+        export that wants the lock interrupts it (`preempt`), and it rolls back.
+        """
+        with host.write_lock:
+            self._preempted = False
+            try:
+                self._step(
+                    host,
+                    functools.partial(field_layout.copy_piece, piece=piece),
+                    preemptible=preemptible,
+                )
+            except StoreError:
+                if self._preempted and not self._stopping:
+                    return False
+                raise
+        return True
+
+    def _catch_up(self, host: Host, rewrite: Rewrite, run_ids: set[str], sweep: bool) -> None:
+        """Bring the runs changed so far up to date in the copy, holding no lock."""
+        try:
+            rewrite.refreshed_rows += self._step(
+                host, functools.partial(field_layout.refresh_runs, run_ids=run_ids, sweep=sweep)
+            )
+        except StoreError:
+            with host.field_index_lock:
+                rewrite.touched |= run_ids
+                rewrite.swept |= sweep
+            raise
+
+    def _swap(self, host: Host, rewrite: Rewrite) -> None:
+        """The last changes, then the swap (the caller holds the field-index lock)."""
+        def statement(cursor: duckdb.DuckDBPyConnection) -> int:
+            refreshed = field_layout.refresh_runs(cursor, rewrite.touched, rewrite.swept)
+            return field_layout.swap(cursor, rewrite.refreshed_rows + refreshed)
+
+        self._step(host, statement)
+        self._rewrite = None
+
+    def _step(
+        self,
+        host: Host,
+        statement: Callable[[duckdb.DuckDBPyConnection], _T],
+        *,
+        preemptible: bool = False,
+    ) -> _T:
+        """One step in a transaction of its own, on a cursor that `interrupt` can
+        reach, and, if `preemptible`, an export too (`preempt`)."""
+        with host.cursor() as cursor:
+            self._step_cursor = cursor
+            self._preemptible = cursor if preemptible else None
+            try:
+                with transaction(cursor, "could not sort the field index"):
+                    return statement(cursor)
+            finally:
+                self._step_cursor = self._preemptible = None
