@@ -38,8 +38,15 @@ def unknown_version_findings(execution: Execution, replayed_by: int) -> list[Dia
     ]
 
 
-def dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
-    """One finding per OTLP loss counter that is not zero."""
+def dropped_findings(
+    evidence: Iterable[EvidenceSpan], *, interval_whole: bool = False
+) -> list[Diagnostic]:
+    """One finding per OTLP loss counter that is not zero.
+
+    `interval_whole`: every transition of the run's interval arrived, so the
+    events a span dropped were none of this run's (a subflow span carries its
+    own store's pre_run writes beside the parent's post_run ones): said as info.
+    """
     findings: list[Diagnostic] = []
     for span in evidence:
         losses = (
@@ -49,6 +56,9 @@ def dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
         )
         for count, what, setting in losses:
             if count <= 0:
+                continue
+            if what == "events" and interval_whole:
+                findings.append(_others_events_dropped(span, count, setting))
                 continue
             why = (
                 " The OpenTelemetry SDK keeps at most 128 events per span by default and "
@@ -68,6 +78,18 @@ def dropped_findings(evidence: Iterable[EvidenceSpan]) -> list[Diagnostic]:
                 )
             )
     return findings
+
+
+def _others_events_dropped(span: EvidenceSpan, count: int, setting: str) -> Diagnostic:
+    return Diagnostic(
+        "otlp_data_dropped",
+        "info",
+        f"Span {span.name!r} ({span.span_id}) dropped {count} events before export, but "
+        "every transition of this run arrived: they were writes to other stores (the "
+        "OpenTelemetry SDK keeps at most 128 events per span by default). Raise "
+        f"{setting} in the application to keep them.",
+        span_id=span.span_id,
+    )
 
 
 def _lost_identity(span: EvidenceSpan) -> str:

@@ -63,6 +63,7 @@ DiagnosticCode: TypeAlias = Literal[
     "foreign_writer",
     "unknown_contract_version",
     "no_start_state",
+    "patch_not_committed",
 ]
 
 

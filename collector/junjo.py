@@ -1,12 +1,13 @@
 """Junjo producer adapter: Junjo's attribute keys, and extraction of its evidence.
 
 Pure stage. Given decoded span records, it finds the owner spans (workflow,
-subflow, agent) that become executions, and every `set_state` event, wherever it
-sits (node, subflow, RunConcurrent child, a non-Junjo span, another trace), that
-becomes a transition. Nothing is joined here: transitions are grouped later by
-store id and sequence, because the owner span arrives last, often in a later
-request (SCHEMA.md section 7). Another framework's conventions belong in a
-sibling module, not in edits here.
+subflow, agent) that become executions (an agent with an application store
+becomes two: its private store's and the application store's), and every
+`set_state` event, wherever it sits (node, subflow, RunConcurrent child, a
+non-Junjo span, another trace), that becomes a transition. Nothing is joined
+here: transitions are grouped later by store id and sequence, because the owner
+span arrives last, often in a later request (SCHEMA.md section 7). Another
+framework's conventions belong in a sibling module, not in edits here.
 
 Values of the wrong type are treated as absent rather than coerced, so replay
 reports the hole instead of trusting a guess.
@@ -14,9 +15,10 @@ reports the hole instead of trusting a guess.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 from collector.decode import (
     AttributeValues,
@@ -69,6 +71,15 @@ APPLICATION_STORE_ID: Final = "junjo.agent.application_store.id"
 AGENT_OPERATION_TYPE: Final = "junjo.agent.operation_type"
 APPLICATION_TRANSITION_START: Final = "junjo.agent.application_store.transition.start"
 APPLICATION_TRANSITION_END: Final = "junjo.agent.application_store.transition.end"
+APPLICATION_STATE_START: Final = "junjo.agent.application_state.start"
+APPLICATION_STATE_END: Final = "junjo.agent.application_state.end"
+APPLICATION_REVISION_START: Final = "junjo.agent.application_store.revision.start"
+APPLICATION_REVISION_END: Final = "junjo.agent.application_store.revision.end"
+APPLICATION_TRANSITION_COUNT: Final = "junjo.agent.application_store.transition.count"
+APPLICATION_RECONSTRUCTABLE: Final = "junjo.agent.application_store.reconstructable"
+# The run id of an agent's application-store run: the agent's own, plus this.
+# Junjo's ids are nanoids ([A-Za-z0-9_-]), so no real run id ends this way.
+APPLICATION_RUN_SUFFIX: Final = ":application"
 
 REVISION_START: Final = "junjo.store.revision.start"
 REVISION_END: Final = "junjo.store.revision.end"
@@ -109,12 +120,33 @@ IN_RUN_SPAN_TYPES: Final = ("node", "run_concurrent", "subflow")
 # Span types whose own runtime id other spans may name as their parent though it
 # is no run's: a RunConcurrent is the parent of its concurrent children.
 NOT_RUN_PARENT_SPAN_TYPES: Final = ("node", "run_concurrent")
-# Where each kind of owner keeps (start state, end state, store id). On an agent
-# span the junjo.store.* bounds describe the agent's private AgentStore.
-_STATE_KEYS: Final[dict[ExecutionKind, tuple[str, str, str]]] = {
-    "workflow": (WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
-    "subflow": (WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
-    "agent": (AGENT_STATE_START, AGENT_STATE_END, AGENT_STORE_ID),
+class _StoreKeys(NamedTuple):
+    """Where an owner span keeps one store's evidence: states, id, revisions, interval."""
+
+    state_start: str
+    state_end: str
+    store_id: str
+    revision_start: str = REVISION_START
+    revision_end: str = REVISION_END
+    transition_start: str = TRANSITION_START
+    transition_end: str = TRANSITION_END
+    transition_count: str = TRANSITION_COUNT
+    reconstructable: str = RECONSTRUCTABLE
+
+
+# Where each kind of owner keeps its store's evidence. On an agent span the
+# junjo.store.* bounds describe the agent's private AgentStore; its application
+# store's are junjo.agent.application_* (SCHEMA.md 2.4).
+_STORE_KEYS: Final[dict[ExecutionKind, _StoreKeys]] = {
+    "workflow": _StoreKeys(WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
+    "subflow": _StoreKeys(WORKFLOW_STATE_START, WORKFLOW_STATE_END, WORKFLOW_STORE_ID),
+    "agent": _StoreKeys(AGENT_STATE_START, AGENT_STATE_END, AGENT_STORE_ID),
+    "application_store": _StoreKeys(
+        APPLICATION_STATE_START, APPLICATION_STATE_END, APPLICATION_STORE_ID,
+        APPLICATION_REVISION_START, APPLICATION_REVISION_END,
+        APPLICATION_TRANSITION_START, APPLICATION_TRANSITION_END,
+        APPLICATION_TRANSITION_COUNT, APPLICATION_RECONSTRUCTABLE,
+    ),
 }
 
 
@@ -135,9 +167,11 @@ def extract(spans: Iterable[DecodedSpan]) -> Evidence:
                 _id(attributes, PARENT_RUNTIME_ID),
             )
         if span_type in _OWNER_KINDS:
-            execution = _execution(span, attributes, span_type)
+            execution = _execution(span, attributes, _OWNER_KINDS[span_type])
             if execution is not None:
                 executions.append(execution)
+                if execution.application_store_id:
+                    executions.append(application_execution(span, attributes, execution))
         transitions.extend(_transitions(span, view, _int32(attributes, CONTRACT_VERSION)))
     return Evidence(executions, transitions, roles)
 
@@ -150,12 +184,11 @@ def _has_set_state(view: SpanView) -> bool:
     return any(event.name == SET_STATE_EVENT for event in view.events)
 
 
-def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Execution | None:
+def _execution(span: SpanRecord, attrs: AttributeValues, kind: ExecutionKind) -> Execution | None:
     run_id = _id(attrs, RUNTIME_ID) or _id(attrs, RUNTIME_ID_V1)
     if not run_id:
         return None
-    kind = _OWNER_KINDS[span_type]
-    state_start_key, state_end_key, store_key = _STATE_KEYS[kind]
+    keys = _STORE_KEYS[kind]
     parent_type = _str(attrs, PARENT_TYPE)
     return Execution(
         run_id=run_id,
@@ -173,20 +206,20 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         error_type=_id(attrs, ERROR_TYPE),
         start_unix_nano=span.start_unix_nano,
         end_unix_nano=span.end_unix_nano,
-        store_id=_id(attrs, store_key),
+        store_id=_id(attrs, keys.store_id),
         parent_store_id=_id(attrs, WORKFLOW_PARENT_STORE_ID),
-        state_start=_str(attrs, state_start_key),
-        state_start_mode=_str(attrs, state_start_key + MODE_SUFFIX),
-        state_start_policy=_str(attrs, state_start_key + POLICY_SUFFIX),
-        state_end=_str(attrs, state_end_key),
-        state_end_mode=_str(attrs, state_end_key + MODE_SUFFIX),
-        state_end_policy=_str(attrs, state_end_key + POLICY_SUFFIX),
-        revision_start=_int(attrs, REVISION_START),
-        revision_end=_int(attrs, REVISION_END),
-        transition_start=_int(attrs, TRANSITION_START),
-        transition_end=_int(attrs, TRANSITION_END),
-        transition_count=_int(attrs, TRANSITION_COUNT),
-        reconstructable=_bool(attrs, RECONSTRUCTABLE),
+        state_start=_str(attrs, keys.state_start),
+        state_start_mode=_str(attrs, keys.state_start + MODE_SUFFIX),
+        state_start_policy=_str(attrs, keys.state_start + POLICY_SUFFIX),
+        state_end=_str(attrs, keys.state_end),
+        state_end_mode=_str(attrs, keys.state_end + MODE_SUFFIX),
+        state_end_policy=_str(attrs, keys.state_end + POLICY_SUFFIX),
+        revision_start=_int(attrs, keys.revision_start),
+        revision_end=_int(attrs, keys.revision_end),
+        transition_start=_int(attrs, keys.transition_start),
+        transition_end=_int(attrs, keys.transition_end),
+        transition_count=_int(attrs, keys.transition_count),
+        reconstructable=_bool(attrs, keys.reconstructable),
         graph_snapshot=_str(attrs, GRAPH_SNAPSHOT),
         contract_version=_int32(attrs, CONTRACT_VERSION),
         definition_id=_id(attrs, DEFINITION_ID),
@@ -198,6 +231,32 @@ def _execution(span: SpanRecord, attrs: AttributeValues, span_type: str) -> Exec
         application_store_id=_id(attrs, APPLICATION_STORE_ID),
         application_transition_start=_int(attrs, APPLICATION_TRANSITION_START),
         application_transition_end=_int(attrs, APPLICATION_TRANSITION_END),
+    )
+
+
+def application_execution(
+    span: SpanRecord, attrs: AttributeValues, agent: Execution
+) -> Execution:
+    """The agent's application store over the agent's run, as a run of its own.
+
+    An agent given a store (`execute(store=...)` or its `store_factory`) writes it
+    from its tools, and its span carries that store's start and end state and
+    interval (SCHEMA.md 2.4) beside its private AgentStore's. Often no other
+    run owns the store (a top-level agent, a factory's store, a store the node
+    made), so without this run its history would be replayed nowhere. It is
+    the agent's child, on the agent's span: the same trace, subtree, status and
+    outcome, with the application store's evidence in place of the private one's.
+    """
+    application = _execution(span, attrs, "application_store")
+    assert application is not None  # the agent's run id was read from this span
+    return dataclasses.replace(
+        application,
+        run_id=agent.run_id + APPLICATION_RUN_SUFFIX,
+        parent_run_id=agent.run_id,
+        graph_snapshot=None,
+        application_store_id=None,
+        application_transition_start=None,
+        application_transition_end=None,
     )
 
 

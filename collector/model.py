@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
-ExecutionKind = Literal["workflow", "subflow", "agent"]
+# "application_store": an agent's application store over the agent's run, a run of
+# its own (collector/junjo.py `application_execution`): no other run may own that store.
+ExecutionKind = Literal["workflow", "subflow", "agent", "application_store"]
 ExecutionStatus = Literal["ok", "error", "cancelled"]
 
 FULL_MODE: Final = "full"
@@ -53,6 +55,28 @@ class Transition(NamedTuple):
     time_unix_nano: int
     contract_version: int | None
     span_name: str = ""
+
+
+EMPTY_PATCH: Final = "[]"
+
+
+def committed(transition: Transition) -> Transition:
+    """The transition as it changed the store: a patch the store did not commit reads as none.
+
+    Junjo records the patch between the old and the new *serialized* state, but
+    keeps the new state (and counts a revision) only if it differs from the old
+    in Python. Values equal in Python that serialize differently (Decimal 0.10
+    and 0.1, True and 1 in an Any field, one instant in two time zones) give a
+    patch with the revision unchanged while the store keeps its old state:
+    replaying that patch would show a value the store never held, and the
+    recorded end state would contradict it.
+    """
+    revision = transition.revision_before
+    if revision is None or transition.revision_after != revision:
+        return transition
+    if transition.patch_json == EMPTY_PATCH or withheld(transition.patch_mode):
+        return transition
+    return transition._replace(patch_json=EMPTY_PATCH)
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,7 @@ def provenance(history: History, pointer: str) -> Provenance:
             continue
         ops = parse_patch(step.transition.patch_json) or []
         for index, op in enumerate(ops):
-            relation = _op_relation(op, target)
+            relation = op_relation(op, target)
             if relation is None:
                 doc.apply_unrelated(op, step, index)
                 continue
@@ -249,7 +249,7 @@ def _unapplied_entries(
     target = pointer_parts(pointer)
     entries: list[ProvenanceEntry] = []
     for op in parse_patch(step.transition.patch_json) or []:
-        relation = _op_relation(op, target)
+        relation = op_relation(op, target)
         if relation is None or relation == "shifted":
             continue
         value_path = pointer if relation != "descendant" else _inside(op, target)
@@ -322,7 +322,8 @@ def _moves_within(op: JsonPatchOp, target: tuple[str, ...]) -> bool:
     return all(end[: len(target)] == target for end in ends)
 
 
-def _op_relation(op: JsonPatchOp, target: tuple[str, ...]) -> Relation | None:
+def op_relation(op: JsonPatchOp, target: tuple[str, ...]) -> Relation | None:
+    """How an operation's path (or a move's source) relates to the target's tokens, if at all."""
     kind = op.get("op")
     touched = [op.get("path")] if kind != "test" else []
     if kind == "move":

@@ -102,7 +102,7 @@ from collector.jsondoc import (
     parse_json,
     parse_patch,
 )
-from collector.model import EvidenceSpan, Execution, Transition, withheld
+from collector.model import EvidenceSpan, Execution, Transition, committed, withheld
 from collector.selection import (
     Interval,
     Sequenced,
@@ -117,6 +117,8 @@ from collector.selection import (
 )
 
 MISMATCH_POINTERS_SHOWN: Final = 5
+# A patch quoted in a finding is cut here: the finding is a sentence, not a payload.
+PATCH_SHOWN_CHARS: Final = 200
 
 AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], tuple[str, ...], JsonValue], None]
 """Called after each patch replay applies: its ops, their `changed_paths`, the live document.
@@ -195,6 +197,7 @@ class _Replay:
         self.own_evidence = own_evidence(
             execution, self.received, self.evidence, self.owner_span_ids
         )
+        drops = len(self.diagnostics)
         self.diagnostics += dropped_findings(self.own_evidence)
         if execution.store_id is None:
             return self._history((), "not_applicable", Interval(0, 0, by_time=False))
@@ -214,6 +217,12 @@ class _Replay:
         states = tape.finish()
         last_received = sequenced[-1][0] if sequenced else interval.lower
         complete = chain.complete and (interval.upper is None or last_received >= interval.upper)
+        if not interval.by_time and interval.upper is not None and not holes(
+            (sequence for sequence, _ in sequenced), interval.lower, interval.upper
+        ):
+            # Nothing of this run is missing: what its spans dropped was other stores'.
+            found = dropped_findings(self.own_evidence, interval_whole=True)
+            self.diagnostics[drops : drops + len(found)] = found
         end_matches = self._check_end(states, len(sequenced) - 1, recorded_end, complete)
         steps = chain.steps
         if complete and end_matches is False:
@@ -326,10 +335,11 @@ class _Replay:
         failed_at_first_step = False
         skipped_after_doubt: list[int] = []
         previous = interval.lower
-        for sequence, transition in sequenced:
+        for sequence, recorded in sequenced:
             if not interval.by_time and sequence != previous + 1:
                 verified = complete = False
             previous = sequence
+            transition = self._committed(sequence, recorded)
             ops = self._usable_patch(sequence, transition)
             paths = changed_paths(ops or ())
             applied = ops is not None and tape.apply(transition.patch_json, ops)
@@ -365,6 +375,26 @@ class _Replay:
                 sequence=skipped_after_doubt[0],
             )
         return _Chain(tuple(steps), complete, failed_at_first_step)
+
+    def _committed(self, sequence: int, transition: Transition) -> Transition:
+        """`committed(transition)`, saying so when the store did not commit its patch."""
+        effective = committed(transition)
+        if effective is not transition:
+            patch = transition.patch_json
+            shown = patch if len(patch) <= PATCH_SHOWN_CHARS else patch[:PATCH_SHOWN_CHARS] + "…"
+            self.report(
+                "patch_not_committed",
+                "info",
+                f"Transition {sequence} (action {transition.action!r}, span "
+                f"{span_label(transition)}) recorded the patch {shown}, but the store's "
+                f"revision stayed {transition.revision_before}: its live state did not change "
+                "(the values are equal in Python but serialize differently, like Decimal "
+                "0.10 and 0.1), so the patch changed nothing and is not replayed.",
+                sequence=sequence,
+                span_id=transition.span_id,
+            )
+            return effective
+        return transition
 
     def _usable_patch(self, sequence: int, transition: Transition) -> list[JsonPatchOp] | None:
         """The parsed patch, or None (reported here) when it cannot be applied at all."""

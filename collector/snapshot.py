@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Final, cast, get_args
 
 from collector.history import Diagnostic, History, Step, Verdict
-from collector.model import Execution, Transition
+from collector.model import Execution, Transition, committed
 
 MIN_SNAPSHOT_STEPS: Final = 1_000
 # Restoring a state applies at most about this many states' worth of patch work
@@ -130,7 +130,8 @@ def restore(
     for position, sequence, flag, changed in zip(positions, sequences, flags, paths, strict=True):
         if not 0 <= position < len(transitions):
             return None
-        transition = transitions[position]
+        # As replay stepped through it (collector/model.py `committed`).
+        transition = committed(transitions[position])
         if transition.sequence is not None and transition.sequence != sequence:
             return None
         applied, verified, foreign = _FLAG_BITS[flag]

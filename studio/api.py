@@ -29,6 +29,7 @@ from collector.jsondoc import (
     pointer_parts,
     resolve,
 )
+from collector.junjo import APPLICATION_RUN_SUFFIX
 from collector.provenance import Provenance, ProvenanceEntry
 from collector.query_ast import Path
 from collector.row_json import execution_json
@@ -149,6 +150,8 @@ def execution_detail(request: Request) -> Response:
                     "id": execution.application_store_id,
                     "transition_start": execution.application_transition_start,
                     "transition_end": execution.application_transition_end,
+                    # The store's history over the agent's run, a child run of the agent.
+                    "run_id": execution.run_id + APPLICATION_RUN_SUFFIX,
                 }
                 if execution.application_store_id is not None
                 else None
@@ -362,7 +365,8 @@ def execution_provenance(request: Request) -> Response:
     if found.last_writer is None and untouched and not inspection.history.missing_count:
         origin = start_writer(
             inspection, pointer, store_of(request).store_run_before,
-            inspector_of(request).inspect, Links.of(request),
+            inspector_of(request).inspect, store_of(request).store_transitions_between,
+            Links.of(request),
         )
     return JSONResponse(
         {

@@ -37,6 +37,7 @@ from starlette.responses import Response
 
 from collector.history import Diagnostic, History
 from collector.jsondoc import resolve
+from collector.junjo import APPLICATION_RUN_SUFFIX
 from collector.lineage import carrier_runs
 from collector.model import Execution
 from collector.store import Store
@@ -106,8 +107,9 @@ class Header:
 class ApplicationWrites:
     """The application store's steps while an agent ran, and where to read them.
 
-    They are steps of the run that owns that store (usually the agent's parent),
-    verified with that run's history, not this one's. The agent's bounds cover
+    They are steps of the run that owns that store (the agent's parent, else the
+    agent's own application-store run), verified with that run's history, not
+    this one's. The agent's bounds cover
     every writer of the store meanwhile (a RunConcurrent sibling, a borrower),
     so they are steps *while* it ran, not all of them its own.
     """
@@ -328,7 +330,8 @@ def _provenance(
         return view
     store = store_of(request)
     writer = start_writer(
-        inspection, pointer, store.store_run_before, inspector_of(request).inspect, links
+        inspection, pointer, store.store_run_before, inspector_of(request).inspect,
+        store.store_transitions_between, links,
     )
     return dataclasses.replace(view, start_writer=writer)
 
@@ -463,10 +466,9 @@ def _application_writes(
     if store_id is None or start is None or end is None or end <= start:
         return None
     owner = parent if parent is not None and parent.store_id == store_id else None
-    if owner is None:
-        where = links.executions(store=store_id)
-    else:
-        where = href(links.execution(owner.run_id), step=start + 1)
+    # No run above owns the store: its history is the agent's application-store run's.
+    run_id = owner.run_id if owner is not None else execution.run_id + APPLICATION_RUN_SUFFIX
+    where = href(links.execution(run_id), step=start + 1)
     return ApplicationWrites(store_id, start + 1, end, owner, where)
 
 

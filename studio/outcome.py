@@ -10,6 +10,10 @@ the child's level is searched the same way for the node that raised in it: a
 parent's `WorkflowExecutionError` wraps the child's own error, which is the
 one worth reading.
 
+A run that raised between its nodes (an edge condition, no edge that applies,
+a subflow's pre- or post-run actions) has no culprit; its own node that ended
+last says how far it got.
+
 A cancelled run is told the same way: its spans that were running carry
 `junjo.cancelled`, and those with no cancelled span below them are what it
 was doing when it stopped. A failure inside a RunConcurrent cancels the
@@ -100,6 +104,9 @@ class Outcome:
     culprits: tuple[Culprit, ...]
     # Failed: spans cancelled because of the failure (RunConcurrent siblings).
     stopped: tuple[Culprit, ...] = ()
+    # Failed with no culprit (the run itself raised: an edge condition, no edge
+    # that applies, a subflow's pre- or post-run actions): its node that ended last.
+    after: Culprit | None = None
 
 
 def ended_badly(status: ExecutionStatus, error_type: str | None) -> bool:
@@ -128,10 +135,11 @@ def outcome(
     if owner is None:
         return Outcome(status, error_type, message, cancelled_reason, ())
     if failed:
+        culprits = _culprits(rows, owner, "error", links)
         return Outcome(
-            "error", error_type, message, cancelled_reason,
-            _culprits(rows, owner, "error", links),
+            "error", error_type, message, cancelled_reason, culprits,
             _culprits(rows, owner, "cancelled", links, follow=False),
+            after=None if culprits else _ended_last(rows, owner, links),
         )
     return Outcome(
         status, error_type, message, cancelled_reason,
@@ -165,6 +173,18 @@ def _culprits(
             cause = next(iter(_culprits(rows, row, status, links, depth=depth + 1)), None)
         found.append(_culprit(row, links, cause))
     return tuple(found)
+
+
+def _ended_last(
+    rows: Sequence[WaterfallRow], owner: WaterfallRow, links: Links
+) -> Culprit | None:
+    """The owner's own node (or child run) that ended last: where a run that raised
+    between its nodes had got to. None if none of them arrived."""
+    level = [row for row in own_level(rows, owner) if _by_junjo(row)]
+    if not level:
+        return None
+    last = max(level, key=lambda row: (row.offset_nano + row.duration_nano, row.offset_nano))
+    return _culprit(last, links, None)
 
 
 def _by_junjo(row: WaterfallRow) -> bool:
@@ -217,6 +237,7 @@ def outcome_json(found: Outcome | None) -> dict[str, Any] | None:
         "cancelled_reason": found.cancelled_reason,
         "culprits": [_culprit_json(culprit) for culprit in found.culprits],
         "stopped": [_culprit_json(culprit) for culprit in found.stopped],
+        "after": _culprit_json(found.after) if found.after is not None else None,
     }
 
 

@@ -102,6 +102,9 @@ class StepDetail:
     # here (studio/writers.py); `writer_run_id` wrote a foreign step, if known.
     span_href: str
     writer_run_id: str | None
+    # The finding that the store did not commit the patch Junjo recorded (it
+    # quotes that patch; `patch` is then the empty one replayed), if so.
+    not_committed: str | None = None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -257,6 +260,13 @@ def step_detail(
         span_href=writers.span_href(links, transition, step.sequence),
         writer_run_id=(
             writers.run_of(transition.trace_id, transition.span_id) if step.foreign else None
+        ),
+        not_committed=next(
+            (
+                d.message for d in history.diagnostics
+                if d.code == "patch_not_committed" and d.sequence == step.sequence
+            ),
+            None,
         ),
     )
 

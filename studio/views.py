@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from collector.junjo import APPLICATION_RUN_SUFFIX
 from collector.query import QueryError
 from collector.store import Store
 from collector.store.in_flight import InFlightRow
@@ -340,9 +341,13 @@ def _id_lookup(store: Store, links: Links, text: str) -> str | None:
             return links.executions(trace=trace_id)
     if len(text) >= MIN_ID_PREFIX:
         # The start of a run id (as the list shows it cut short): only if it names one run.
-        found = store.run_ids_starting(text, limit=2)
-        if len(found) == 1:
-            return links.execution(found[0])
+        found = store.run_ids_starting(text, limit=4)
+        # An agent's id starts its application-store run's too: the agent is meant.
+        suffix = APPLICATION_RUN_SUFFIX
+        named = [i for i in found if not (i.endswith(suffix) and i.removesuffix(suffix) in found)]
+        # Four found may mean more not read: then it is not known to name one run.
+        if len(named) == 1 and len(found) < 4:
+            return links.execution(named[0])
     return None
 
 

@@ -7,10 +7,14 @@ application store), so that write's set_state event sits on the tool span
 among the agent's private AgentStore events; request 2 returns the decision,
 which the node then writes to the workflow store. The `failing_agent` scenario
 runs the same agent with a tool that writes the store and then raises.
+`agent_own_store` runs the agent with stores no workflow owns: at the top level
+with `store=` (a store set up before, untraced), and in a node with its own
+`store_factory`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from junjo import BaseState, BaseStore, Edge, Graph, Node, Workflow
@@ -99,10 +103,13 @@ async def unreachable_carrier(
 
 def _triage_agent(
     tool_service: ToolService[NoteInput, NoteResult, None, ClaimStore],
+    name: str = "Refund Triage Agent",
+    store_factory: Callable[[], ClaimStore] | None = None,
 ) -> Agent[TriageInput, Decision, None, ClaimState, ClaimStore]:
     return Agent[TriageInput, Decision, None, ClaimState, ClaimStore](
         key="refund-triage",
-        name="Refund Triage Agent",
+        name=name,
+        store_factory=store_factory,
         instructions="Record what you verified with record_note, then decide the refund.",
         input_type=TriageInput,
         output_type=Decision,
@@ -164,3 +171,45 @@ def _agent_workflow(
         graph_factory=graph,
         store_factory=lambda: ClaimStore(initial_state=ClaimState()),
     )
+
+
+class OwnStoreTriage(Node[ClaimStore]):
+    """Runs the agent on a claim store of its own (the agent's `store_factory`)."""
+
+    def __init__(self, agent: Agent[TriageInput, Decision, None, ClaimState, ClaimStore]) -> None:
+        super().__init__()
+        self.agent = agent
+
+    async def service(self, store: ClaimStore) -> None:
+        result = await self.agent.execute(TriageInput(order_id="A-1001"), dependencies=None)
+        await store.decide(result.output)
+
+
+def own_store_agent_workflow() -> Workflow[ClaimState, ClaimStore]:
+    def agent_store() -> ClaimStore:
+        return ClaimStore(initial_state=ClaimState(order_id="A-1001"))
+
+    def graph() -> Graph:
+        triage = OwnStoreTriage(_triage_agent(record_note, "Own Store Agent", agent_store))
+        return Graph(source=triage, sinks=[triage], edges=[])
+
+    return Workflow[ClaimState, ClaimStore](
+        name="Own Store Agent Workflow",
+        graph_factory=graph,
+        store_factory=lambda: ClaimStore(initial_state=ClaimState()),
+    )
+
+
+async def top_level_agent_run() -> dict[str, Any]:
+    """An agent executed by the application itself, on a store it set up first."""
+    store = ClaimStore(initial_state=ClaimState())
+    await store.load_claim("B-2002")  # no span is current: this write has no event
+    result = await _triage_agent(record_note, "Top Level Agent").execute(
+        TriageInput(order_id="B-2002"), dependencies=None, store=store
+    )
+    assert result.application_state is not None
+    return {
+        "scenario": "top_level_agent",
+        "run_id": result.run_id,
+        "final_state": result.application_state.model_dump(mode="json"),
+    }

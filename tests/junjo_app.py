@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from junjo import (
@@ -29,7 +30,12 @@ from junjo import (
     WorkflowCancelledError,
     WorkflowExecutionError,
 )
-from junjo_agent import agent_workflow, failing_agent_workflow
+from junjo_agent import (
+    agent_workflow,
+    failing_agent_workflow,
+    own_store_agent_workflow,
+    top_level_agent_run,
+)
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -209,6 +215,24 @@ def failing_workflow() -> Workflow[RefundState, RefundStore]:
         )
 
     return _refund_workflow("Failing Refund Workflow", graph)
+
+
+class CustomerIsGold(Condition[RefundState]):
+    """An edge condition that raises: the customer record has no tier."""
+
+    def evaluate(self, state: RefundState) -> bool:
+        return bool(state.customer["loyalty_tier"] == "gold")
+
+
+def failing_condition_workflow() -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        load, decide = LoadOrder(), Decide()
+        return Graph(
+            source=load, sinks=[decide],
+            edges=[Edge(tail=load, head=decide, condition=CustomerIsGold())],
+        )
+
+    return _refund_workflow("Gold Refund Workflow", graph)
 
 
 class AskModel(Node[RefundStore]):
@@ -487,6 +511,75 @@ async def borrowed_store_runs() -> list[dict[str, Any]]:
     ]
 
 
+class LedgerState(BaseState):
+    amount: Decimal = Decimal("0")
+    flag: Any = None
+
+
+class LedgerStore(BaseStore[LedgerState]):
+    async def set_amount(self, amount: Decimal) -> None:
+        await self.set_state({"amount": amount})
+
+    async def set_flag(self, flag: Any) -> None:
+        await self.set_state({"flag": flag})
+
+
+class Book(Node[LedgerStore]):
+    """Writes values equal in Python to what the store holds, serialized otherwise.
+
+    Decimal 12.50 == 12.5 and True == 1: Junjo records a patch for each, but the
+    store keeps its state (and revision).
+    """
+
+    async def service(self, store: LedgerStore) -> None:
+        await store.set_amount(Decimal("12.50"))
+        await store.set_amount(Decimal("12.5"))
+        await store.set_flag(1)
+        await store.set_flag(True)
+
+
+def ledger_workflow() -> Workflow[LedgerState, LedgerStore]:
+    def graph() -> Graph:
+        book = Book()
+        return Graph(source=book, sinks=[book], edges=[])
+
+    return Workflow[LedgerState, LedgerStore](
+        name="Ledger Workflow", graph_factory=graph,
+        store_factory=lambda: LedgerStore(initial_state=LedgerState()),
+    )
+
+
+def policy_check_workflow() -> Workflow[RefundState, RefundStore]:
+    def graph() -> Graph:
+        check = CheckPolicy()
+        return Graph(source=check, sinks=[check], edges=[])
+
+    return _refund_workflow("Policy Check", graph)
+
+
+async def lent_in_request_runs() -> list[dict[str, Any]]:
+    """A store lent to two runs inside a request's span; the handler writes it before each.
+
+    The runs write only attempts and notes; the handler's writes (the order,
+    then a refund decision) are events on the request span, in no run's interval.
+    """
+    store = RefundStore(initial_state=RefundState())
+    runs = []
+    with trace.get_tracer("my.web").start_as_current_span("POST /refunds"):
+        await store.load_order("A-2002", {"name": "Grace", "tier": "silver"})
+        runs.append(("first", await policy_check_workflow().execute(store=store)))
+        await store.decide(True, 10.0, "goodwill")
+        runs.append(("second", await policy_check_workflow().execute(store=store)))
+    return [
+        {
+            "scenario": f"lent_in_request_{label}",
+            "run_id": result.run_id,
+            "final_state": result.state.model_dump(mode="json"),
+        }
+        for label, result in runs
+    ]
+
+
 SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "linear": linear_workflow,
     "concurrent": concurrent_workflow,
@@ -499,6 +592,9 @@ SINGLE_RUNS: dict[str, Callable[[], Workflow[Any, Any]]] = {
     "large_state_loop": large_state_loop_workflow,
     "agent_in_node": agent_workflow,
     "failing_agent": failing_agent_workflow,
+    "own_store_agent": own_store_agent_workflow,
+    "ledger": ledger_workflow,
+    "failing_condition": failing_condition_workflow,
 }
 
 
@@ -519,10 +615,14 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
     """Every execution a scenario ran, as the application saw it."""
     if name == "borrowed_store":
         return await borrowed_store_runs()
+    if name == "lent_in_request":
+        return await lent_in_request_runs()
     if name == "cancelled":
         return [await cancelled_run()]
     if name == "cancelled_deep":
         return [await cancelled_deep_run()]
+    if name == "top_level_agent":
+        return [await top_level_agent_run()]
     return [await run(name)]
 
 

@@ -577,6 +577,22 @@ def test_otlp_data_dropped_names_the_span_and_the_event_limit() -> None:
     assert "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in attributes.message
 
 
+def test_otlp_data_dropped_is_only_info_when_every_transition_of_the_run_arrived() -> None:
+    # A subflow span carries its own store's writes beside its parent's: what it
+    # dropped is no loss of a run whose whole interval arrived.
+    execution, transitions, _ = basic()
+    spans = [EvidenceSpan(TRACE, NODE_SPAN, "Review", "subflow", 0, 5, 0)]
+
+    whole = replay(execution, transitions, evidence_spans=spans)
+    cut = replay(execution, transitions[1:], evidence_spans=spans)
+
+    assert whole.verdict == "verified"
+    assert finding(whole, "otlp_data_dropped").severity == "info"
+    assert "every transition of this run arrived" in finding(whole, "otlp_data_dropped").message
+    assert cut.verdict == "partial"
+    assert finding(cut, "otlp_data_dropped").severity == "warning"
+
+
 def test_otlp_data_dropped_by_another_runs_span_is_that_runs_loss() -> None:
     # basic()'s transitions are carried by NODE_SPAN, outside the subtree given here.
     execution, transitions, _ = basic()

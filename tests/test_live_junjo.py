@@ -46,9 +46,12 @@ class StoredRuns(Protocol):
 
 
 class ReplayedRuns(Protocol):
-    """The `replayed` fixture: run scenarios; the runs and the live, replayed server."""
+    """The `replayed` fixture: run scenarios (`env` adds to the application's
+    environment: SDK limits); the runs and the live, replayed server."""
 
-    def __call__(self, *scenarios: str) -> tuple[Runs, Server]: ...
+    def __call__(
+        self, *scenarios: str, env: dict[str, str] | None = None
+    ) -> tuple[Runs, Server]: ...
 
 
 def _run_app(
@@ -164,14 +167,12 @@ def test_live_twin_subflows_each_draw_their_own_run_in_the_graph(replayed: Repla
 
 
 def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
-    make_server: MakeServer,
+    replayed: ReplayedRuns,
 ) -> None:
     # The SDK drops a span's oldest attributes first: at 14 the workflow span
     # loses its start state and store id (it is an execution naming no store),
     # the subflow span even its junjo.span_type and run id (no execution).
-    server = make_server("--api-key", KEY)
-    runs = _run_app(server, "junjo", "subflow", env={"OTEL_ATTRIBUTE_COUNT_LIMIT": "14"})
-    server.wait_replayed()
+    runs, server = replayed("subflow", env={"OTEL_ATTRIBUTE_COUNT_LIMIT": "14"})
     run_id = runs["subflow"]["run_id"]
     detail = server.get_json(f"/api/executions/{run_id}")
     assert (detail["store_id"], detail["verdict"]) == (None, "not_applicable")
@@ -201,11 +202,9 @@ def test_live_run_that_lost_its_store_id_gets_its_verdict_in_the_list_too(
     assert listed(verdict="not_applicable") == [(run_id, "not_applicable", 2)]
 
 
-def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer) -> None:
+def test_live_state_at_a_step_that_never_arrived_says_so(replayed: ReplayedRuns) -> None:
     # One event per span (the SDK keeps the newest): a node's earlier writes are lost.
-    server = make_server("--api-key", KEY)
-    runs = _run_app(server, "junjo", "linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
-    server.wait_replayed()
+    runs, server = replayed("linear", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
     run_id = runs["linear"]["run_id"]
     timeline = server.get_json(f"/api/executions/{run_id}/timeline")
     assert timeline["verdict"] == "partial" and timeline["missing"]
@@ -216,6 +215,30 @@ def test_live_state_at_a_step_that_never_arrived_says_so(make_server: MakeServer
     assert inside["state_of_sequence"] == before
     received = server.get_json(f"/api/executions/{run_id}/state?sequence={before}")
     assert (received["missing"], received["state_of_sequence"]) == (None, before)
+
+
+def test_live_events_a_subflow_span_dropped_count_against_the_store_they_wrote(
+    replayed: ReplayedRuns,
+) -> None:
+    # One event per span: the subflow span keeps its post_run write (the
+    # parent's store) and drops its pre_run one (the subflow's own store).
+    runs, server = replayed("subflow", env={"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"})
+    run_id = runs["subflow"]["run_id"]
+    parent = server.get_json(f"/api/executions/{run_id}")
+    # Every transition of the parent arrived: the drop is said, as none of its loss.
+    assert parent["verdict"] == "verified"
+    (dropped,) = parent["diagnostics"]
+    assert (dropped["code"], dropped["severity"]) == ("otlp_data_dropped", "info")
+    assert "every transition of this run arrived" in dropped["message"]
+    (listed,) = server.get_json("/api/executions?kind=workflow")["executions"]
+    assert listed["diagnostic_warnings"] == 0
+    # The subflow's own store lost its pre_run write: a warning, with the gap.
+    (child,) = parent["children"]
+    review = server.get_json(f"/api/executions/{child['id']}")
+    assert review["verdict"] == "partial"
+    (own,) = [d for d in review["diagnostics"] if d["code"] == "otlp_data_dropped"]
+    assert own["severity"] == "warning" and own["span_id"] == dropped["span_id"]
+    assert "sequence_gap" in _codes(review)
 
 
 def _verified_with_one_child(
@@ -243,9 +266,9 @@ def test_live_failing_run_is_stored_with_its_error(stored: StoredRuns) -> None:
 def replayed(make_server: MakeServer) -> ReplayedRuns:
     """Run scenarios against a live server and wait until every execution is replayed."""
 
-    def run(*scenarios: str) -> tuple[Runs, Server]:
+    def run(*scenarios: str, env: dict[str, str] | None = None) -> tuple[Runs, Server]:
         server: Server = make_server("--api-key", KEY)
-        runs = _run_app(server, "junjo", *scenarios)
+        runs = _run_app(server, "junjo", *scenarios, env=env)
         server.wait_replayed()
         return runs, server
 
@@ -388,6 +411,75 @@ def test_live_borrowed_store_provenance_names_the_earlier_run_that_wrote_the_val
     assert "As recorded in the start state." in fresh and "x-start-writer" not in fresh
 
 
+def test_live_store_written_between_its_runs_names_that_write(replayed: ReplayedRuns) -> None:
+    # A request handler lends one store to two runs and writes it before each,
+    # inside the request's span: those events arrive, but in no run's interval.
+    runs, server = replayed("lent_in_request")
+    first, second = (
+        server.get_json(f"/api/executions/{runs[f'lent_in_request_{label}']['run_id']}")
+        for label in ("first", "second")
+    )
+    assert first["verdict"] == second["verdict"] == "verified"
+    between = first["transition_end"] + 1
+    assert (first["transition_start"], second["transition_start"]) == (1, between)
+
+    def origin(run: dict[str, Any], path: str) -> Any:
+        found = server.get_json(f"/api/executions/{run['id']}/provenance?path={path}")
+        assert found["writes"] == []
+        return found["start_writer"]
+
+    handler = {
+        "run_id": None, "run_name": None, "span_name": "POST /refunds",
+        "href": f"/?trace={first['trace_id']}", "verified": True,
+    }
+    # Replayed from the first run's end: the decision the handler made between.
+    assert origin(second, "/refund/reason") == handler | {"sequence": between, "action": "decide"}
+    # Before the first run, no state is known: read off the write of the whole field,
+    # found walking back through the first run, which did not change it.
+    assert origin(second, "/order_id") == handler | {"sequence": 1, "action": "load_order"}
+    assert origin(first, "/customer/tier") == handler | {"sequence": 1, "action": "load_order"}
+    assert server.get_json(f"/api/executions/{second['id']}/state")["state"] == (
+        runs["lent_in_request_second"]["final_state"]
+    )
+    page = httpx.get(
+        f"{server.url}/executions/{second['id']}", params={"path": "/refund/reason"}
+    ).text
+    assert _start_writer_text(page) == (
+        f"The store was written between its runs: last at step {between}, in no run, by"
+        " decide in POST /refunds (the runs of its trace). Every run on this store"
+    )
+    assert f'<a href="/?trace={first["trace_id"]}">the runs of its trace</a>' in page
+
+
+def test_live_patch_the_store_did_not_commit_changes_nothing(replayed: ReplayedRuns) -> None:
+    # Decimal("12.5") == Decimal("12.50") and True == 1: Junjo records a patch for
+    # each write, but keeps the store's state and revision, as its end state shows.
+    runs, server = replayed("ledger")
+    run = runs["ledger"]
+    assert run["final_state"] == {"amount": "12.50", "flag": 1}
+    detail = server.get_json(f"/api/executions/{run['run_id']}")
+    assert detail["verdict"] == "verified", detail["diagnostics"]
+    assert [(d["code"], d["severity"], d["sequence"]) for d in detail["diagnostics"]] == [
+        ("patch_not_committed", "info", 2), ("patch_not_committed", "info", 4),
+    ]
+    assert '"value":"12.5"' in detail["diagnostics"][0]["message"]
+    for sequence, expected in [(1, "12.50"), (2, "12.50")]:
+        state = server.get_json(f"/api/executions/{run['run_id']}/state?sequence={sequence}")
+        assert (state["state"]["amount"], state["verified"]) == (expected, True)
+    flag = server.get_json(f"/api/executions/{run['run_id']}/state?sequence=4")["state"]["flag"]
+    assert flag == 1 and flag is not True
+    provenance = server.get_json(f"/api/executions/{run['run_id']}/provenance?path=/amount")
+    assert [(w["sequence"], w["after"]) for w in provenance["writes"]] == [(1, "12.50")]
+    timeline = server.get_json(f"/api/executions/{run['run_id']}/timeline")["transitions"]
+    assert [(t["sequence"], t["changed_paths"]) for t in timeline] == [
+        (1, ["/amount"]), (2, []), (3, ["/flag"]), (4, []),
+    ]
+    # The step's page says why it changed nothing, quoting the patch received.
+    page = unescape(httpx.get(f"{server.url}/executions/{run['run_id']}?step=2").text)
+    assert 'No change: Transition 2 (action \'set_amount\'' in page
+    assert "as replayed: the store did not commit the one received" in page
+
+
 def _banner(html: str) -> str:
     """The outcome banner's text, tags dropped and whitespace collapsed."""
     return _block_text(html, 'id="outcome"', "</div>")
@@ -450,6 +542,26 @@ def test_live_failed_and_cancelled_runs_say_on_their_page_how_they_ended(
         "Cancelled (reason: cancelled) while subflow Outer Review (in it, subflow Inner Review,"
         " in which node AwaitBank) was running."
     )
+
+
+def test_live_run_that_raised_between_its_nodes_says_how_far_it_got(
+    replayed: ReplayedRuns,
+) -> None:
+    # The edge condition after LoadOrder raises: no node did, so the banner says
+    # the workflow itself raised, after the node that ended last.
+    runs, server = replayed("failing_condition")
+    run_id = runs["failing_condition"]["run_id"]
+    assert "loyalty_tier" in runs["failing_condition"]["error"]
+    found = server.get_json(f"/api/executions/{run_id}")["outcome"]
+    assert (found["error_type"], found["culprits"]) == ("KeyError", [])
+    assert (found["after"]["name"], found["after"]["kind"]) == ("LoadOrder", "node")
+    html = httpx.get(f"{server.url}/executions/{run_id}").text
+    assert _banner(html) == (
+        "KeyError: 'loyalty_tier' No node raised it, as far as the spans that arrived show;"
+        " the last to end was node LoadOrder. It came from the workflow itself, while"
+        " choosing the next node (an edge condition raised, or no edge applied)."
+    )
+    assert f'node <a href="#span-{found["after"]["span_id"]}">LoadOrder</a>' in html
 
 
 def test_live_failure_is_traced_to_the_node_not_to_a_library_span_inside_it(
@@ -527,6 +639,7 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
     # Its tool's one write to the workflow's store, which the agent span bounds.
     assert detail["application_store"] == {
         "id": workflow["store_id"], "transition_start": 1, "transition_end": 2,
+        "run_id": f"{agent['id']}:application",
     }
     page = urllib.request.urlopen(f"{server.url}/executions/{agent['id']}").read().decode()
     assert f'href="/executions/{run["run_id"]}?step=2"' in page
@@ -537,3 +650,65 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
         "tool record_note", "note", "carrier confirmed damage",
     )
     assert write["verified"]
+
+
+def _application_run(server: Server, agent_id: str) -> tuple[dict[str, Any], str]:
+    """An agent's application-store run, verified, and the agent's page."""
+    detail = server.get_json(f"/api/executions/{agent_id}")
+    run_id = detail["application_store"]["run_id"]
+    (child,) = detail["children"]
+    assert (child["id"], child["kind"]) == (run_id, "application_store")
+    assert child["verdict"] == "verified"
+    quoted = urllib.parse.quote(run_id, safe="")
+    application = server.get_json(f"/api/executions/{quoted}")
+    assert application["store_id"] == detail["application_store"]["id"] != detail["store_id"]
+    assert application["parent"]["id"] == agent_id
+    page = httpx.get(f"{server.url}/executions/{agent_id}").text
+    return application, page
+
+
+def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
+    replayed: ReplayedRuns,
+) -> None:
+    # An agent given a store of its own, at the top level (`execute(store=...)`,
+    # the store set up beforehand) or in a node (its `store_factory`): no other
+    # run owns the store, so the agent's application-store run is its history.
+    runs, server = replayed("top_level_agent", "own_store_agent")
+    top = runs["top_level_agent"]
+    application, page = _application_run(server, top["run_id"])
+    quoted = urllib.parse.quote(application["id"], safe="")
+    # The setup write had no span: the run starts after it, with its value.
+    assert (application["transition_start"], application["transition_end"]) == (1, 2)
+    start = server.get_json(f"/api/executions/{quoted}/state?sequence=1")
+    assert start["state"]["order_id"] == "B-2002"
+    end = server.get_json(f"/api/executions/{quoted}/state")
+    assert end["verified"] and end["state"] == top["final_state"]
+    provenance = server.get_json(f"/api/executions/{quoted}/provenance?path=/notes/0")
+    assert [(w["node"], w["action"], w["after"]) for w in provenance["writes"]] == [
+        ("tool record_note", "note", "carrier confirmed damage")
+    ]
+    # The agent's page leads to that history at the tool's step; that run's page
+    # says where its start state came from (the agent's span, not a workflow's).
+    assert f'href="/executions/{quoted}?step=2"' in page
+    own_page = unescape(httpx.get(f"{server.url}/executions/{quoted}").text)
+    assert "start state (as recorded on the run's own span)" in own_page
+    # The start of the agent's id, typed in the filter box, still names one run:
+    # the agent (its application-store run's id starts the same).
+    typed = httpx.get(f"{server.url}/", params={"where": top["run_id"][:10]})
+    assert (typed.status_code, typed.headers["location"]) == (303, f"/executions/{top['run_id']}")
+    # In a node: the workflow's store is another one, and the agent's page
+    # leads to the agent's own application-store run, not to the workflow.
+    workflow = server.get_json(f"/api/executions/{runs['own_store_agent']['run_id']}")
+    (agent,) = workflow["children"]
+    application, page = _application_run(server, agent["id"])
+    assert application["store_id"] != workflow["store_id"]
+    quoted = urllib.parse.quote(application["id"], safe="")
+    end = server.get_json(f"/api/executions/{quoted}/state")
+    assert end["verified"]
+    assert end["state"] == {
+        "order_id": "A-1001", "notes": ["carrier confirmed damage"], "decision": None,
+    }
+    assert f'href="/executions/{quoted}?step=1"' in page
+    assert server.get_json(f"/api/executions/{workflow['id']}/state")["state"] == (
+        runs["own_store_agent"]["final_state"]
+    )

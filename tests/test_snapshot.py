@@ -122,6 +122,32 @@ def test_restored_history_keeps_every_verdict_and_finding(overrides: dict[str, A
     assert provenance(restored, "/log").entries == pointer_writes
 
 
+def test_a_patch_the_store_did_not_commit_is_skipped_by_replay_and_restore() -> None:
+    # Junjo's revision stays when the new state equals the old in Python
+    # (Decimal 0.10 == 0.1): the store kept "0.10", whatever the patch says.
+    execution, transitions, _ = scenario(
+        {"price": "0"},
+        [
+            [{"op": "replace", "path": "/price", "value": "0.10"}],
+            [{"op": "replace", "path": "/price", "value": "0.1"}],
+        ],
+    )
+    uncommitted = transitions[1]._replace(revision_before=1, revision_after=1, event_index=1)
+    transitions = [transitions[0], uncommitted]
+    execution = dataclasses.replace(
+        execution, state_end=json.dumps({"price": "0.10"}), revision_end=1
+    )
+
+    history = replay(execution, transitions)
+
+    assert history.verdict == "verified"
+    assert history.state_at(2) == {"price": "0.10"} and history.verified_at(2)
+    (finding,) = history.diagnostics
+    assert (finding.code, finding.severity, finding.sequence) == ("patch_not_committed", "info", 2)
+    assert [(e.sequence, e.after) for e in provenance(history, "/price").entries] == [(1, "0.10")]
+    assert_same_history(round_trip(history, transitions), history)
+
+
 @pytest.mark.parametrize("scenario_name", scenarios())
 def test_fixture_histories_restore_to_their_replays(tmp_path: Path, scenario_name: str) -> None:
     store = Store(tmp_path / "fixtures.duckdb")

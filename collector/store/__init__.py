@@ -500,6 +500,12 @@ class Store:
         with self._cursor() as cursor:
             return replays.transitions_for_stores(cursor, store_ids)
 
+    def store_transitions_between(
+        self, store_id: str, after: int, through: int
+    ) -> list[Transition]:
+        with self._cursor() as cursor:
+            return replays.store_transitions_between(cursor, store_id, after, through)
+
     def evidence_spans_for(
         self, trace_ids: Sequence[str], carriers: Iterable[tuple[str, str]]
     ) -> list[replays.SpanLink]:

@@ -131,6 +131,23 @@ def transitions_for_stores(
     return grouped
 
 
+def store_transitions_between(
+    cursor: duckdb.DuckDBPyConnection, store_id: str, after: int, through: int
+) -> list[Transition]:
+    """The transitions of one store with `after < sequence <= through`, in replay order.
+
+    What the studio reads to find who wrote a store between two runs that
+    borrowed it (studio/start_writer.py), without reading the whole store.
+    """
+    table = cursor.execute(
+        f"SELECT {TRANSITION_SELECT} FROM transitions"
+        " WHERE store_id = ? AND sequence > ? AND sequence <= ?"
+        " ORDER BY sequence, time_unix_nano, trace_id, span_id, event_index",
+        [store_id, after, through],
+    ).to_arrow_table()
+    return list(map(Transition, *(column.to_pylist() for column in table.columns)))
+
+
 def evidence_spans_for(
     cursor: duckdb.DuckDBPyConnection,
     trace_ids: Sequence[str],
