@@ -6,7 +6,8 @@ under which of the store's locks, each step in a transaction of its own, so no
 step holds a lock for long:
 - a piece holds the write lock (its sort takes most of DuckDB's memory
   limit), but an export that wants the lock interrupts it (`Rewriter.preempt`),
-  and it is copied again later; after MAX_PREEMPTIONS in a row it is copied through;
+  and it is copied again once the export has had the lock (`exports_first`);
+  after MAX_PREEMPTIONS in a row it is copied through;
 - replays and prunes meanwhile note the runs whose rows they change
   (`Rewriter.note_writes`);
 - at the end the field-index lock (not the write lock: exports do not write
@@ -32,6 +33,7 @@ from typing import TypeVar
 
 import duckdb
 
+from collector.foreground import Foreground
 from collector.store import field_layout
 from collector.store.errors import StoreError
 from collector.store.transactions import transaction
@@ -49,6 +51,12 @@ MAX_CATCH_UPS = 3
 # times in a row is copied through, so that a steady trickle of exports cannot
 # keep the rewrite from ever finishing.
 MAX_PREEMPTIONS = 3
+# Exports waiting for the write lock take it before a piece does (else the
+# rewrite, which lets it go and asks again at once, wins it back and is
+# preempted again: one export cost up to MAX_PREEMPTIONS tries and then a whole
+# piece). A piece waits at most this long for them, so that the rewrite still
+# gets its turn while exports queue for the lock without a pause.
+EXPORTS_FIRST_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +105,12 @@ class Rewriter:
         self._preemptible: duckdb.DuckDBPyConnection | None = None
         self._preempted = False
         self._stopping = False
+        # Exports waiting for the write lock (`exports_first`), which pieces let go first.
+        self.exports_first = Foreground(EXPORTS_FIRST_SECONDS)
+        # Since the store opened: pieces an export interrupted, and pieces copied
+        # through after MAX_PREEMPTIONS (read by bench_filter_store and tests).
+        self.preemptions = 0
+        self.forced_pieces = 0
 
     @property
     def in_progress(self) -> bool:
@@ -188,7 +202,9 @@ class Rewriter:
         limit allows: a write beside it could run out of memory (and a write
         whose rollback then fails invalidates the database). Preemptible, an
         export that wants the lock interrupts it (`preempt`), and it rolls back.
+        Exports waiting for the lock have it first, whichever piece is next.
         """
+        self.exports_first.give_way()
         with host.write_lock:
             self._preempted = False
             try:
@@ -199,8 +215,10 @@ class Rewriter:
                 )
             except StoreError:
                 if self._preempted and not self._stopping:
+                    self.preemptions += 1
                     return False
                 raise
+        self.forced_pieces += not preemptible
         return True
 
     def _catch_up(self, host: Host, rewrite: Rewrite, run_ids: set[str], sweep: bool) -> None:
