@@ -426,3 +426,31 @@ def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece
         assert all(store.execution_row(f"run-{i}") is not None for i in range(n))
     finally:
         store.close()
+
+
+def test_each_piece_is_checkpointed_before_the_next_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # So that the checkpoint after the swap, which holds the write lock, has
+    # only the last changes to write, not every piece's rows.
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _write(store, 1)
+        _ballast(store, 600_000, run_keys=100)
+        copied, wal_after_pieces = 0, []
+
+        def between_steps() -> bool:
+            nonlocal copied
+            rewrite = store._rewriter._rewrite
+            if rewrite is not None and rewrite.copied > copied:
+                copied = rewrite.copied
+                wal_after_pieces.append(store.wal_bytes())
+            return False
+
+        _finished(_rewriting(store, between_steps))
+        assert len(wal_after_pieces) > 10  # staged, then merged: several pieces each
+        assert wal_after_pieces == [0] * len(wal_after_pieces)
+    finally:
+        store.close()
+
