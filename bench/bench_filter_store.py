@@ -13,7 +13,8 @@ carry no state JSON on `executions`: lists and filters never read it.
 The sort runs under a trickle of exports (`sort_under_trickle`): one small run
 every 0.2 s, stored on one thread and replayed on another, so the index changes
 while it is copied. Printed: how long the store's write lock and field-index
-lock were held by the sort (the longest hold) and by anyone; each export's
+lock were held by the sort (the longest hold) and by anyone; how often
+exports interrupted a piece, and how many pieces were copied through; each export's
 commit latency during the sort against the same commits on the idle store, as
 ratios; the slowest commits (and whether DuckDB checkpointed in them); and
 whether every trickle run is then found by its field exactly once.
@@ -59,7 +60,7 @@ from collector.config import Config
 from collector.model import Evidence
 from collector.query import parse_query
 from collector.replayer import REPLAY_BATCH_STORES, replay_stores
-from collector.store import IngestBatch, Store
+from collector.store import IngestBatch, Store, rewrite
 from collector.store.filters import RANGES_SORT_KEY, SORT_KEY, key64
 from studio.api import timeline
 from studio.field_columns import empty_hints, value_cells, value_columns
@@ -547,6 +548,8 @@ def sort_under_trickle(store: Store) -> bool:
     ]
     for thread in threads:
         thread.start()
+    rewriter = store._rewriter
+    preemptions, forced = rewriter.preemptions, rewriter.forced_pieces
     began = time.perf_counter()
     try:
         done = store.compact_field_index_if_due()
@@ -569,6 +572,9 @@ def sort_under_trickle(store: Store) -> bool:
               f" longest {max(held, default=0):.2f} s; longest holds by anyone: "
               + ", ".join(f"{seconds:.2f} s ({thread})"
                           for thread, seconds in sorted(timer.holds, key=lambda h: -h[1])[:3]))
+    print(f"    pieces interrupted by an export: {rewriter.preemptions - preemptions},"
+          f" copied through after {rewrite.MAX_PREEMPTIONS} in a row:"
+          f" {rewriter.forced_pieces - forced}")
     print(f"    export commit, idle: p50 {idle_p50:.1f} ms, max {max(idle.commits_ms):.1f} ms")
     if during.commits_ms:
         p50, worst = statistics.median(during.commits_ms), max(during.commits_ms)

@@ -119,19 +119,23 @@ def test_appended_rows_are_counted_and_a_rewrite_waits_until_due(tmp_path: Path)
         store.close()
 
 
-def _ballast(store: Store, rows: int) -> None:
+def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
     """Enough index rows that a rewrite takes a while, as run-0's (which stays untouched).
 
-    Their path keys are random, so no filter on a real path reads them.
+    Their path keys are random, so no filter on a real path reads them. With
+    `run_keys`, they are spread over that many run keys (run-0's and keys no
+    run has, so no filter finds them), in arrival order: the first pass cuts
+    them into pieces as it would real runs' rows.
     """
     with store._cursor() as cursor:
         cursor.execute(
             "INSERT INTO field_values (run_id, run_key, parent_key, path_key, kind, num, str_key,"
             " str, bool_val, is_final, path, parent)"
-            " SELECT 'run-0', (SELECT run_key FROM executions WHERE run_id = 'run-0'),"
+            " SELECT 'run-0', (SELECT run_key FROM executions WHERE run_id = 'run-0')"
+            " + (i * ? // ?) * 1000000,"
             " i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false, '/n', ''"
             " FROM range(?) r(i)",
-            [rows],
+            [run_keys, rows, rows],
         )
         cursor.execute("UPDATE field_index_layout SET appended_rows = appended_rows + ?", [rows])
 
@@ -390,3 +394,63 @@ def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
     finally:
         replayer.close()
         store.close()
+
+
+def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many short pieces; an export always gets the lock first, however slow the machine.
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 50_000)
+    monkeypatch.setattr(rewrite_module, "EXPORTS_FIRST_SECONDS", 60.0)
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _write(store, 1)
+        _ballast(store, 1_000_000, run_keys=200)
+        rewriter = store._rewriter
+        rewrite = _rewriting(store)
+        interrupting, n = 0, 1
+        deadline = time.monotonic() + 60
+        while rewrite.is_alive() and interrupting < 5 and time.monotonic() < deadline:
+            if rewriter._preemptible is None:  # no piece that an export may interrupt
+                time.sleep(0.001)
+                continue
+            before = rewriter.preemptions
+            _write(store, 1, first=n)
+            n += 1
+            # Let go by the piece it interrupted, the lock went to this export: the
+            # piece, tried again at once, was not interrupted again (or copied through).
+            assert rewriter.preemptions - before <= 1
+            interrupting += rewriter.preemptions - before
+        assert interrupting == 5
+        _finished(rewrite)
+        assert all(store.execution_row(f"run-{i}") is not None for i in range(n))
+    finally:
+        store.close()
+
+
+def test_each_piece_is_checkpointed_before_the_next_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # So that the checkpoint after the swap, which holds the write lock, has
+    # only the last changes to write, not every piece's rows.
+    monkeypatch.setattr(field_layout, "CHUNK_ROWS", 100_000)
+    store = Store(tmp_path / "layout.duckdb")
+    try:
+        _write(store, 1)
+        _ballast(store, 600_000, run_keys=100)
+        copied, wal_after_pieces = 0, []
+
+        def between_steps() -> bool:
+            nonlocal copied
+            rewrite = store._rewriter._rewrite
+            if rewrite is not None and rewrite.copied > copied:
+                copied = rewrite.copied
+                wal_after_pieces.append(store.wal_bytes())
+            return False
+
+        _finished(_rewriting(store, between_steps))
+        assert len(wal_after_pieces) > 10  # staged, then merged: several pieces each
+        assert wal_after_pieces == [0] * len(wal_after_pieces)
+    finally:
+        store.close()
+

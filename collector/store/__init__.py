@@ -359,16 +359,18 @@ class Store:
 
     @contextmanager
     def _storing(self) -> Iterator[None]:
-        """The write lock, for an export: a rewrite's piece in the way is interrupted.
+        """The write lock, for an export: a rewrite's piece in the way is interrupted,
+        and lets the export have the lock before it is tried again.
 
         The interrupt is repeated while the lock is not free: one sent just
         before the piece's statement began would be lost.
         """
         if not self._write_lock.acquire(blocking=False):
-            while True:
-                self._rewriter.preempt()
-                if self._write_lock.acquire(timeout=PREEMPT_POLL_SECONDS):
-                    break
+            with self._rewriter.exports_first.serving():
+                while True:
+                    self._rewriter.preempt()
+                    if self._write_lock.acquire(timeout=PREEMPT_POLL_SECONDS):
+                        break
         try:
             yield
         finally:
