@@ -203,3 +203,17 @@ def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_
     while not polls and time.monotonic() < deadline:
         page.wait_for_timeout(250)
     assert polls and all(f"/executions/{site.active}" in url for url in polls)
+
+
+def test_browser_a_viewer_in_utc_can_tell_the_two_modes_apart(
+    site: Site, new_page: PageFactory
+) -> None:
+    # Both modes show the same times there: the toggle names the mode, not only the zone.
+    page = new_page(timezone_id="UTC", locale="en-US")
+    page.goto(site.server.url + "/")
+    toggle = page.locator("button[data-time-toggle]")
+    expect(toggle).to_have_text("Times: local (UTC)")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    toggle.click()
+    expect(toggle).to_have_text("Times: UTC")
+    expect(toggle).to_have_attribute("aria-pressed", "true")
