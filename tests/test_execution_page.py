@@ -67,6 +67,9 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         server.stop()
 
 
+DAY_NANOS = 24 * 3600 * 1_000_000_000
+
+
 def _get(server: Server, url_path: str, **params: Any) -> httpx.Response:
     return httpx.get(server.url + url_path, params=params, timeout=30)
 
@@ -848,24 +851,37 @@ def _span_type(span: trace_pb2.Span) -> str | None:
     )
 
 
+def _run_in_flight(server: Server) -> tuple[dict[str, Any], tuple[bytes, list[tuple[str, str]]]]:
+    """`l_split_batches` sent but for its last export: its run, in flight, and that export."""
+    first, last = fixture_requests("l_split_batches")
+    export_raw(server.grpc_target, *first)
+    server.wait_replayed()
+    (flying,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    return flying, last
+
+
+def _age_spans(server: Server, nanos: int, *, producer_times_too: bool = False) -> None:
+    """Restart the server with every stored span received `nanos` earlier (and, if
+    asked, started and ended that much earlier too)."""
+    moved = ["received_unix_nano"] + (
+        ["start_unix_nano", "end_unix_nano"] if producer_times_too else [])
+    server.stop()
+    with duckdb.connect(str(server.db)) as db:
+        db.execute("UPDATE spans SET " + ", ".join(f"{c} = {c} - $nanos" for c in moved),
+                   {"nanos": nanos})
+    server.start()
+
 
 def test_an_in_flight_run_with_no_activity_stops_refreshing_until_evidence_arrives(
     make_server: MakeServer,
 ) -> None:
     server: Server = make_server()
-    first, last = fixture_requests("l_split_batches")
-    export_raw(server.grpc_target, *first)
-    server.wait_replayed()
-    (flying,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    flying, last = _run_in_flight(server)
     run = f"/executions/{flying['id']}"
     assert flying["no_activity_since"] is None and flying["last_activity_at"]
     assert 'hx-trigger="every' in _get(server, run).text  # still expecting its owner
-    server.stop()
     # As if the last span arrived an hour ago (the server's clock is what counts).
-    with duckdb.connect(str(server.db)) as db:
-        db.execute("UPDATE spans SET received_unix_nano = received_unix_nano - ?",
-                   [3600 * 1_000_000_000])
-    server.start()
+    _age_spans(server, 3600 * 1_000_000_000)
     (quiet,) = server.get_json("/api/executions?verdict=in_flight")["executions"]
     assert quiet["no_activity_since"] == quiet["last_activity_at"]
     assert quiet["status"] == "in_flight"  # a state of its own, not a failure
@@ -897,6 +913,36 @@ def test_an_in_flight_run_with_no_activity_stops_refreshing_until_evidence_arriv
     assert server.get_json("/api/executions?verdict=in_flight")["executions"] == []
     page = _get(server, run).text
     assert 'hx-trigger="every' not in page and "no activity" not in _text(page)
+
+
+def test_a_run_whose_process_died_days_ago_is_still_found_and_opens(
+    make_server: MakeServer,
+) -> None:
+    # The list's in-flight section looks at the last day's spans only; a run whose
+    # owner span never came is still reachable: its page, its id in the filter box,
+    # its trace, and the list asked for an older `since`.
+    server: Server = make_server()
+    flying, _ = _run_in_flight(server)
+    _age_spans(server, 3 * DAY_NANOS, producer_times_too=True)  # sent three days ago
+    listed = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    assert listed == []  # the default list: the last day
+    (week,) = server.get_json("/api/executions?verdict=in_flight&since=7d")["executions"]
+    assert week["id"] == flying["id"] and week["no_activity_since"] is not None
+    assert server.get_json("/api/executions?verdict=in_flight&since=2d")["executions"] == []
+    (traced,) = server.get_json(
+        f"/api/executions?verdict=in_flight&trace={flying['trace_id']}")["executions"]
+    assert traced["id"] == flying["id"]
+    page = _get(server, "/", since="7d").text
+    assert flying["id"] in page[page.index('<section class="in-flight"'):]
+    detail = server.get_json(f"/api/executions/{flying['id']}")
+    assert detail["status"] == "in_flight" and detail["id"] == flying["id"]
+    opened = _get(server, f"/executions/{flying['id']}")
+    assert opened.status_code == 200 and "no activity" in _text(opened.text)
+    found = httpx.get(server.url + "/", params={"where": flying["id"]},
+                      follow_redirects=False, timeout=30)
+    assert found.status_code in (302, 303)
+    assert found.headers["location"].endswith(f"/executions/{flying['id']}")
+    assert _get(server, "/executions/no-such-run").status_code == 404
 
 
 def _header_of(page: str) -> str:

@@ -29,6 +29,7 @@ not safe to share between threads).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import sys
@@ -474,18 +475,24 @@ class Store:
 
         With `matching`, only those the query could list: none when it filters by
         what a run in flight does not have yet (a field value, a workflow name, ...).
+        One run (`run_id`) is looked for among the recent spans first and then among
+        all of them, so the page of a run whose process died long ago still opens.
         """
         if matching is not None and not in_flight.could_match(matching):
             return []
+        find = functools.partial(
+            in_flight.in_flight,
+            in_run_types=junjo.IN_RUN_SPAN_TYPES,
+            not_run_types=junjo.NOT_RUN_PARENT_SPAN_TYPES,
+            limit=limit,
+            run_id=run_id,
+            matching=matching,
+        )
         with self._cursor() as cursor:
-            return in_flight.in_flight(
-                cursor,
-                in_run_types=junjo.IN_RUN_SPAN_TYPES,
-                not_run_types=junjo.NOT_RUN_PARENT_SPAN_TYPES,
-                limit=limit,
-                run_id=run_id,
-                matching=matching,
-            )
+            found = find(cursor)
+            if not found and run_id is not None:
+                found = find(cursor, received_since=0)
+            return found
 
     def evidence_version(self, store_id: str | None, trace_id: str) -> tuple[int, int]:
         """Changes whenever evidence for this store or trace arrives (a cache key)."""

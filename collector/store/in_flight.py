@@ -20,6 +20,10 @@ import duckdb
 from collector.store.listing import ExecutionQuery
 
 IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
+# A list asking for runs started since a time older than the window looks back to
+# then, less this margin: spans reach this server after they start, unless the
+# producer's clock runs that far ahead of the server's.
+CLOCK_SKEW_NANOS: Final = 3600 * 1_000_000_000
 # An in-flight run whose trace received nothing for this long has probably
 # stopped: its process died, or its owner span was lost (an exporter queue that
 # overflowed, a process that exited before flushing). The studio shows it as
@@ -140,8 +144,9 @@ def in_flight(
     limit: int = 50,
     run_id: str | None = None,
     matching: ExecutionQuery | None = None,
+    received_since: int | None = None,
 ) -> list[InFlightRow]:
-    """Runs whose nodes reported within IN_FLIGHT_WINDOW but whose owner span has not.
+    """Runs whose nodes reported but whose owner span has not.
 
     `in_run_types` are the span types whose parent runtime id names the run
     they ran in; `not_run_types` those whose own runtime id may be a parent
@@ -149,11 +154,13 @@ def in_flight(
     the runs that query's service, trace, store and time range admit (check
     `could_match` first: its other filters are not looked at here).
 
-    Only recent spans are looked at (they are stored in arrival order, so zone
-    maps skip the rest): a run whose owner never arrives stops being "in flight"
-    after the window, rather than every page load scanning all spans forever.
+    Only spans received since `received_since` are looked at (they are stored in
+    arrival order, so zone maps skip the rest); by default (`window_start`) the
+    last IN_FLIGHT_WINDOW, so that the list does not scan every span on every load.
     """
-    params: dict[str, object] = {"limit": limit, "since": time.time_ns() - IN_FLIGHT_WINDOW_NANOS}
+    if received_since is None:
+        received_since = window_start(time.time_ns(), matching)
+    params: dict[str, object] = {"limit": limit, "since": received_since}
     in_run = _bind_each(params, "in_run", in_run_types)
     not_run = _bind_each(params, "not_run", not_run_types)
     span_conditions: list[str] = []
@@ -177,6 +184,23 @@ def in_flight(
         )
         for r in rows
     ]
+
+
+def window_start(now_unix_nano: int, matching: ExecutionQuery | None) -> int:
+    """The oldest receipt time a list of runs in flight looks at.
+
+    The last IN_FLIGHT_WINDOW, or back to the list's own `since` when that is
+    older: a run whose process died a week ago is found by asking for the
+    runs of the last week (`since=7d`), or by its trace.
+    """
+    start = now_unix_nano - IN_FLIGHT_WINDOW_NANOS
+    if matching is None:
+        return start
+    if matching.trace_id is not None:
+        return 0  # one trace's spans, however old
+    if matching.since_unix_nano is not None:
+        return min(start, matching.since_unix_nano - CLOCK_SKEW_NANOS)
+    return start
 
 
 def _add_query_conditions(
