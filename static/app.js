@@ -152,9 +152,8 @@
     }
     document.querySelectorAll("button[data-time-toggle]").forEach(function (button) {
       button.hidden = false;
-      var shown = mode === "utc" ? "UTC" : zoneName(new Date());
       // A viewer whose own zone is UTC sees the same times either way: name the mode too.
-      if (mode === "local" && shown === "UTC") shown = "local (UTC)";
+      var shown = mode === "local" && zone === "UTC" ? "local (UTC)" : zone;
       // Changed only when it differs: the observer below would see a change as new content.
       if (button.textContent !== "Times: " + shown) {
         var word = document.createElement("span");

@@ -581,7 +581,9 @@ class Store:
         idle; `interrupt_maintenance` cuts the step in progress short (it rolls
         back; the next call repeats it). Raises StoreError.
         """
-        host = rewrite.Host(self._cursor, self._write_lock, self._field_index_lock)
+        host = rewrite.Host(
+            self._cursor, self._write_lock, self._field_index_lock, self.checkpoint
+        )
         with self._maintenance_lock:
             if not self._rewriter.run(host, policy, pause):
                 return False

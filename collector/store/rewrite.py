@@ -36,7 +36,7 @@ from typing import TypeVar
 import duckdb
 
 from collector.foreground import Foreground
-from collector.store import database, field_layout
+from collector.store import field_layout
 from collector.store.errors import StoreError
 from collector.store.transactions import transaction
 
@@ -51,12 +51,12 @@ MAX_CATCH_UPS = 3
 # An export waiting for the write lock interrupts a rewrite's piece (which rolls
 # back, to be copied again: Store._storing), but a piece preempted this many
 # times in a row is copied through, so that a steady trickle of exports cannot
-# keep the rewrite from ever finishing.
+# keep the rewrite from ever finishing. (Halving a preempted piece before it is
+# tried again, so that pieces shrink until they fit between exports, was tried:
+# bench_filter_store at 200,000 runs under one export every 0.2 s, the sort took
+# 604 s instead of 178 s, each smaller piece scanning the whole unsorted source,
+# and 390 pieces were still copied through.)
 MAX_PREEMPTIONS = 3
-# (Halving a preempted piece before it is tried again, so that pieces shrink until
-# they fit between exports, was tried: bench_filter_store at 200,000 runs under one
-# export every 0.2 s, the sort took 604 s instead of 178 s, each smaller piece
-# scanning the whole unsorted source, and 390 pieces were still copied through.)
 # Exports waiting for the write lock take it before a piece does (else the
 # rewrite, which lets it go and asks again at once, wins it back and is
 # preempted again: one export cost up to MAX_PREEMPTIONS tries and then a whole
@@ -70,12 +70,14 @@ class Host:
     """What a call of the rewrite uses of the store that owns it.
 
     `cursor` gives a cursor of the store's connection and turns DuckDB's
-    failures into StoreError (Store._cursor); the locks are the store's.
+    failures into StoreError (Store._cursor); the locks are the store's, and
+    `checkpoint` is Store.checkpoint (under the write lock, raising StoreError).
     """
 
     cursor: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
     write_lock: AbstractContextManager[object]
     field_index_lock: AbstractContextManager[object]
+    checkpoint: Callable[[], None]
 
 
 @dataclass(slots=True)
@@ -229,8 +231,8 @@ class Rewriter:
         return True
 
     def _checkpoint(self, host: Host) -> None:
-        """Fold the piece just copied into the file, under the write lock (as every
-        checkpoint: Store.checkpoint), exports waiting for it first.
+        """Fold the piece just copied into the file (Store.checkpoint), exports
+        waiting for the write lock first.
 
         A checkpoint's time grows with the rows written since the last one. At
         200,000 runs under one export every 0.2 s (bench_filter_store), the
@@ -239,8 +241,8 @@ class Rewriter:
         instead of 121 s. If it fails, the next one folds this piece in too.
         """
         self.exports_first.give_way()
-        with suppress(StoreError), host.write_lock, host.cursor() as cursor:
-            database.checkpoint(cursor)
+        with suppress(StoreError):
+            host.checkpoint()
 
     def _catch_up(self, host: Host, rewrite: Rewrite, run_ids: set[str], sweep: bool) -> None:
         """Bring the runs changed so far up to date in the copy, holding no lock."""
