@@ -296,10 +296,50 @@
     suggest(list, input);
   });
 
+  // The way back from a run to the list, per tab. The server remembers the last list read
+  // in a cookie (studio/list_return.py), which every tab shares: with two tabs filtering
+  // differently, a run's breadcrumb led back to whichever tab listed last. Each tab's own
+  // list is kept in its sessionStorage too and takes the cookie's place; only the query is
+  // taken from it, so the breadcrumb still names a page of the list and nothing else.
+  var LIST_KEY = "statetrail.list";
+  var MAX_LIST_QUERY = 2000;  // the server's MAX_QUERY_CHARS
+
+  function storage() {
+    try { return window.sessionStorage; } catch (refused) { return null; }  // storage blocked
+  }
+
+  function rememberList() {
+    var store = storage();
+    // Only the list page, and only a list that rendered: a bad filter keeps the last good one.
+    if (!store || !document.getElementById("results") || document.getElementById("filter-error")) return;
+    var params = new URLSearchParams(window.location.search);
+    var kept = new URLSearchParams();
+    params.forEach(function (value, key) { if (value !== "") kept.append(key, value); });
+    var query = kept.toString();
+    store.setItem(LIST_KEY, query.length > MAX_LIST_QUERY ? "" : query);
+  }
+
+  function restoreListReturn() {
+    var store = storage();
+    var link = document.querySelector("a[data-list-return]");
+    var query = store && store.getItem(LIST_KEY);
+    if (!link || query === null || query === undefined) return;
+    var params = new URLSearchParams(query);
+    var label = [];
+    params.forEach(function (value, key) { label.push(key + ": " + value); });
+    var path = (link.getAttribute("href") || "").split("?")[0];
+    var search = params.toString();
+    link.setAttribute("href", search ? path + "?" + search : path);
+    if (label.length) link.title = "Back to the list as you left it: " + label.join("; ");
+    else link.removeAttribute("title");
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     showTimes(document);
     initCompare(document);
     showCopyButtons(document);
+    rememberList();
+    restoreListReturn();
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.target instanceof Element) {
@@ -307,4 +347,7 @@
       showCopyButtons(event.target);
     }
   });
+  // htmx pushes the list's new address before it swaps the results in.
+  document.addEventListener("htmx:afterSettle", rememberList);
+  document.addEventListener("htmx:historyRestore", rememberList);
 })();

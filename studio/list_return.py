@@ -8,6 +8,11 @@ the list's query for the way back to survive a step; nor does the address of
 a run, shared with someone, then carry a filter that was only the sharer's.
 No JavaScript and no Referer header are needed.
 
+The cookie is one for every tab. Where JavaScript runs, static/app.js also
+keeps each tab's own list in its sessionStorage and points the breadcrumb
+there, so two tabs filtering differently each lead back to their own list;
+it replaces only the query of the address rendered here.
+
 Invariant: the cookie is only a hint. It is parsed back into name/value pairs
 and re-encoded under the studio's list address, so whatever it holds, the
 breadcrumb can only name a page of the executions list.

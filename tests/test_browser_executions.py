@@ -268,3 +268,36 @@ def test_browser_breadcrumb_returns_to_the_filtered_list(studio: Loaded, page: P
     expect(page).to_have_url(studio.server.url + "/")
     page.locator("table.executions td.run-id a").first.click()
     expect(page.locator("nav.x-crumbs a").first).to_have_attribute("href", "/")
+
+
+def test_browser_breadcrumb_returns_each_tab_to_its_own_list(studio: Loaded, page: Page) -> None:
+    # Two tabs share the cookie that remembers the list; each tab's breadcrumb still
+    # leads back to the list that tab filtered, not to whichever tab listed last.
+    page.goto(studio.server.url + "/")
+    page.fill("#where", 'title = "finished"')
+    page.press("#where", "Enter")
+    expect(page).to_have_url(re.compile(r"where=title"))
+    other = page.context.new_page()
+    other.goto(studio.server.url + "/?status=ok")
+    expect(other.locator("table.executions tbody tr").first).to_be_visible()
+
+    page.locator("table.executions td.run-id a").first.click()
+    crumb = page.locator("nav.x-crumbs a").first
+    expect(crumb).to_have_attribute("title", re.compile(r'^[^;]*where: title = "finished"$'))
+    assert parse_qs(urlsplit(crumb.get_attribute("href") or "").query) == {
+        "where": ['title = "finished"']
+    }
+    other.locator("table.executions td.run-id a").first.click()
+    expect(other.locator("nav.x-crumbs a").first).to_have_attribute(
+        "title", "Back to the list as you left it: status: ok"
+    )
+    # A bad filter in one tab keeps that tab's last good list.
+    other.goto(studio.server.url + "/?where=title%20%3D")
+    expect(other.locator("#filter-error")).to_be_visible()
+    other.go_back()
+    expect(other.locator("nav.x-crumbs a").first).to_have_attribute("href", "/?status=ok")
+    # The whole list, in a tab, is that tab's way back.
+    page.goto(studio.server.url + "/")
+    page.locator("table.executions td.run-id a").first.click()
+    expect(page.locator("nav.x-crumbs a").first).to_have_attribute("href", "/")
+    expect(page.locator("nav.x-crumbs a").first).not_to_have_attribute("title", re.compile("."))

@@ -743,7 +743,9 @@ def test_execution_breadcrumb_leads_back_to_the_list_as_it_was_left(loaded: Load
     def crumb(client: httpx.Client) -> str:
         page = client.get(f"/executions/{run_id}", params={"step": "1"}).text
         nav = page[page.index('class="x-crumbs"') :]
-        found = re.search(r'<a href="([^"]*)"( title="([^"]*)")?>Executions</a>', nav)
+        found = re.search(
+            r'<a href="([^"]*)"( title="([^"]*)")? data-list-return>Executions</a>', nav
+        )
         assert found is not None
         return html.unescape(found.group(1)) + "|" + html.unescape(found.group(3) or "")
 
