@@ -557,6 +557,68 @@ def policy_check_workflow() -> Workflow[RefundState, RefundStore]:
     return _refund_workflow("Policy Check", graph)
 
 
+class KeyedState(BaseState):
+    data: dict[str, Any] = Field(default_factory=dict)
+    items: list[str] = Field(default_factory=list)
+
+
+class KeyedStore(BaseStore[KeyedState]):
+    """Records each state it commits: the application's own account of every step."""
+
+    def __init__(self, initial_state: KeyedState) -> None:
+        super().__init__(initial_state=initial_state)
+        self.committed: list[dict[str, Any]] = []
+
+    async def put(self, **update: Any) -> None:
+        await self.set_state(update)
+        self.committed.append(self._state.model_dump(mode="json"))
+
+
+# Keys that JSON Pointer escapes ("/" and "~"), that look like list indexes, that are
+# empty, non-ASCII or markup: each step's patch addresses them (SCHEMA.md 3.1).
+AWKWARD_DATA: dict[str, Any] = {
+    "a/b": 1, "~x": {"0": "zero"}, "0": [1, 2], "10": True, "": "empty",
+    "ü ñ": "unicode", "<b>": "<script>alert(1)</script>",
+}
+
+
+class RewriteAwkwardKeys(Node[KeyedStore]):
+    async def service(self, store: KeyedStore) -> None:
+        data = json.loads(json.dumps(AWKWARD_DATA))
+        await store.put(data=json.loads(json.dumps(data)))
+        data["~x"]["0"], data["10"] = "changed", False
+        await store.put(data=json.loads(json.dumps(data)))
+        await store.put(items=["a", "b", "c"])
+        await store.put(items=["c", "a", "b"])  # a reorder: a `move` op
+        del data["a/b"]
+        data["~1"] = None
+        await store.put(data=json.loads(json.dumps(data)))
+        data["0"].append(3)
+        await store.put(data=json.loads(json.dumps(data)))
+        await store.put(items=[])  # a clear: one `remove` per element
+        await store.put(items=[])  # a no-op: patch [], sequence still +1
+
+
+async def awkward_keys_run() -> dict[str, Any]:
+    """A run whose every step writes awkward keys; with the state after each step."""
+    store = KeyedStore(KeyedState())
+
+    def graph() -> Graph:
+        rewrite = RewriteAwkwardKeys()
+        return Graph(source=rewrite, sinks=[rewrite], edges=[])
+
+    workflow = Workflow[KeyedState, KeyedStore](
+        name="Awkward Keys", graph_factory=graph, store_factory=lambda: store
+    )
+    result = await workflow.execute()
+    return {
+        "scenario": "awkward_keys",
+        "run_id": result.run_id,
+        "final_state": result.state.model_dump(mode="json"),
+        "states": store.committed,
+    }
+
+
 async def lent_in_request_runs() -> list[dict[str, Any]]:
     """A store lent to two runs inside a request's span; the handler writes it before each.
 
@@ -623,6 +685,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
         return [await cancelled_deep_run()]
     if name == "top_level_agent":
         return [await top_level_agent_run()]
+    if name == "awkward_keys":
+        return [await awkward_keys_run()]
     return [await run(name)]
 
 

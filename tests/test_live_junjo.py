@@ -712,3 +712,50 @@ def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
     assert server.get_json(f"/api/executions/{workflow['id']}/state")["state"] == (
         runs["own_store_agent"]["final_state"]
     )
+
+
+def test_live_awkward_keys_rebuild_every_step_as_the_application_saw_it(
+    replayed: ReplayedRuns,
+) -> None:
+    # Keys JSON Pointer escapes ("a/b", "~x"), that look like indexes ("0", "10"),
+    # empty, non-ASCII and markup, written, reordered, removed and cleared: each
+    # step's state, each field's last writer and the list's filter agree with the
+    # states the application's store itself committed.
+    runs, server = replayed("awkward_keys")
+    run = runs["awkward_keys"]
+    run_id, states = run["run_id"], run["states"]
+    api = f"/api/executions/{urllib.parse.quote(run_id)}"
+    detail = server.get_json(api)
+    assert detail["verdict"] == "verified", detail["diagnostics"]
+    assert detail["received_transitions"] == detail["transition_count"] == len(states) == 8
+    for sequence, committed in enumerate(states, start=1):
+        step = server.get_json(f"{api}/state?sequence={sequence}")
+        assert (step["state"], step["verified"]) == (committed, True), sequence
+    assert server.get_json(f"{api}/state")["state"] == run["final_state"] == states[-1]
+
+    before: list[dict[str, Any]] = [{"data": {}, "items": []}, *states]
+    absent = object()
+    for key in run["final_state"]["data"]:
+        changed = [
+            sequence for sequence in range(1, len(before))
+            if before[sequence]["data"].get(key, absent)
+            != before[sequence - 1]["data"].get(key, absent)
+        ]
+        pointer = "/data/" + key.replace("~", "~0").replace("/", "~1")
+        found = server.get_json(f"{api}/provenance?path={urllib.parse.quote(pointer)}")
+        assert found["last_writer"]["sequence"] == changed[-1], key
+        assert found["last_writer"]["node"] == "RewriteAwkwardKeys"
+
+    def listed(where: str) -> list[str]:
+        query = urllib.parse.urlencode({"where": where})
+        return [e["id"] for e in server.get_json(f"/api/executions?{query}")["executions"]]
+
+    assert listed('data."~x"[0] = "changed"') == [run_id]
+    assert listed('data[0][2] = 3') == [run_id]
+    assert listed('data."" = "empty" and data."ü ñ" = "unicode"') == [run_id]
+    assert listed('data."a/b" exists') == []
+    assert listed('ever data."a/b" = 1') == [run_id]
+    assert listed('data."~1" = null and data."10" = false') == [run_id]
+    page = httpx.get(f"{server.url}/executions/{urllib.parse.quote(run_id)}")
+    assert page.status_code == 200
+    assert "<script>alert(1)</script>" not in page.text
