@@ -568,10 +568,12 @@ class KeyedStore(BaseStore[KeyedState]):
     def __init__(self, initial_state: KeyedState) -> None:
         super().__init__(initial_state=initial_state)
         self.committed: list[dict[str, Any]] = []
+        self.writers: list[str] = []
 
-    async def put(self, **update: Any) -> None:
+    async def put(self, writer: str = "", **update: Any) -> None:
         await self.set_state(update)
         self.committed.append(self._state.model_dump(mode="json"))
+        self.writers.append(writer)
 
 
 # Keys that JSON Pointer escapes ("/" and "~"), that look like list indexes, that are
@@ -599,13 +601,34 @@ class RewriteAwkwardKeys(Node[KeyedStore]):
         await store.put(items=[])  # a no-op: patch [], sequence still +1
 
 
+class TallyAwkwardKeys(Node[KeyedStore]):
+    """One of several concurrent writers of one store, each under its own awkward keys."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+
+    async def service(self, store: KeyedStore) -> None:
+        for count in range(4):
+            data = (await store.get_state()).data
+            await store.put(self.label, data={**data, f"{self.label}/{count}": count})
+            await asyncio.sleep(0)  # let the other writers in between
+
+
 async def awkward_keys_run() -> dict[str, Any]:
-    """A run whose every step writes awkward keys; with the state after each step."""
+    """A run whose every step writes awkward keys; with the state after each step.
+
+    Three concurrent writers interleave their steps first (SCHEMA.md 7: their
+    events sit on three spans, ordered by the store's sequence alone).
+    """
     store = KeyedStore(KeyedState())
 
     def graph() -> Graph:
+        tallies = RunConcurrent(
+            name="Tallies", items=[TallyAwkwardKeys(label) for label in ("x/y", "~0", "1")]
+        )
         rewrite = RewriteAwkwardKeys()
-        return Graph(source=rewrite, sinks=[rewrite], edges=[])
+        return Graph(source=tallies, sinks=[rewrite], edges=[Edge(tail=tallies, head=rewrite)])
 
     workflow = Workflow[KeyedState, KeyedStore](
         name="Awkward Keys", graph_factory=graph, store_factory=lambda: store
@@ -616,6 +639,7 @@ async def awkward_keys_run() -> dict[str, Any]:
         "run_id": result.run_id,
         "final_state": result.state.model_dump(mode="json"),
         "states": store.committed,
+        "writers": store.writers,
     }
 
 
