@@ -125,13 +125,16 @@ async def _lifespan(
             managed_keys.accepts,
             extra_required=managed_keys.any_exist,
         )
+        # One budget for both transports: --max-inflight bounds the memory that
+        # exports in progress hold, whichever way they arrive.
+        admission = Admission(config.max_inflight_requests, config.max_inflight_bytes)
         if grpc:
-            receiver = _start_grpc(config, ingestor, keys)
+            receiver = _start_grpc(config, ingestor, keys, admission)
             stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
         admin_token = secrets.token_urlsafe(32)
         app.state.services = Services(
             config, store, ingestor, keys, managed_keys,
-            _otlp_http(config, ingestor, keys), admin_token,
+            _otlp_http(config, ingestor, keys, admission), admin_token,
             replayer, inspector,
         )
         stack.enter_context(
@@ -153,11 +156,13 @@ def _access(config: Config) -> list[Middleware]:
     return [Middleware(StudioAccess, password=config.studio_password)]
 
 
-def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcReceiver:
+def _start_grpc(
+    config: Config, ingestor: Ingestor, keys: KeyChecker, admission: Admission
+) -> GrpcReceiver:
     handler = TraceExportHandler(
         ingestor,
         keys,
-        _admission(config),
+        admission,
         retry_after_seconds=config.retry_after_seconds,
     )
     receiver = GrpcReceiver(
@@ -171,19 +176,16 @@ def _start_grpc(config: Config, ingestor: Ingestor, keys: KeyChecker) -> GrpcRec
     return receiver
 
 
-def _otlp_http(config: Config, ingestor: Ingestor, keys: KeyChecker) -> HttpTraceReceiver:
+def _otlp_http(
+    config: Config, ingestor: Ingestor, keys: KeyChecker, admission: Admission
+) -> HttpTraceReceiver:
     return HttpTraceReceiver(
         ingestor,
         keys,
-        _admission(config),
+        admission,
         max_receive_bytes=config.max_receive_bytes,
         retry_after_seconds=config.retry_after_seconds,
     )
-
-
-def _admission(config: Config) -> Admission:
-    """One transport's own budget: --max-inflight bounds each transport separately."""
-    return Admission(config.max_inflight_requests, config.max_inflight_bytes)
 
 
 async def _export_traces(request: Request) -> Response:

@@ -6,8 +6,13 @@ The heavy version is bench/overload.py.
 
 from __future__ import annotations
 
+import socket
+import time
+
+import grpc
 from crashload import ExportLoad, RssSampler, stored_spans
-from support import MakeServer, Server
+from google.rpc import error_details_pb2
+from support import MakeServer, Server, export_raw, fixture_requests
 
 EXPORTERS = 16
 REQUESTS_EACH = 6
@@ -45,3 +50,39 @@ def test_overload_refuses_with_retry_info_and_lands_everything(make_server: Make
     assert peak - sampler.first_kib < RSS_GROWTH_LIMIT_KIB
     assert health["spans"] == len(report.acked)
     assert report.acked <= stored.spans and stored.duplicates == 0
+
+
+def test_one_in_flight_budget_spans_grpc_and_http(make_server: MakeServer) -> None:
+    # --max-inflight bounds the exports in progress whichever way they arrive: an
+    # HTTP upload holding the only slot makes a gRPC export wait its turn.
+    server: Server = make_server("--max-inflight", "1")
+    host, port = server.url.removeprefix("http://").split(":")
+    body = fixture_requests("a_linear")[0][0]
+    with socket.create_connection((host, int(port)), timeout=60) as stalled:
+        stalled.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: statetrail\r\n"
+            b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\x00" * 10
+        )
+        refused = _first_refusal(server.grpc_target, body, until=time.monotonic() + 5)
+        assert refused is not None, "the stalled HTTP upload never held the slot"
+        assert refused.code() == grpc.StatusCode.UNAVAILABLE
+        retry = error_details_pb2.RetryInfo()
+        retry.ParseFromString(dict(refused.trailing_metadata() or ())["google.rpc.retryinfo-bin"])
+        assert retry.retry_delay.seconds > 0
+    # The upload gone, its slot is free again.
+    deadline = time.monotonic() + 10
+    while (refused := _first_refusal(server.grpc_target, body, until=0)) is not None:
+        assert refused.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() < deadline, "the slot was never given back"
+        time.sleep(0.1)
+
+
+def _first_refusal(target: str, body: bytes, *, until: float) -> grpc.RpcError | None:
+    """Export `body` until it is refused (or once, past `until`); the refusal, if any."""
+    while True:
+        try:
+            export_raw(target, body)
+        except grpc.RpcError as refused:
+            return refused
+        if time.monotonic() >= until:
+            return None
