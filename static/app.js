@@ -323,7 +323,7 @@
     var store = storage();
     var link = document.querySelector("a[data-list-return]");
     var query = store && store.getItem(LIST_KEY);
-    if (!link || query === null || query === undefined) return;
+    if (!link || query === null) return;  // no list read in this tab: the cookie's stands
     var params = new URLSearchParams(query);
     var label = [];
     params.forEach(function (value, key) { label.push(key + ": " + value); });

@@ -11,6 +11,7 @@ tests compare with what statetrail stored.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import sys
 from collections.abc import Callable
@@ -571,7 +572,8 @@ class KeyedStore(BaseStore[KeyedState]):
         self.writers: list[str] = []
 
     async def put(self, writer: str = "", **update: Any) -> None:
-        await self.set_state(update)
+        # A copy: the caller goes on editing its dicts and lists for the next step.
+        await self.set_state(copy.deepcopy(update))
         self.committed.append(self._state.model_dump(mode="json"))
         self.writers.append(writer)
 
@@ -586,17 +588,18 @@ AWKWARD_DATA: dict[str, Any] = {
 
 class RewriteAwkwardKeys(Node[KeyedStore]):
     async def service(self, store: KeyedStore) -> None:
-        data = json.loads(json.dumps(AWKWARD_DATA))
-        await store.put(data=json.loads(json.dumps(data)))
+        # Over what the concurrent writers left, so their keys are in the final state too.
+        data = {**(await store.get_state()).data, **copy.deepcopy(AWKWARD_DATA)}
+        await store.put(data=data)
         data["~x"]["0"], data["10"] = "changed", False
-        await store.put(data=json.loads(json.dumps(data)))
+        await store.put(data=data)
         await store.put(items=["a", "b", "c"])
         await store.put(items=["c", "a", "b"])  # a reorder: a `move` op
         del data["a/b"]
         data["~1"] = None
-        await store.put(data=json.loads(json.dumps(data)))
+        await store.put(data=data)
         data["0"].append(3)
-        await store.put(data=json.loads(json.dumps(data)))
+        await store.put(data=data)
         await store.put(items=[])  # a clear: one `remove` per element
         await store.put(items=[])  # a no-op: patch [], sequence still +1
 

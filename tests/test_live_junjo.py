@@ -28,6 +28,7 @@ import pytest
 from support import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
+from collector.jsondoc import pointer_text
 from collector.store import documents
 
 pytestmark = pytest.mark.junjo
@@ -744,7 +745,7 @@ def test_live_awkward_keys_rebuild_every_step_as_the_application_saw_it(
             if before[sequence]["data"].get(key, absent)
             != before[sequence - 1]["data"].get(key, absent)
         ]
-        pointer = "/data/" + key.replace("~", "~0").replace("/", "~1")
+        pointer = pointer_text(("data", key))
         found = server.get_json(f"{api}/provenance?path={urllib.parse.quote(pointer)}")
         assert found["last_writer"]["sequence"] == changed[-1], key
         writer = "TallyAwkwardKeys" if key.rsplit("/", 1)[0] in ("x/y", "~0", "1") else (
