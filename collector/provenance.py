@@ -72,6 +72,11 @@ class ProvenanceEntry:
     value it left unchanged, `attempted` the value it carried (MISSING for a
     remove, move or copy, and for every applied write, whose `after` shows it),
     and it never counts as a change.
+
+    `undone` is True when later operations of the same step put the value
+    back: JSON Patch's list diffs do that (`add /items/0`, then `move
+    /items/1` to the end, leaves `/items/1` as it was). The operation did
+    change the value, but the step did not, so it is not the value's writer.
     """
 
     sequence: int
@@ -91,10 +96,12 @@ class ProvenanceEntry:
     applied: bool = True
     not_applied: NotApplied | None = None
     attempted: JsonValue | Missing = MISSING
+    undone: bool = False
 
     @property
     def changed(self) -> bool:
-        return self.applied and not json_equal(self.before, self.after)
+        """Whether this write changed the value, and its step left it changed."""
+        return self.applied and not self.undone and not json_equal(self.before, self.after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,7 @@ def provenance(history: History, pointer: str) -> Provenance:
             doc.finish_step(step)
             continue
         ops = parse_patch(step.transition.patch_json) or []
+        first_of_step = len(entries)
         for index, op in enumerate(ops):
             relation = op_relation(op, target)
             if relation is None:
@@ -159,11 +167,36 @@ def provenance(history: History, pointer: str) -> Provenance:
             entry = _provenance_entry(step, op, relation, value_path, before, after)
             if relation != "shifted" or entry.changed:
                 entries.append(entry)
+        entries[first_of_step:] = _unless_undone(
+            history, step, target, doc.value, entries[first_of_step:]
+        )
         doc.finish_step(step)
     writers = [entry for entry in entries if entry.changed]
     return Provenance(
         pointer=pointer, entries=tuple(entries), last_writer=writers[-1] if writers else None
     )
+
+
+def _unless_undone(
+    history: History,
+    step: Step,
+    target: tuple[str, ...],
+    doc_after: JsonValue,
+    step_entries: list[ProvenanceEntry],
+) -> list[ProvenanceEntry]:
+    """The step's entries, marked undone if the step as a whole left the value as it was.
+
+    One changing operation is a net change by itself (the step's other
+    operations do not touch the value), so only a step with several reads
+    the value before it: a lent state, compared with the working document's,
+    which is exact at the target (see _Working).
+    """
+    if sum(entry.changed for entry in step_entries) < 2:
+        return step_entries
+    before = resolve_parts(history.peek_at(step.sequence - 1), target)
+    if not json_equal(before, resolve_parts(doc_after, target)):
+        return step_entries
+    return [replace(entry, undone=True) for entry in step_entries]
 
 
 class _Working:

@@ -338,6 +338,8 @@ def provenance_entry_json(entry: ProvenanceEntry) -> dict[str, Any]:
         "not_applied_because": entry.not_applied,
         "attempted": json_value(entry.attempted),
         "attempted_present": entry.attempted is not MISSING,
+        # Later operations of the same step put the value back: not a writer.
+        "undone": entry.undone,
     }
 
 

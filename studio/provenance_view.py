@@ -65,6 +65,8 @@ class Write:
     applied: bool = True
     not_applied: str = ""
     attempted: str | None = None
+    # The step's later operations put the value back, so the step did not change it.
+    undone: bool = False
     # The span that carried it: its row in the waterfall, or where another run shows it
     # (studio/writers.py); None when the step is not in the history (never here).
     span_href: str | None = None
@@ -231,6 +233,7 @@ def provenance_view(
             applied=entry.applied,
             not_applied=NOT_APPLIED_TEXT[entry.not_applied] if entry.not_applied else "",
             attempted=json_text(entry.attempted),
+            undone=entry.undone,
         )
 
     value_at = _value_at(history, sequence, pointer)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
+import os
+import random
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -646,6 +649,132 @@ async def awkward_keys_run() -> dict[str, Any]:
     }
 
 
+# Random runs (tests/test_live_junjo.py): keys and values chosen to be awkward for
+# JSON Pointer, JSON Patch's list diffs, the field index and HTML alike.
+RANDOM_KEYS = (
+    "a", "b", "c", "a/b", "~", "~1", "0", "1", "10", "", "ü ñ", "x y", '"q"', "<i>", "and",
+)
+RANDOM_SCALARS: tuple[Any, ...] = (
+    None, True, False, 0, 1, -7, 2**53 - 1, -(2**53 - 1), 0.5, -2.25, 1e-07, 1.5e300,
+    "", "x", "refund", "<script>alert(1)</script>", "ü ñ", 'quote " and \\', "line\nbreak", "~0/1",
+)
+RANDOM_DEPTH = 4
+RANDOM_RUNS = 8
+
+
+def random_value(rng: random.Random, depth: int) -> Any:
+    """A JSON value nested at most RANDOM_DEPTH deep below `depth`."""
+    roll = rng.random()
+    if depth < RANDOM_DEPTH and roll < 0.2:
+        size = rng.randint(0, 3)
+        return {rng.choice(RANDOM_KEYS): random_value(rng, depth + 1) for _ in range(size)}
+    if depth < RANDOM_DEPTH and roll < 0.35:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return rng.choice(RANDOM_SCALARS)
+
+
+def _containers(value: Any, depth: int = 0) -> list[tuple[Any, int]]:
+    """Every dict and list inside `value` (itself included), with its depth."""
+    if isinstance(value, dict):
+        children = list(value.values())
+    elif isinstance(value, list):
+        children = value
+    else:
+        return []
+    found = [(value, depth)]
+    for child in children:
+        found.extend(_containers(child, depth + 1))
+    return found
+
+
+def random_edit(rng: random.Random, data: dict[str, Any]) -> None:
+    """One edit in place: set or delete a key; replace, insert, delete or shuffle in a list."""
+    target, depth = rng.choice(_containers(data))
+    roll = rng.random()
+    if isinstance(target, dict):
+        if target and roll < 0.3:
+            del target[rng.choice(list(target))]
+        else:
+            target[rng.choice(RANDOM_KEYS)] = random_value(rng, depth + 1)
+    elif target and roll < 0.25:
+        del target[rng.randrange(len(target))]
+    elif target and roll < 0.45:
+        target[rng.randrange(len(target))] = random_value(rng, depth + 1)
+    elif target and roll < 0.6:
+        rng.shuffle(target)
+    else:
+        target.insert(rng.randint(0, len(target)), random_value(rng, depth + 1))
+
+
+class RandomEdits(Node[KeyedStore]):
+    """Commits a few random edits of the state; subclassed per node so each has its name."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+
+    async def service(self, store: KeyedStore) -> None:
+        rng = random.Random(self.seed)
+        for _ in range(rng.randint(1, 3)):
+            state = await store.get_state()
+            data, items = copy.deepcopy(state.data), list(state.items)
+            for _ in range(rng.choice((0, 1, 1, 2, 3))):  # 0: a no-op commit, patch []
+                random_edit(rng, data)
+            if rng.random() < 0.2:
+                rng.shuffle(items)
+                items.insert(rng.randint(0, len(items)), rng.choice(("p", "q", "r")))
+            await store.put(self.name, data=data, items=items)
+            await asyncio.sleep(0)  # let concurrent siblings in between
+
+
+def _random_graph(rng: random.Random) -> Graph:
+    """A chain of 1-4 stages, each one node or a RunConcurrent of 2-3."""
+    names = iter(range(1, 100))
+
+    def node() -> RandomEdits:
+        kind = type(f"Edit{next(names)}", (RandomEdits,), {})
+        edits: RandomEdits = kind(rng.randrange(2**32))
+        return edits
+
+    stages: list[Node[KeyedStore] | RunConcurrent] = []
+    for index in range(rng.randint(1, 4)):
+        if rng.random() < 0.4:
+            siblings = [node() for _ in range(rng.randint(2, 3))]
+            stages.append(RunConcurrent(name=f"Stage{index}", items=siblings))
+        else:
+            stages.append(node())
+    pairs = itertools.pairwise(stages)
+    edges: list[Edge[KeyedState]] = [Edge(tail=tail, head=head) for tail, head in pairs]
+    return Graph(source=stages[0], sinks=[stages[-1]], edges=edges)
+
+
+async def random_runs(seed: int, count: int) -> list[dict[str, Any]]:
+    """`count` runs of random graphs over random start states; each with every committed step."""
+    rng = random.Random(seed)
+    outcomes = []
+    for index in range(count):
+        data = {rng.choice(RANDOM_KEYS): random_value(rng, 2) for _ in range(rng.randint(0, 4))}
+        start = KeyedState(data=data, items=["p", "q"])
+        store = KeyedStore(start)
+        # Junjo may build the graph more than once: the same seed draws the same graph.
+        graph_seed = rng.randrange(2**32)
+        workflow = Workflow[KeyedState, KeyedStore](
+            name=f"Random {index}",
+            graph_factory=lambda graph_seed=graph_seed: _random_graph(random.Random(graph_seed)),
+            store_factory=lambda store=store: store,
+        )
+        result = await workflow.execute()
+        outcomes.append({
+            "scenario": f"random_{index}",
+            "run_id": result.run_id,
+            "start_state": start.model_dump(mode="json"),
+            "final_state": result.state.model_dump(mode="json"),
+            "states": store.committed,
+            "writers": store.writers,
+        })
+    return outcomes
+
+
 async def lent_in_request_runs() -> list[dict[str, Any]]:
     """A store lent to two runs inside a request's span; the handler writes it before each.
 
@@ -714,6 +843,8 @@ async def runs_of(name: str) -> list[dict[str, Any]]:
         return [await top_level_agent_run()]
     if name == "awkward_keys":
         return [await awkward_keys_run()]
+    if name == "random":
+        return await random_runs(int(os.environ["RANDOM_RUNS_SEED"]), RANDOM_RUNS)
     return [await run(name)]
 
 

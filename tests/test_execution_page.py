@@ -722,6 +722,30 @@ def test_provenance_panel_lists_received_writes_that_did_not_apply() -> None:
     assert all(w["verified"] is False and "before" in w for w in writes)
 
 
+def test_provenance_panel_marks_writes_their_own_step_put_back() -> None:
+    """A list diff that shifts a value off an index and moves it back: the step wrote nothing."""
+    patches: list[Patch] = [
+        [
+            {"op": "add", "path": "/items/0", "value": "q"},
+            {"op": "move", "from": "/items/1", "path": "/items/2"},
+        ],
+    ]
+    execution, transitions, _ = scenario({"items": ["p", "q"]}, patches)
+    inspection = Inspection("run", None, execution, None, replay(execution, transitions))
+
+    view = provenance_view(inspection, Links(), "/executions/run", 1, "/items/1")
+    html = templates.get_template("_execution_provenance.html").render(provenance=view)
+    text = _text(html)
+
+    assert view.last_writer is None
+    assert [(w.op, w.undone) for w in view.writes] == [("add", True), ("move", True)]
+    assert text.count("put back in the step") == 2
+    assert "comes from the start state" in text, text
+    writes = provenance_json(inspection.provenance("/items/1"))
+    assert writes["last_writer"] is None
+    assert [w["undone"] for w in writes["writes"]] == [True, True]
+
+
 def test_pointer_labels_tell_the_whole_state_and_empty_or_spaced_keys_apart() -> None:
     labels = {p: pointer_label(p) for p in ("", "/", "/meta", "/meta/", "/ spaced ",
                                               "/spaced", '/""', "/m~1n", "/a b")}

@@ -1115,6 +1115,33 @@ def test_provenance_follows_list_moves_and_shifts() -> None:
     ]
 
 
+def test_provenance_does_not_name_a_step_that_put_the_value_back() -> None:
+    # jsonpatch.make_patch(["p", "q"], ["q", "q", "p"]), as junjo sent it: the add
+    # shifts "q" off /items/1 and the move brings it back, so step 1 left
+    # /items/1 as it was; /items/0 and /items/2 it did write.
+    patches: list[Patch] = [
+        [
+            {"op": "add", "path": "/items/0", "value": "q"},
+            {"op": "move", "from": "/items/1", "path": "/items/2"},
+        ],
+        [{"op": "add", "path": "/other", "value": 1}],
+    ]
+    execution, transitions, _ = scenario({"items": ["p", "q"]}, patches)
+    history = replay(execution, transitions)
+
+    kept = provenance(history, "/items/1")
+    assert [(e.relation, e.before, e.after, e.undone) for e in kept.entries] == [
+        ("shifted", "q", "p", True),
+        ("self", "p", "q", True),
+    ]
+    assert kept.last_writer is None
+    assert [e.changed for e in kept.entries] == [False, False]
+    for pointer, value in (("/items/0", "q"), ("/items/2", "p")):
+        written = provenance(history, pointer).last_writer
+        assert written is not None and (written.sequence, written.after) == (1, value)
+        assert not written.undone
+
+
 def test_provenance_copy_writes_only_its_target() -> None:
     patches = [[{"op": "copy", "from": "/a", "path": "/b"}]]
     execution, transitions, _ = scenario({"a": {"v": 1}}, patches)

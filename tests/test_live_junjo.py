@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from support import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
 from collector.jsondoc import pointer_text
+from collector.query_ast import Path as FieldPath
+from collector.query_ast import format_path
 from collector.store import documents
 
 pytestmark = pytest.mark.junjo
@@ -765,3 +768,95 @@ def test_live_awkward_keys_rebuild_every_step_as_the_application_saw_it(
     page = httpx.get(f"{server.url}/executions/{urllib.parse.quote(run_id)}")
     assert page.status_code == 200
     assert "<script>alert(1)</script>" not in page.text
+
+
+# Seeds drawn once; any other seed is a new run of the same checks:
+# RANDOM_SEEDS="1 2 3" pytest tests/test_live_junjo.py -k random
+RANDOM_SEEDS = [int(seed) for seed in os.environ.get("RANDOM_SEEDS", "20261202 7").split()]
+
+
+def _canonical(value: Any) -> str:
+    # JSON's own equality: `true` is not `1`, `1` is not `1.0`; absent is neither.
+    return json.dumps(value, sort_keys=True)
+
+
+def _at(state: Any, tokens: tuple[str, ...]) -> str:
+    """Canonical text of the value at `tokens`, or "absent"."""
+    for token in tokens:
+        if isinstance(state, dict) and token in state:
+            state = state[token]
+        elif isinstance(state, list) and token.isdigit() and int(token) < len(state):
+            state = state[int(token)]
+        else:
+            return "absent"
+    return _canonical(state)
+
+
+def _pointers(state: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(state, dict):
+        for key, child in state.items():
+            found.extend(_pointers(child, (*prefix, key)))
+    elif isinstance(state, list):
+        for index, child in enumerate(state):
+            found.extend(_pointers(child, (*prefix, str(index))))
+    return found
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_live_random_runs_rebuild_every_step_and_writer_as_the_application_saw_it(
+    replayed: ReplayedRuns, seed: int
+) -> None:
+    # Random graphs (chains of nodes and RunConcurrent stages) commit random edits
+    # (JSON Pointer's awkward keys, I-JSON's largest integers, list inserts,
+    # removals and shuffles that JSON Patch diffs into shifts and moves) over
+    # random start states. Every step's state, the last writer of fields that
+    # exist or once existed, and filters on final and past values are checked
+    # against what each application store itself committed.
+    runs, server = replayed("random", env={"RANDOM_RUNS_SEED": str(seed)})
+    pick = random.Random(seed)
+    for name, run in runs.items():
+        run_id, states, writers = run["run_id"], run["states"], run["writers"]
+        api = f"/api/executions/{urllib.parse.quote(run_id)}"
+        detail = server.get_json(api)
+        assert detail["verdict"] == "verified", (name, detail["diagnostics"])
+        assert detail["received_transitions"] == detail["transition_count"] == len(states)
+        history = [run["start_state"], *states]
+        for sequence, committed in enumerate(history):
+            step = server.get_json(f"{api}/state?sequence={sequence}")
+            assert (step["state"], step["verified"]) == (committed, True), (name, sequence)
+
+        everywhere = sorted({tokens for state in history for tokens in _pointers(state)})
+        for tokens in pick.sample(everywhere, min(12, len(everywhere))):
+            changed = [
+                sequence for sequence in range(1, len(history))
+                if _at(history[sequence], tokens) != _at(history[sequence - 1], tokens)
+            ]
+            pointer = pointer_text(tokens)
+            found = server.get_json(f"{api}/provenance?path={urllib.parse.quote(pointer)}")
+            writer = found["last_writer"]
+            expected = (changed[-1], writers[changed[-1] - 1]) if changed else None
+            assert (writer and (writer["sequence"], writer["node"])) == expected, (name, pointer)
+
+    def listed(where: str) -> set[str]:
+        query = urllib.parse.urlencode({"where": where, "limit": 100})
+        return {e["id"] for e in server.get_json(f"/api/executions?{query}")["executions"]}
+
+    finals = {run["run_id"]: run["final_state"] for run in runs.values()}
+    everything = {run["run_id"]: [run["start_state"], *run["states"]] for run in runs.values()}
+    leaves = sorted({
+        (tokens, _at(state, tokens)) for state in finals.values() for tokens in _pointers(state)
+        if not _at(state, tokens).startswith(("{", "["))
+    })
+    for tokens, value in pick.sample(leaves, min(20, len(leaves))):
+        path = format_path(FieldPath(tokens))
+        assert listed(f"{path} = {value}") == {
+            run_id for run_id, final in finals.items() if _at(final, tokens) == value
+        }, (path, value)
+        assert listed(f"ever {path} = {value}") == {
+            run_id for run_id, states in everything.items()
+            if any(_at(state, tokens) == value for state in states)
+        }, (path, value)
+        assert listed(f"{path} exists") == {
+            run_id for run_id, final in finals.items() if _at(final, tokens) != "absent"
+        }, path
