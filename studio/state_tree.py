@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from collector.history import History, StateUnavailableError
-from collector.jsondoc import JsonValue, Missing, pointer_text, unescape_token
+from collector.jsondoc import (
+    MISSING,
+    JsonValue,
+    Missing,
+    json_equal,
+    pointer_text,
+    resolve,
+    unescape_token,
+)
 from studio.inspect import Inspection
 from studio.links import Links
 from studio.view_text import href, keys_text, leaf_text
@@ -98,7 +106,7 @@ def state_view(
         verified = history.verified_at(sequence)
     except StateUnavailableError as exc:
         return _unavailable(str(exc), sequence, json_href, recorded_href=None)
-    changed = _changed_at(history, sequence)
+    changed = _changed_at(history, sequence, state)
     return StateView(
         available=True, reason="", sequence=sequence, verified=verified, recorded=False,
         tokens=tree_tokens(
@@ -117,9 +125,32 @@ def _unavailable(
     )
 
 
-def _changed_at(history: History, sequence: int) -> frozenset[str]:
+def _changed_at(
+    history: History, sequence: int, state: JsonValue | Missing = MISSING
+) -> frozenset[str]:
+    """The paths step `sequence` wrote; given its `state`, only those it left changed.
+
+    JSON Patch's list diffs can write an index and put its value back in one
+    step (add at 0, move the shifted element on), and a highlight there would
+    contradict the field's provenance, which names no writer.
+    """
     step = history.find_step(sequence)
-    return frozenset(step.changed_paths) if step is not None else frozenset()
+    if step is None:
+        return frozenset()
+    if state is MISSING or not step.applied:
+        return frozenset(step.changed_paths)
+    before = history.peek_at(step.sequence - 1)
+    return frozenset(
+        path for path in step.changed_paths
+        if not json_equal(_at(before, path), _at(state, path))
+    )
+
+
+def _at(doc: JsonValue, pointer: str) -> JsonValue | Missing:
+    try:
+        return resolve(doc, pointer)
+    except ValueError:  # a path this step wrote that no document holds now
+        return MISSING
 
 
 def _field_href(

@@ -571,6 +571,7 @@ class KeyedStore(BaseStore[KeyedState]):
 
     def __init__(self, initial_state: KeyedState) -> None:
         super().__init__(initial_state=initial_state)
+        self.started = initial_state.model_dump(mode="json")
         self.committed: list[dict[str, Any]] = []
         self.writers: list[str] = []
 
@@ -706,71 +707,145 @@ def random_edit(rng: random.Random, data: dict[str, Any]) -> None:
         target.insert(rng.randint(0, len(target)), random_value(rng, depth + 1))
 
 
-class RandomEdits(Node[KeyedStore]):
-    """Commits a few random edits of the state; subclassed per node so each has its name."""
+async def random_commit(rng: random.Random, store: KeyedStore, writer: str) -> None:
+    """Commit 0-3 random edits of `data` (0: a no-op, patch []), sometimes of `items` too."""
+    state = await store.get_state()
+    data, items = copy.deepcopy(state.data), list(state.items)
+    for _ in range(rng.choice((0, 1, 1, 2, 3))):
+        random_edit(rng, data)
+    if rng.random() < 0.2:
+        rng.shuffle(items)
+        items.insert(rng.randint(0, len(items)), rng.choice(("p", "q", "r")))
+    await store.put(writer, data=data, items=items)
 
-    def __init__(self, seed: int) -> None:
+
+def random_start(rng: random.Random) -> KeyedState:
+    data = {rng.choice(RANDOM_KEYS): random_value(rng, 2) for _ in range(rng.randint(0, 4))}
+    return KeyedState(data=data, items=["p", "q"])
+
+
+class RandomEdits(Node[KeyedStore]):
+    """Commits a few random edits; subclassed per node so each has its own name.
+
+    `fails`: raises once its edits are committed, as a node whose model call
+    failed would, so the run ends in error after a random history.
+    """
+
+    def __init__(self, seed: int, fails: bool) -> None:
         super().__init__()
-        self.seed = seed
+        self.seed, self.fails = seed, fails
 
     async def service(self, store: KeyedStore) -> None:
         rng = random.Random(self.seed)
         for _ in range(rng.randint(1, 3)):
-            state = await store.get_state()
-            data, items = copy.deepcopy(state.data), list(state.items)
-            for _ in range(rng.choice((0, 1, 1, 2, 3))):  # 0: a no-op commit, patch []
-                random_edit(rng, data)
-            if rng.random() < 0.2:
-                rng.shuffle(items)
-                items.insert(rng.randint(0, len(items)), rng.choice(("p", "q", "r")))
-            await store.put(self.name, data=data, items=items)
+            await random_commit(rng, store, self.name)
             await asyncio.sleep(0)  # let concurrent siblings in between
+        if self.fails:
+            raise RuntimeError(f"{self.name} failed on purpose")
 
 
-def _random_graph(rng: random.Random) -> Graph:
-    """A chain of 1-4 stages, each one node or a RunConcurrent of 2-3."""
+class RandomSubflow(Subflow[KeyedState, KeyedStore, KeyedState, KeyedStore]):
+    """A random graph on a store of its own; its actions edit both stores.
+
+    Its store is kept in `stores` under its name, for the caller to read what
+    it committed.
+    """
+
+    def __init__(self, name: str, seed: int, depth: int, stores: dict[str, KeyedStore]) -> None:
+        self.rng = random.Random(seed)
+        start, graph_seed = random_start(self.rng), self.rng.randrange(2**32)
+
+        def new_store() -> KeyedStore:
+            stores[name] = KeyedStore(start.model_copy(deep=True))
+            return stores[name]
+
+        super().__init__(
+            name=name,
+            graph_factory=lambda: random_graph(random.Random(graph_seed), name, depth + 1, stores),
+            store_factory=new_store,
+        )
+
+    async def pre_run_actions(self, parent_store: KeyedStore, subflow_store: KeyedStore) -> None:
+        await random_commit(self.rng, subflow_store, self.name)
+
+    async def post_run_actions(self, parent_store: KeyedStore, subflow_store: KeyedStore) -> None:
+        await random_commit(self.rng, parent_store, self.name)
+
+
+def random_graph(
+    rng: random.Random, prefix: str, depth: int, stores: dict[str, KeyedStore]
+) -> Graph:
+    """A chain of 1-4 stages: a node, a RunConcurrent of 2-3 nodes, or a subflow.
+
+    Names come from positions, so building the graph again names it the same.
+    A failing node is never a RunConcurrent child: the siblings it cancels could
+    be stopped between committing and recording a state.
+    """
     names = iter(range(1, 100))
 
-    def node() -> RandomEdits:
+    def node(fails: bool = False) -> RandomEdits:
         kind = type(f"Edit{next(names)}", (RandomEdits,), {})
-        edits: RandomEdits = kind(rng.randrange(2**32))
+        edits: RandomEdits = kind(rng.randrange(2**32), fails)
         return edits
 
-    stages: list[Node[KeyedStore] | RunConcurrent] = []
+    stages: list[Node[KeyedStore] | RunConcurrent | RandomSubflow] = []
     for index in range(rng.randint(1, 4)):
-        if rng.random() < 0.4:
+        roll = rng.random()
+        if roll < 0.3:
             siblings = [node() for _ in range(rng.randint(2, 3))]
             stages.append(RunConcurrent(name=f"Stage{index}", items=siblings))
+        elif roll < 0.45 and depth < 2:
+            name = f"{prefix}.Sub{index}" if prefix else f"Sub{index}"
+            stages.append(RandomSubflow(name, rng.randrange(2**32), depth, stores))
         else:
-            stages.append(node())
+            stages.append(node(fails=rng.random() < 0.04))
     pairs = itertools.pairwise(stages)
     edges: list[Edge[KeyedState]] = [Edge(tail=tail, head=head) for tail, head in pairs]
     return Graph(source=stages[0], sinks=[stages[-1]], edges=edges)
 
 
+def _recorded(name: str, store: KeyedStore) -> dict[str, Any]:
+    return {
+        "name": name,
+        "start_state": store.started,
+        "final_state": store.committed[-1] if store.committed else store.started,
+        "states": store.committed,
+        "writers": store.writers,
+    }
+
+
 async def random_runs(seed: int, count: int) -> list[dict[str, Any]]:
-    """`count` runs of random graphs over random start states; each with every committed step."""
+    """`count` runs of random graphs over random start states, with every committed step.
+
+    Each run's subflows are listed under `subflows` by name, with theirs.
+    """
     rng = random.Random(seed)
     outcomes = []
     for index in range(count):
-        data = {rng.choice(RANDOM_KEYS): random_value(rng, 2) for _ in range(rng.randint(0, 4))}
-        start = KeyedState(data=data, items=["p", "q"])
-        store = KeyedStore(start)
+        name = f"Random {index}"
+        store = KeyedStore(random_start(rng))
+        subflows: dict[str, KeyedStore] = {}
         # Junjo may build the graph more than once: the same seed draws the same graph.
         graph_seed = rng.randrange(2**32)
         workflow = Workflow[KeyedState, KeyedStore](
-            name=f"Random {index}",
-            graph_factory=lambda graph_seed=graph_seed: _random_graph(random.Random(graph_seed)),
+            name=name,
+            graph_factory=lambda graph_seed=graph_seed, subflows=subflows: random_graph(
+                random.Random(graph_seed), "", 0, subflows
+            ),
             store_factory=lambda store=store: store,
         )
-        result = await workflow.execute()
+        try:
+            run_id, error = (await workflow.execute()).run_id, None
+        except WorkflowExecutionError as exc:
+            run_id, error = exc.run_id, str(exc.__cause__)
+        # A subflow that never ran (after a failure) never made its store.
+        ran = {sub: _recorded(sub, kept) for sub, kept in subflows.items()}
         outcomes.append({
             "scenario": f"random_{index}",
-            "run_id": result.run_id,
-            "start_state": start.model_dump(mode="json"),
-            "final_state": result.state.model_dump(mode="json"),
-            "states": store.committed,
-            "writers": store.writers,
+            "run_id": run_id,
+            "error": error,
+            **_recorded(name, store),
+            "subflows": ran,
         })
     return outcomes
 

@@ -723,7 +723,7 @@ def test_provenance_panel_lists_received_writes_that_did_not_apply() -> None:
 
 
 def test_provenance_panel_marks_writes_their_own_step_put_back() -> None:
-    """A list diff that shifts a value off an index and moves it back: the step wrote nothing."""
+    """A list diff that shifts a value off an index and moves it back: the step left it."""
     patches: list[Patch] = [
         [
             {"op": "add", "path": "/items/0", "value": "q"},
@@ -744,6 +744,9 @@ def test_provenance_panel_marks_writes_their_own_step_put_back() -> None:
     writes = provenance_json(inspection.provenance("/items/1"))
     assert writes["last_writer"] is None
     assert [w["undone"] for w in writes["writes"]] == [True, True]
+    # The state tree after the step agrees: /items/0 and /items/2 changed, /items/1 did not.
+    state = state_view(inspection, Links(), "/executions/run", 1, None, recorded=False)
+    assert {t.pointer for t in state.tokens if t.changed} == {"/items/0", "/items/2"}
 
 
 def test_pointer_labels_tell_the_whole_state_and_empty_or_spaced_keys_apart() -> None:

@@ -792,6 +792,27 @@ def _at(state: Any, tokens: tuple[str, ...]) -> str:
     return _canonical(state)
 
 
+def _value(state: Any, tokens: tuple[str, ...]) -> Any:
+    text = _at(state, tokens)
+    return None if text == "absent" else json.loads(text)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _compares(found: Any, op: str, number: float) -> bool:
+    """What `path > number` (or `<=`) means: only numbers compare with a number."""
+    return _is_number(found) and (found > number if op == ">" else found <= number)
+
+
+def _contains(found: Any, element: Any) -> bool:
+    """What `path contains element` means: an equal element of an array, or a substring."""
+    if isinstance(found, list):
+        return _canonical(element) in map(_canonical, found)
+    return isinstance(found, str) and isinstance(element, str) and element in found
+
+
 def _pointers(state: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = [prefix] if prefix else []
     if isinstance(state, dict):
@@ -803,47 +824,77 @@ def _pointers(state: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]
     return found
 
 
+def _recorded_executions(server: Server, runs: Runs) -> dict[str, dict[str, Any]]:
+    """What each store committed, by the id of the execution that owns the store."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for run in runs.values():
+        recorded[run["run_id"]] = run
+        below, named = [run["run_id"]], dict[str, str]()
+        while below:
+            children = server.get_json(f"/api/executions/{below.pop()}")["children"]
+            named |= {child["workflow"]: child["id"] for child in children}
+            below += [child["id"] for child in children]
+        assert set(named) == set(run["subflows"]), run["scenario"]
+        recorded |= {named[name]: sub for name, sub in run["subflows"].items()}
+    return recorded
+
+
+def _assert_history_as_committed(
+    server: Server, execution_id: str, recorded: dict[str, Any], pick: random.Random
+) -> None:
+    """Every step's state, and the last writer of sampled fields, as the store committed them."""
+    name, states, writers = recorded["name"], recorded["states"], recorded["writers"]
+    api = f"/api/executions/{urllib.parse.quote(execution_id)}"
+    detail = server.get_json(api)
+    assert detail["verdict"] == "verified", (name, detail["diagnostics"])
+    assert detail["received_transitions"] == detail["transition_count"] == len(states), name
+    history = [recorded["start_state"], *states]
+    for sequence, committed in enumerate(history):
+        step = server.get_json(f"{api}/state?sequence={sequence}")
+        assert (step["state"], step["verified"]) == (committed, True), (name, sequence)
+
+    everywhere = sorted({tokens for state in history for tokens in _pointers(state)})
+    for tokens in pick.sample(everywhere, min(12, len(everywhere))):
+        changed = [
+            sequence for sequence in range(1, len(history))
+            if _at(history[sequence], tokens) != _at(history[sequence - 1], tokens)
+        ]
+        pointer = pointer_text(tokens)
+        found = server.get_json(f"{api}/provenance?path={urllib.parse.quote(pointer)}")
+        writer = found["last_writer"]
+        expected = (changed[-1], writers[changed[-1] - 1]) if changed else None
+        assert (writer and (writer["sequence"], writer["node"])) == expected, (name, pointer)
+
+
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_live_random_runs_rebuild_every_step_and_writer_as_the_application_saw_it(
     replayed: ReplayedRuns, seed: int
 ) -> None:
-    # Random graphs (chains of nodes and RunConcurrent stages) commit random edits
-    # (JSON Pointer's awkward keys, I-JSON's largest integers, list inserts,
-    # removals and shuffles that JSON Patch diffs into shifts and moves) over
-    # random start states. Every step's state, the last writer of fields that
-    # exist or once existed, and filters on final and past values are checked
-    # against what each application store itself committed.
+    # Random graphs (chains of nodes, RunConcurrent stages and subflows two deep,
+    # some ending in a failed node) commit random edits (JSON Pointer's awkward
+    # keys, I-JSON's largest integers, list inserts, removals and shuffles that
+    # JSON Patch diffs into shifts and moves) over random start states. Every
+    # step's state, the last writer of fields that exist or once existed, and
+    # filters on final and past values are checked against what each store,
+    # the workflow's and every subflow's, itself committed.
     runs, server = replayed("random", env={"RANDOM_RUNS_SEED": str(seed)})
     pick = random.Random(seed)
-    for name, run in runs.items():
-        run_id, states, writers = run["run_id"], run["states"], run["writers"]
-        api = f"/api/executions/{urllib.parse.quote(run_id)}"
-        detail = server.get_json(api)
-        assert detail["verdict"] == "verified", (name, detail["diagnostics"])
-        assert detail["received_transitions"] == detail["transition_count"] == len(states)
-        history = [run["start_state"], *states]
-        for sequence, committed in enumerate(history):
-            step = server.get_json(f"{api}/state?sequence={sequence}")
-            assert (step["state"], step["verified"]) == (committed, True), (name, sequence)
-
-        everywhere = sorted({tokens for state in history for tokens in _pointers(state)})
-        for tokens in pick.sample(everywhere, min(12, len(everywhere))):
-            changed = [
-                sequence for sequence in range(1, len(history))
-                if _at(history[sequence], tokens) != _at(history[sequence - 1], tokens)
-            ]
-            pointer = pointer_text(tokens)
-            found = server.get_json(f"{api}/provenance?path={urllib.parse.quote(pointer)}")
-            writer = found["last_writer"]
-            expected = (changed[-1], writers[changed[-1] - 1]) if changed else None
-            assert (writer and (writer["sequence"], writer["node"])) == expected, (name, pointer)
+    recorded = _recorded_executions(server, runs)
+    for execution_id, committed in recorded.items():
+        _assert_history_as_committed(server, execution_id, committed, pick)
+    for run in runs.values():
+        detail = server.get_json(f"/api/executions/{urllib.parse.quote(run['run_id'])}")
+        assert detail["status"] == ("error" if run["error"] else "ok"), run["scenario"]
 
     def listed(where: str) -> set[str]:
         query = urllib.parse.urlencode({"where": where, "limit": 100})
         return {e["id"] for e in server.get_json(f"/api/executions?{query}")["executions"]}
 
-    finals = {run["run_id"]: run["final_state"] for run in runs.values()}
-    everything = {run["run_id"]: [run["start_state"], *run["states"]] for run in runs.values()}
+    finals = {execution_id: run["final_state"] for execution_id, run in recorded.items()}
+    everything = {
+        execution_id: [run["start_state"], *run["states"]]
+        for execution_id, run in recorded.items()
+    }
     leaves = sorted({
         (tokens, _at(state, tokens)) for state in finals.values() for tokens in _pointers(state)
         if not _at(state, tokens).startswith(("{", "["))
@@ -860,3 +911,59 @@ def test_live_random_runs_rebuild_every_step_and_writer_as_the_application_saw_i
         assert listed(f"{path} exists") == {
             run_id for run_id, final in finals.items() if _at(final, tokens) != "absent"
         }, path
+        assert listed(f"{path} != {value}") == {
+            run_id for run_id, final in finals.items()
+            if _at(final, tokens) not in ("absent", value)
+        }, (path, value)
+        if _is_number(json.loads(value)):
+            for op in (">", "<="):
+                assert listed(f"{path} {op} {value}") == {
+                    run_id for run_id, final in finals.items()
+                    if _compares(_value(final, tokens), op, json.loads(value))
+                }, (path, op, value)
+    # `contains`: an element of an array, or a substring of text.
+    arrays = sorted({
+        (tokens, _canonical(element)) for state in finals.values() for tokens in _pointers(state)
+        if isinstance(found := _value(state, tokens), list)
+        for element in found if not isinstance(element, dict | list)
+    })
+    for tokens, element in pick.sample(arrays, min(8, len(arrays))):
+        path = format_path(FieldPath(tokens))
+        assert listed(f"{path} contains {element}") == {
+            run_id for run_id, final in finals.items()
+            if _contains(_value(final, tokens), json.loads(element))
+        }, (path, element)
+
+
+@pytest.mark.parametrize("limits", [
+    {"OTEL_SPAN_EVENT_COUNT_LIMIT": "1"},
+    {"OTEL_SPAN_EVENT_COUNT_LIMIT": "2"},
+    {"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "120"},
+], ids=["1-event", "2-events", "120-char-values"])
+def test_live_random_runs_that_lost_evidence_never_vouch_for_a_wrong_state(
+    replayed: ReplayedRuns, limits: dict[str, str]
+) -> None:
+    # SDK limits lose evidence: events past the count are dropped (histories
+    # with holes anywhere), values past the length are cut (patches and states
+    # that no longer parse). Whatever statetrail then shows, it may call
+    # verified only what the store really committed, and no run that lost
+    # evidence is verified as a whole.
+    runs, server = replayed("random", env={"RANDOM_RUNS_SEED": str(RANDOM_SEEDS[0]), **limits})
+    recorded = _recorded_executions(server, runs)
+    lost = vouched = 0
+    for execution_id, run in recorded.items():
+        api = f"/api/executions/{urllib.parse.quote(execution_id)}"
+        detail = server.get_json(api)
+        wholly = detail["received_transitions"] == len(run["states"]) and all(
+            server.get_json(f"{api}/state?sequence={sequence}")["state"] == committed
+            for sequence, committed in enumerate([run["start_state"], *run["states"]])
+        )
+        lost += not wholly
+        if not wholly:
+            assert detail["verdict"] != "verified", run["name"]
+        for sequence, committed in enumerate([run["start_state"], *run["states"]]):
+            step = server.get_json(f"{api}/state?sequence={sequence}")
+            if step["verified"]:
+                vouched += 1
+                assert step["state"] == committed, (run["name"], sequence)
+    assert lost and vouched, (lost, vouched)
