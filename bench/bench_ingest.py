@@ -25,7 +25,8 @@ What is measured, and why:
   like separate processes running the OTel exporter), sending raw bytes over a unary-unary
   call to `/opentelemetry.proto.collector.trace.v1.TraceService/Export`.
 - Reported per target: acknowledged spans/s, RPC latency p50/p99, peak RSS of the server
-  process (VmHWM from /proc/<pid>/status) and failed RPCs. Then the statetrail/baseline
+  (VmHWM from /proc/<pid>/status, plus the peak private memory of its child processes,
+  sampled every 0.1 s: statetrail's extraction worker) and failed RPCs. Then the statetrail/baseline
   ratio against the targets (durable ingest >= 25% of the baseline's spans/s; peak RSS
   <= 400 MB), printed as PASS/FAIL; this script never asserts on them.
 - After statetrail is stopped with SIGTERM, its DuckDB file is opened read-only and the
@@ -72,7 +73,14 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 # Run as a script (as documented, and as the baseline server is started) Python puts
 # bench/ on sys.path, not the repository root that `bench.servers` is found from.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.servers import LOOPBACK, MALLOC_ENV, free_port, server_env, wait_for_port
+from bench.servers import (
+    LOOPBACK,
+    MALLOC_ENV,
+    ChildMemory,
+    free_port,
+    server_env,
+    wait_for_port,
+)
 
 ExportRequestPB2: TypeAlias = trace_service_pb2.ExportTraceServiceRequest
 ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
@@ -691,6 +699,10 @@ class Measurement:
     request_bytes: int
     stop_seconds: float
     caught_up: CatchUp | None = None
+    # The server's child processes (statetrail's extraction worker): peak private
+    # memory, counted in peak_rss_mb, and the children's own VmHWM (files included).
+    children_private_mb: float = 0.0
+    children_hwm_mb: float = 0.0
 
     @property
     def stored_spans_per_second(self) -> float:
@@ -868,6 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_target(server: Server, template: RequestTemplate, args: argparse.Namespace) -> Measurement:
+    children = ChildMemory(server.process.pid)
     try:
         print(f"measuring {server.name} (pid {server.process.pid}, port {server.grpc_port}) ...",
               flush=True)
@@ -888,14 +901,25 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
               f"{rss:.0f} MB after catching up", flush=True)
     finally:
         stopped = stop(server, args.stop_timeout)
+        children.stop()
+    if children.peak_hwm_mb:
+        print(f"  {server.name}: child processes' peak private memory "
+              f"{children.peak_private_mb:.0f} MB (their VmHWM, shared library pages "
+              f"included: {children.peak_hwm_mb:.0f} MB)", flush=True)
     if stopped.killed:
         print(f"  {server.name} was still running {stopped.seconds:.0f}s after SIGTERM: killed")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete.
     elif stopped.exit_code not in (0, -signal.SIGTERM):
         print(f"  {server.name} exited with status {stopped.exit_code}")
     return Measurement(
-        server.name, load, max(rss, stopped.peak_rss_mb), template.size, stopped.seconds,
+        server.name,
+        load,
+        max(rss, stopped.peak_rss_mb) + children.peak_private_mb,
+        template.size,
+        stopped.seconds,
         caught_up,
+        children.peak_private_mb,
+        children.peak_hwm_mb,
     )
 
 

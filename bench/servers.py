@@ -1,4 +1,5 @@
-"""Starting the benches' servers: free loopback ports, waiting for a listener, the environment.
+"""Starting the benches' servers: free loopback ports, waiting for a listener, the environment,
+and the memory of a server's child processes.
 
 Shared by bench_ingest.py and bench_studio_load.py. Ports come from outside Linux's
 ephemeral range, as in tests/support.py: a port the kernel handed out with bind(0) can be
@@ -12,6 +13,7 @@ import os
 import random
 import socket
 import subprocess
+import threading
 import time
 from typing import Final
 
@@ -60,3 +62,67 @@ def server_env(tune_malloc: bool) -> dict[str, str]:
     if tune_malloc:
         env.update(MALLOC_ENV)
     return env
+
+
+class ChildMemory:
+    """The peak private memory of a server's child processes, sampled every `interval`.
+
+    `statetrail serve` extracts in a child process (collector/extraction_worker.py),
+    so the server's VmHWM is not all it holds. A child's private memory (RssAnon) is
+    its own; its file-backed pages are mostly the same library files the server maps,
+    resident once, and are left out. The kernel keeps no peak of RssAnon, hence the
+    sampling: a peak shorter than `interval` can be missed. Each child's own VmHWM
+    (files included) is kept too, as an upper bound.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        self._pid = pid
+        self._interval = interval
+        self.peak_private_mb = 0.0
+        self.peak_hwm_mb = 0.0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(self._interval):
+            private = hwm = 0.0
+            for child in _children(self._pid):
+                status = _status_kib(child)
+                private += status.get("RssAnon", 0) * 1024 / 1_000_000
+                hwm += status.get("VmHWM", 0) * 1024 / 1_000_000
+            self.peak_private_mb = max(self.peak_private_mb, private)
+            self.peak_hwm_mb = max(self.peak_hwm_mb, hwm)
+
+
+def _children(pid: int) -> set[int]:
+    children: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listing:
+                children.update(int(child) for child in listing.read().split())
+        except OSError:
+            continue
+    return children
+
+
+def _status_kib(pid: int) -> dict[str, int]:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            lines = status.read().splitlines()
+    except OSError:
+        return {}
+    fields: dict[str, int] = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            fields[name] = int(value.split()[0])
+    return fields

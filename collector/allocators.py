@@ -69,6 +69,25 @@ def tune_for_server() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
+def tune_for_worker() -> None:
+    """One glibc arena (one thread allocates) and the system allocator for Arrow.
+
+    For the extraction worker (collector/extraction_worker.py), which builds
+    the Arrow tables of every commit and hands them back to the server.
+    """
+    libc = _glibc()
+    if libc is not None:
+        _limit_arenas(libc, 1)
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def trim_heap() -> None:
+    """Give the system back the pages glibc holds freed (a no-op without glibc)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 def release_free_memory() -> None:
     """Give the system back what glibc and DuckDB's jemalloc hold freed.
 

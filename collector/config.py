@@ -70,6 +70,9 @@ class Config:
     # stored the backlog in 83 s instead of 93 s. Studio queries lose little
     # (bench_filter_store: equality p50 17.7 ms against 16.2-16.7 ms).
     duckdb_threads: int = 1
+    # Decode and extract exports in a child process (collector/extraction_worker.py):
+    # on the server's interpreter lock they delayed every acknowledgement.
+    extraction_worker: bool = True
     # Studio access (studio/access.py): a login is required when `auth` is set
     # or the studio listens beyond loopback. repr=False keeps the secret out of logs.
     auth: bool = False
@@ -188,6 +191,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "(env STATETRAIL_DUCKDB_THREADS; default %(default)s)",
     )
     parser.add_argument(
+        "--no-extraction-worker", dest="extraction_worker", action="store_false",
+        default=env("EXTRACTION_WORKER", "1") not in ("0", "false"),
+        help="decode and extract exports in the server process instead of a child process "
+        "(env STATETRAIL_EXTRACTION_WORKER=0)",
+    )
+    parser.add_argument(
         "--auth", action="store_true", default=env("AUTH", "") not in ("", "0", "false"),
         help="require a studio login even on loopback (always required beyond loopback; "
         "env STATETRAIL_AUTH)",
@@ -270,6 +279,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         max_inflight_requests=args.max_inflight,
         max_backlog_bytes=args.max_backlog_mib * MIB,
         duckdb_threads=args.duckdb_threads,
+        extraction_worker=args.extraction_worker,
         auth=args.auth,
         studio_password=password,
         retain_nanos=args.retain,

@@ -1,7 +1,9 @@
 """Turns spool records into DuckDB rows, in arrival order, on one background thread.
 
 Each round reads a run of records from the spool (collector/spool.py), decodes
-and extracts them (collector/decode.py, collector/junjo.py), and writes the
+and extracts them (collector/decode.py, collector/junjo.py; in the extraction
+worker's process when `serve` runs one, collector/extraction_worker.py, and
+here whenever it cannot), and writes the
 spans, executions and transitions in one transaction that also records the
 spool position after them. That position is what makes processing exactly
 once: after a crash the extractor resumes from the last committed position, so
@@ -43,6 +45,7 @@ from collector.junjo import extract
 from collector.spool import Position, Spool, SpoolRecord
 from collector.store import (
     IngestBatch,
+    PreparedWrite,
     Store,
     StoreError,
     StoreOutOfMemory,
@@ -110,8 +113,12 @@ class Extractor:
         resume_at: Position,
         on_commit: Callable[[WriteResult, bool], None] | None = None,
         foreground: Foreground | None = None,
+        prepare_elsewhere: Callable[[list[bytes]], PreparedWrite | None] | None = None,
     ) -> None:
         self._store = store
+        # Another process's preparation of a run's rows (collector/extraction_worker.py),
+        # or None; when it answers None, the run is prepared here.
+        self._prepare_elsewhere = prepare_elsewhere
         self._spool = spool
         self._on_commit = on_commit
         self._foreground = foreground or Foreground()
@@ -231,7 +238,7 @@ class Extractor:
             # The decoded batches (~11 MB for a 4 MB run) are let go once their
             # rows are built, not held through the commit, where DuckDB's own
             # memory peaks.
-            rows = prepare_write([self._batch(record) for record in records])
+            rows = self._prepared(records)
             result = self._store.commit(rows, progress=after)
         except StoreError:
             raise
@@ -244,6 +251,13 @@ class Extractor:
             self._refuse(records[0])
             return
         self._advance(result, after)
+
+    def _prepared(self, records: list[SpoolRecord]) -> PreparedWrite:
+        if self._prepare_elsewhere is not None:
+            rows = self._prepare_elsewhere([record.body for record in records])
+            if rows is not None:
+                return rows
+        return prepare_write([self._batch(record) for record in records])
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
         """Store a run whose commits keep running out of memory a record at a time,

@@ -6,7 +6,9 @@ rejected and why), then hands the request's bytes to one writer thread that
 appends whatever has queued up to the intake spool with a single fdatasync
 (group commit), so concurrent exporters share one flush. Once the bytes are
 synced the export is durable, and the extractor thread turns it into DuckDB
-rows in arrival order (collector/spool.py, collector/extractor.py).
+rows in arrival order (collector/spool.py, collector/extractor.py), with the
+decoding done in a child process when `extraction_worker` is set
+(collector/extraction_worker.py).
 
 When to acknowledge: if nothing is queued ahead of this export (the extractor
 is idle, as it is for an exporter that sends one request at a time), the call
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from collector.decode import ExportRequestPB2, RejectedSpan, screen
+from collector.extraction_worker import ExtractionWorker
 from collector.extractor import ExportQuarantined, Extractor
 from collector.foreground import Foreground
 from collector.spool import Position, Spool, SpoolError
@@ -80,11 +83,20 @@ class Ingestor:
         on_commit: Callable[[WriteResult, bool], None] | None = None,
         foreground: Foreground | None = None,
         max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
+        extraction_worker: bool = False,
     ) -> None:
         resume_at = Position(*store.stored_spool_position())
         self._spool = Spool(spool_directory, resume_at)
         self._foreground = foreground or Foreground()
-        self._extractor = Extractor(store, self._spool, resume_at, on_commit, self._foreground)
+        self._worker = ExtractionWorker() if extraction_worker else None
+        self._extractor = Extractor(
+            store,
+            self._spool,
+            resume_at,
+            on_commit,
+            self._foreground,
+            prepare_elsewhere=None if self._worker is None else self._worker.prepare,
+        )
         self._max_backlog_bytes = max_backlog_bytes
         self._queue: queue.Queue[tuple[bytes, Future[tuple[Position, int]]] | None] = (
             queue.Queue()
@@ -168,6 +180,8 @@ class Ingestor:
             self._queue.put(None)
         self._thread.join()
         self._extractor.close(drain_seconds)
+        if self._worker is not None:
+            self._worker.close()
         self._spool.close()
 
     def _run(self) -> None:

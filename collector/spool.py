@@ -150,7 +150,7 @@ class Spool:
             offset += _HEADER.size + len(body)
             ends.append(Position(start.segment, offset))
         try:
-            _write_all(self._file.fileno(), pieces)
+            write_all(self._file.fileno(), pieces)
             os.fdatasync(self._file.fileno())
         except OSError as exc:
             self._undo(start)
@@ -298,7 +298,8 @@ class Spool:
             os.close(descriptor)
 
 
-def _write_all(descriptor: int, pieces: list[bytes]) -> None:
+def write_all(descriptor: int, pieces: list[bytes]) -> None:
+    """Write every piece, in order, with as few writev calls as the kernel allows."""
     views = [memoryview(piece) for piece in pieces if piece]
     while views:
         written = os.writev(descriptor, views[:_IOV_MAX])

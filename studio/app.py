@@ -108,6 +108,7 @@ async def _lifespan(
             on_commit=replayer.notify,
             foreground=foreground,
             max_backlog_bytes=config.max_backlog_bytes,
+            extraction_worker=config.extraction_worker,
         )
         stack.callback(ingestor.close)
         if config.retain_nanos is not None:

@@ -76,6 +76,26 @@ def test_serve_duckdb_threads_from_flag_or_environment() -> None:
     assert serve_config(flag).duckdb_threads == 2
 
 
+@pytest.mark.parametrize(
+    ("environ", "flags", "expected"),
+    [
+        ({}, [], True),
+        ({"STATETRAIL_EXTRACTION_WORKER": "0"}, [], False),
+        ({"STATETRAIL_EXTRACTION_WORKER": "false"}, [], False),
+        ({"STATETRAIL_EXTRACTION_WORKER": "1"}, [], True),
+        ({}, ["--no-extraction-worker"], False),
+    ],
+)
+def test_serve_extracts_in_a_child_process_unless_told_not_to(
+    environ: dict[str, str], flags: list[str], expected: bool
+) -> None:
+    from collector.cli import _parser
+    from collector.config import serve_config
+
+    args = _parser(environ).parse_args(["serve", *flags])
+    assert serve_config(args).extraction_worker is expected
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_serve_refuses_a_duckdb_thread_count_below_one(
     value: str, capsys: pytest.CaptureFixture[str]
