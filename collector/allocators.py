@@ -81,13 +81,6 @@ def tune_for_worker() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-def trim_heap() -> None:
-    """Give the system back the pages glibc holds freed (a no-op without glibc)."""
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
 def release_free_memory() -> None:
     """Give the system back what glibc and DuckDB's jemalloc hold freed.
 

@@ -5,9 +5,11 @@ the Arrow tables of its rows hold the interpreter lock for ~70 microseconds a
 span. On the server's lock that starved the receivers under a burst: a thread
 waking from a blocking call waited 2-5 ms for the lock at p90 (10 ms at p99),
 and an acknowledgement takes several such wake-ups. With the work in a child,
-bench_ingest acknowledged 46-59k spans/s against 37-42k in-process (0.29-0.36
-of the parse-only baseline against 0.21-0.27), at p50 latencies of 33-43 ms
-against 46-54 ms, and stored the backlog as fast.
+bench_ingest --quick acknowledged 45-68k spans/s (0.31-0.39 of the parse-only
+baseline) against 43.6k in-process in the same session (0.25-0.28), at p50
+latencies of 28-44 ms against 45-46 ms. Storing the backlog after the burst
+was slower (12-17 against 20-25 MiB/s): preparing a run and committing it
+are still serial. The child's own memory is 64-70 MB.
 
 What stays in the server: reading the spool, every commit, and every failure
 path. The worker only prepares rows. When it cannot (it is still starting,
@@ -20,10 +22,10 @@ The child is `python -m collector.extraction_worker`, talking over its stdin
 and stdout. Each message is a count of parts, each part's length
 (8 bytes little-endian each) and the parts: a request's parts are export
 bodies; a reply's are a status byte, then either an error message or a
-PreparedWrite pickled with its Arrow buffers as parts of their own. The child ignores SIGINT
-and SIGTERM (the server decides when it stops: after the extractor's drain,
-by closing the child's stdin), and a server killed with SIGKILL closes that
-pipe too, so no worker outlives its server.
+PreparedWrite pickled with its Arrow buffers as parts of their own. The
+child ignores SIGINT and SIGTERM (the server decides when it stops: after the
+extractor's drain, by closing the child's stdin), and a server killed with
+SIGKILL closes that pipe too, so no worker outlives its server.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from collector.allocators import trim_heap, tune_for_worker
+from collector.allocators import release_free_memory, tune_for_worker
 from collector.extractor import batch_from_export
 from collector.spool import write_all
 from collector.store import PreparedWrite, prepare_write
@@ -61,7 +63,7 @@ _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parent.parent)
 
 
 class WorkerGone(Exception):
-    """The child closed its pipe, hung, or broke the protocol."""
+    """The child closed its pipe or did not answer in time."""
 
 
 class ExtractionWorker:
@@ -201,7 +203,7 @@ def prepare_exports(bodies: list[bytes]) -> PreparedWrite:
     rows = prepare_write([batch_from_export(body) for body in bodies])
     # The decoded batches are garbage now: without a trim the child would keep
     # the pages of its largest run for good.
-    trim_heap()
+    release_free_memory()
     return rows
 
 
