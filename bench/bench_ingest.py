@@ -25,8 +25,10 @@ What is measured, and why:
   like separate processes running the OTel exporter), sending raw bytes over a unary-unary
   call to `/opentelemetry.proto.collector.trace.v1.TraceService/Export`.
 - Reported per target: acknowledged spans/s, RPC latency p50/p99, peak RSS of the server
-  (VmHWM from /proc/<pid>/status, plus the peak private memory of its child processes,
-  sampled every 0.1 s: statetrail's extraction worker) and failed RPCs. Then the statetrail/baseline
+  and its child processes at once (the server's VmHWM from /proc/<pid>/status, plus the
+  private memory its children, statetrail's extraction worker, held around that moment,
+  sampled every 0.1 s: see ChildMemory in bench/servers.py; the two peaks simply added
+  are printed too) and failed RPCs. Then the statetrail/baseline
   ratio against the targets (durable ingest >= 25% of the baseline's spans/s; peak RSS
   <= 400 MB), printed as PASS/FAIL; this script never asserts on them.
 - After statetrail is stopped with SIGTERM, its DuckDB file is opened read-only and the
@@ -700,7 +702,8 @@ class Measurement:
     stop_seconds: float
     caught_up: CatchUp | None = None
     # The server's child processes (statetrail's extraction worker): peak private
-    # memory, counted in peak_rss_mb, and the children's own VmHWM (files included).
+    # memory (peak_rss_mb counts what they held at the server's peak: ChildMemory),
+    # and the children's own VmHWM (files included).
     children_private_mb: float = 0.0
     children_hwm_mb: float = 0.0
 
@@ -902,10 +905,14 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
     finally:
         stopped = stop(server, args.stop_timeout)
         children.stop()
+    server_peak = max(rss, stopped.peak_rss_mb)
+    together = children.together_with(server_peak)
     if children.peak_hwm_mb:
         print(f"  {server.name}: child processes' peak private memory "
               f"{children.peak_private_mb:.0f} MB (their VmHWM, shared library pages "
-              f"included: {children.peak_hwm_mb:.0f} MB)", flush=True)
+              f"included: {children.peak_hwm_mb:.0f} MB); held with the server's at once: "
+              f"{together:.0f} MB, the two peaks added: "
+              f"{server_peak + children.peak_private_mb:.0f} MB", flush=True)
     if stopped.killed:
         print(f"  {server.name} was still running {stopped.seconds:.0f}s after SIGTERM: killed")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete.
@@ -914,7 +921,7 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
     return Measurement(
         server.name,
         load,
-        max(rss, stopped.peak_rss_mb) + children.peak_private_mb,
+        max(together, server_peak),
         template.size,
         stopped.seconds,
         caught_up,

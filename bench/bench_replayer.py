@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from bench.bench_ingest import RequestTemplate, build_request, request_token
 from collector import replayer
-from collector.extractor import batch_from_export
+from collector.encode.exports import batch_from_export
 from collector.replayer import READ_BATCH_STORES, REPLAY_BATCH_STORES, Backlog, replay_stores
 from collector.store import Store
 
@@ -244,7 +244,8 @@ def report(label: str, figures: dict[int, Figures]) -> None:
     now, before = figures[READ_BATCH_STORES], figures[REPLAY_BATCH_STORES]
     baseline = now.per_execution("replay")
     print(f"\n{label}: {now.executions} + {before.executions} executions replayed")
-    print(f"  {'stage':<7} {'ms/exec':>8} {'x replay':>9}   {'reads of 64':>11} {'x replay':>9}")
+    smaller = f"reads of {REPLAY_BATCH_STORES}"
+    print(f"  {'stage':<7} {'ms/exec':>8} {'x replay':>9}   {smaller:>11} {'x replay':>9}")
     for stage in (*STAGES, "total"):
         ms, old = now.per_execution(stage), before.per_execution(stage)
         print(f"  {stage:<7} {ms:8.3f} {ms / baseline:9.2f}   {old:11.3f} {old / baseline:9.2f}")

@@ -65,14 +65,22 @@ def server_env(tune_malloc: bool) -> dict[str, str]:
 
 
 class ChildMemory:
-    """The peak private memory of a server's child processes, sampled every `interval`.
+    """The memory a server and its child processes hold at once, sampled every `interval`.
 
     `statetrail serve` extracts in a child process (collector/extraction_worker.py),
     so the server's VmHWM is not all it holds. A child's private memory (RssAnon) is
     its own; its file-backed pages are mostly the same library files the server maps,
     resident once, and are left out. The kernel keeps no peak of RssAnon, hence the
-    sampling: a peak shorter than `interval` can be missed. Each child's own VmHWM
-    (files included) is kept too, as an upper bound.
+    sampling: a peak shorter than `interval` can be missed.
+
+    Two figures: `peak_private_mb`, the children's own peak, and `peak_together_mb`,
+    the most the server and its children held at the same moment. The server's part
+    of the latter is exact: whenever its VmHWM rose between two samples, the new
+    high-water mark is added to the larger of the children's two samples around it
+    (the children's peak and the server's usually come at different times: the
+    child's while the load runs, the server's while it catches up, so adding the two
+    peaks counts memory that was never held at once). Each child's own VmHWM (files
+    included) is kept too, as an upper bound.
     """
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
@@ -80,6 +88,9 @@ class ChildMemory:
         self._interval = interval
         self.peak_private_mb = 0.0
         self.peak_hwm_mb = 0.0
+        self.peak_together_mb = 0.0
+        self._server_hwm_mb = 0.0
+        self._last_private_mb = 0.0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -87,6 +98,13 @@ class ChildMemory:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join()
+
+    def together_with(self, server_hwm_mb: float) -> float:
+        """The peak held at once, given the server's VmHWM read at the end (a last
+        rise after the final sample is added to the children's last sample)."""
+        if server_hwm_mb > self._server_hwm_mb:
+            return max(self.peak_together_mb, server_hwm_mb + self._last_private_mb)
+        return self.peak_together_mb
 
     def _watch(self) -> None:
         while not self._stopping.wait(self._interval):
@@ -97,6 +115,19 @@ class ChildMemory:
                 hwm += status.get("VmHWM", 0) * 1024 / 1_000_000
             self.peak_private_mb = max(self.peak_private_mb, private)
             self.peak_hwm_mb = max(self.peak_hwm_mb, hwm)
+            server = _status_kib(self._pid)
+            if server:
+                self._note_together(server, private)
+
+    def _note_together(self, server: dict[str, int], private: float) -> None:
+        rss = server.get("VmRSS", 0) * 1024 / 1_000_000
+        server_hwm = server.get("VmHWM", 0) * 1024 / 1_000_000
+        together = rss + private
+        if server_hwm > self._server_hwm_mb:
+            together = max(together, server_hwm + max(private, self._last_private_mb))
+            self._server_hwm_mb = server_hwm
+        self.peak_together_mb = max(self.peak_together_mb, together)
+        self._last_private_mb = private
 
 
 def _children(pid: int) -> set[int]:

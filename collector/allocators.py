@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import importlib
 import logging
 import sys
 import threading
@@ -91,7 +90,9 @@ def release_free_memory() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-    purge_duckdb = _duckdb_purge()
+    # Only where DuckDB is loaded: loading it to purge would cost the
+    # extraction worker ~8 MB it never uses.
+    purge_duckdb = _duckdb_purge() if "_duckdb" in sys.modules else None
     if purge_duckdb is not None:
         purge_duckdb()
 
@@ -123,9 +124,9 @@ def _duckdb_purge() -> Callable[[], None] | None:
     allocator, which `malloc_trim` covers where there is one.
     """
     try:
-        library = ctypes.CDLL(importlib.import_module("_duckdb").__file__)
+        library = ctypes.CDLL(sys.modules["_duckdb"].__file__)
         mallctl = library.duckdb_je_mallctl
-    except (ImportError, OSError, AttributeError, TypeError):
+    except (KeyError, OSError, AttributeError, TypeError):
         return None
     mallctl.argtypes = (
         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t

@@ -56,7 +56,7 @@ class BurstMemory:
                 return
             # DuckDB refuses when it cannot evict enough; the burst then runs
             # at the configured limit, as it would without this.
-            self._lowered = self._store.limit_memory(self._burst_limit)
+            self._lowered = self._store.lower_memory(self._burst_limit)
 
     def leave(self) -> None:
         """Everything received is stored and replayed: fold the WAL, restore the limit."""

@@ -122,7 +122,7 @@ class DecodedSpan(NamedTuple):
     """A span as stored, and as parsed through collector/wire.py for extraction.
 
     Kept apart because the parsed view is several times the size of the
-    span's bytes: it is let go once extracted (extractor.batch_from_export).
+    span's bytes: it is let go once extracted (encode.exports.batch_from_export).
     """
 
     record: SpanRecord

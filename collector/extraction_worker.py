@@ -7,13 +7,15 @@ waking from a blocking call waited 2-5 ms for the lock at p90 (10 ms at p99),
 and an acknowledgement takes several such wake-ups. With the work in a child,
 bench_ingest --quick acknowledged 45-68k spans/s (0.31-0.39 of the parse-only
 baseline) against 43.6k in-process in the same session (0.25-0.28), at p50
-latencies of 28-44 ms against 45-46 ms. Storing the backlog after the burst
-was slower (12-17 against 20-25 MiB/s): preparing a run and committing it
-are still serial. The child's own memory is 64-70 MB.
+latencies of 28-44 ms against 45-46 ms. The extractor hands the worker the
+next run while it commits the last (collector/extractor.py): the backlog
+after a burst was stored at 18-26 MiB/s that way against 17-21 with the two
+in turn. The child imports no DuckDB (collector/encode/ builds the rows
+without it): its private memory peaks at 56-58 MB, 64-66 MB before.
 
 What stays in the server: reading the spool, every commit, and every failure
 path. The worker only prepares rows. When it cannot (it is still starting,
-it raised, it died or it hangs), `ExtractionWorker.prepare` answers None and
+it raised, it died or it hangs), `ExtractionWorker.collect` answers None and
 the extractor prepares the same records itself, retrying record by record and
 quarantining exactly as before. So the worker changes how fast a run is
 prepared, never what is stored.
@@ -43,9 +45,9 @@ from pathlib import Path
 from typing import Final
 
 from collector.allocators import release_free_memory, tune_for_worker
-from collector.extractor import batch_from_export
+from collector.encode.exports import batch_from_export
+from collector.encode.rows import PreparedWrite, prepare_write
 from collector.spool import write_all
-from collector.store import PreparedWrite, prepare_write
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class ExtractionWorker:
         self._restarts = 0
         self._child: subprocess.Popen[bytes] | None = _spawn()
         self._ready = False
+        # A run was sent and its reply not yet read.
+        self._submitted = False
 
     @property
     def pid(self) -> int | None:
@@ -81,12 +85,34 @@ class ExtractionWorker:
 
     def prepare(self, bodies: list[bytes]) -> PreparedWrite | None:
         """The rows of these exports, or None if the caller must prepare them itself."""
+        return self.collect() if self.submit(bodies) else None
+
+    def submit(self, bodies: list[bytes]) -> bool:
+        """Start preparing these exports; False if the caller must prepare them itself.
+
+        One run at a time: `collect` its rows before submitting the next. The
+        child reads the whole request before it starts, so this returns once
+        the bodies are in its hands, and the caller goes on (the extractor
+        commits the run before meanwhile).
+        """
+        assert not self._submitted, "collect the run submitted before"
         child = self._child
         if child is None or not self._started(child):
-            return None
+            return False
         try:
             _send(child, bodies)
-            status, parts = _receive(child, REPLY_TIMEOUT_SECONDS)
+        except OSError as exc:
+            self._restart(f"{exc}")
+            return False
+        self._submitted = True
+        return True
+
+    def collect(self) -> PreparedWrite | None:
+        """The rows of the run last submitted, or None if the caller must prepare it."""
+        assert self._submitted and self._child is not None, "nothing was submitted"
+        self._submitted = False
+        try:
+            status, parts = _receive(self._child, REPLY_TIMEOUT_SECONDS)
         except (OSError, WorkerGone) as exc:
             self._restart(f"{exc}")
             return None
@@ -101,9 +127,11 @@ class ExtractionWorker:
         return None
 
     def close(self) -> None:
+        # A run still being prepared is dropped: it stays in the spool.
         if self._child is not None:
             _stop(self._child)
             self._child = None
+        self._submitted = False
 
     def _started(self, child: subprocess.Popen[bytes]) -> bool:
         # Starting takes about a second (imports); runs prepared meanwhile are
@@ -123,6 +151,7 @@ class ExtractionWorker:
         assert self._child is not None
         _stop(self._child)
         self._ready = False
+        self._submitted = False
         if self._restarts >= MAX_RESTARTS:
             logger.error(
                 "the extraction worker stopped %d times (last: %s); extracting in the "
@@ -200,33 +229,38 @@ def _read_exactly(descriptor: int, size: int, timeout: float | None) -> bytearra
 
 def prepare_exports(bodies: list[bytes]) -> PreparedWrite:
     """The rows of these export requests, as one write."""
-    rows = prepare_write([batch_from_export(body) for body in bodies])
-    # The decoded batches are garbage now: without a trim the child would keep
-    # the pages of its largest run for good.
-    release_free_memory()
-    return rows
+    return prepare_write([batch_from_export(body) for body in bodies])
 
 
 def _serve(requests: int, replies: int) -> None:
     write_all(replies, [_READY])
-    while True:
-        try:
-            bodies = [bytes(part) for part in _read_message(requests, None)]
-        except WorkerGone:
-            return  # the server closed the pipe: stopping, or gone
-        try:
-            rows = prepare_exports(bodies)
-        except Exception as exc:
-            failure = f"{type(exc).__name__}: {exc}".encode()
-            _write_message(replies, [bytes([_FAILED]), failure])
-            continue
-        del bodies
-        # The tables' buffers go out as they are (pickle's out-of-band
-        # buffers), so neither side holds a second copy of them.
-        buffers: list[pickle.PickleBuffer] = []
-        data = pickle.dumps(rows, protocol=5, buffer_callback=buffers.append)
-        _write_message(replies, [memoryview(bytes([_PREPARED])), memoryview(data),
-                                 *(buffer.raw() for buffer in buffers)])
+    while _answer_one(requests, replies):
+        # The run's bodies, rows and reply went with _answer_one's frame: without
+        # a trim the child would keep the pages of its largest run for good (an
+        # idle child held 41 MiB with the last run's rows kept alive, untrimmed).
+        release_free_memory()
+
+
+def _answer_one(requests: int, replies: int) -> bool:
+    """Prepare one request and reply; False once the server closed the pipe."""
+    try:
+        bodies = [bytes(part) for part in _read_message(requests, None)]
+    except WorkerGone:
+        return False  # stopping, or the server is gone
+    try:
+        rows = prepare_exports(bodies)
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {exc}".encode()
+        _write_message(replies, [bytes([_FAILED]), failure])
+        return True
+    del bodies
+    # The tables' buffers go out as they are (pickle's out-of-band buffers),
+    # so neither side holds a second copy of them.
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(rows, protocol=5, buffer_callback=buffers.append)
+    _write_message(replies, [memoryview(bytes([_PREPARED])), memoryview(data),
+                             *(buffer.raw() for buffer in buffers)])
+    return True
 
 
 def main() -> None:

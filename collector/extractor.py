@@ -1,14 +1,20 @@
 """Turns spool records into DuckDB rows, in arrival order, on one background thread.
 
-Each round reads a run of records from the spool (collector/spool.py), decodes
-and extracts them (collector/decode.py, collector/junjo.py; in the extraction
-worker's process when `serve` runs one, collector/extraction_worker.py, and
-here whenever it cannot), and writes the
+Each round reads a run of records from the spool (collector/spool.py),
+decodes, extracts and encodes them (collector/decode.py, collector/junjo.py,
+collector/encode/; in the extraction worker's process when `serve` runs one,
+collector/extraction_worker.py, and here whenever it cannot), and writes the
 spans, executions and transitions in one transaction that also records the
 spool position after them. That position is what makes processing exactly
 once: after a crash the extractor resumes from the last committed position, so
 a record is never half-stored and never stored twice (and a redelivered export
 is deduplicated by the store's keys anyway).
+
+With a worker, runs overlap: as soon as a run's rows are back, the next run
+is read and handed to the worker, and the run commits while the worker
+prepares the next. The next round takes those rows if it starts where the
+run read ahead starts; a retry, or a run stored record by record, drops them
+(their records are still in the spool, and are read again).
 
 Failures:
 - The store refused the write (StoreError: disk, lock, WAL): nothing was
@@ -36,12 +42,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, Protocol
 
-from collector.decode import DecodedSpan, DecodeError, iter_spans
+from collector.decode import DecodedSpan, DecodeError
+from collector.encode.exports import batch_from_export
 from collector.foreground import Foreground
-from collector.junjo import extract
 from collector.spool import Position, Spool, SpoolRecord
 from collector.store import (
     IngestBatch,
@@ -71,36 +78,29 @@ POISON_ATTEMPTS: Final = 3
 ISOLATED_MEMORY_LIMIT: Final = "1GB"
 
 
-def batch_from_export(
-    body: bytes, paced: Callable[[list[DecodedSpan]], Iterable[DecodedSpan]] = iter
-) -> IngestBatch:
-    """An export request's bytes as the rows they add. Raises DecodeError.
+class Preparer(Protocol):
+    """Prepares runs of export bodies in another process, one run at a time."""
 
-    `paced` wraps the spans on their way into extraction (the extractor gives
-    way to studio requests between spans). The spans' parsed views, several
-    times the size of their bytes, are let go on return: four exports' views
-    held at once until their run was written cost ~16 MB at peak.
-    """
-    decoded = _first_copies(span for span in iter_spans(body) if isinstance(span, DecodedSpan))
-    evidence = extract(paced(decoded))
-    return IngestBatch([span.record for span in decoded], evidence)
+    def submit(self, bodies: list[bytes]) -> bool:
+        """Start preparing; False if the caller must prepare these itself."""
+        ...
+
+    def collect(self) -> PreparedWrite | None:
+        """The last submitted run's rows, or None if the caller must prepare them."""
+        ...
+
+
+@dataclass(frozen=True)
+class _RunAhead:
+    """A run handed to the preparer before its turn: where it starts, and its records."""
+
+    start: Position
+    records: list[SpoolRecord]
+    end: Position
 
 
 class ExportQuarantined(StoreError):
     """The export was set aside in the spool's quarantine: it will never be stored."""
-
-
-def _first_copies(spans: Iterable[DecodedSpan]) -> list[DecodedSpan]:
-    """Each span once, as its first copy in the request: a span sent twice in one export
-    with different content must not have its evidence mixed from both."""
-    seen: set[tuple[str, str]] = set()
-    kept: list[DecodedSpan] = []
-    for span in spans:
-        key = (span.record.trace_id, span.record.span_id)
-        if key not in seen:
-            seen.add(key)
-            kept.append(span)
-    return kept
 
 
 class Extractor:
@@ -113,12 +113,14 @@ class Extractor:
         resume_at: Position,
         on_commit: Callable[[WriteResult, bool], None] | None = None,
         foreground: Foreground | None = None,
-        prepare_elsewhere: Callable[[list[bytes]], PreparedWrite | None] | None = None,
+        preparer: Preparer | None = None,
     ) -> None:
         self._store = store
-        # Another process's preparation of a run's rows (collector/extraction_worker.py),
+        # Another process preparing runs' rows (collector/extraction_worker.py),
         # or None; when it answers None, the run is prepared here.
-        self._prepare_elsewhere = prepare_elsewhere
+        self._preparer = preparer
+        # The run the preparer was given while the one before it committed.
+        self._ahead: _RunAhead | None = None
         self._spool = spool
         self._on_commit = on_commit
         self._foreground = foreground or Foreground()
@@ -202,12 +204,12 @@ class Extractor:
                 if self._must_stop():
                     return
                 position = self._position
-            records, after = self._spool.read(position, BATCH_BYTES)
+            records, after = self._run_from(position)
             try:
                 if refusals >= POISON_ATTEMPTS:
                     self._store_isolated(records, after)
                 else:
-                    self._store_records(records, after)
+                    self._store_records(records, after, read_ahead=True)
             except StoreError as exc:
                 # Only running out of memory may be the export's own fault; a full
                 # disk or a lock is the store's, and every record waits for it.
@@ -232,13 +234,30 @@ class Extractor:
         caught_up = self._spool.durable_end <= self._position
         return caught_up or time.monotonic() >= self._drain_deadline
 
-    def _store_records(self, records: list[SpoolRecord], after: Position) -> None:
-        """Store a run of records and the position after it; on a bug, one by one."""
+    def _run_from(self, position: Position) -> tuple[list[SpoolRecord], Position]:
+        ahead = self._ahead
+        if ahead is not None and ahead.start == position:
+            return ahead.records, ahead.end
+        return self._spool.read(position, BATCH_BYTES)
+
+    def _store_records(
+        self, records: list[SpoolRecord], after: Position, *, read_ahead: bool = False
+    ) -> None:
+        """Store a run of records and the position after it; on a bug, one by one.
+
+        With `read_ahead`, the next run goes to the preparer before this one
+        commits, so that the two overlap (the next round picks it up).
+        """
         try:
             # The decoded batches (~11 MB for a 4 MB run) are let go once their
             # rows are built, not held through the commit, where DuckDB's own
             # memory peaks.
             rows = self._prepared(records)
+            if read_ahead:
+                self._submit_ahead(after)
+            # The worker's preparing and this commit would keep both cores
+            # busy while a studio page is served (collector/foreground.py).
+            self._foreground.give_way()
             result = self._store.commit(rows, progress=after)
         except StoreError:
             raise
@@ -253,11 +272,41 @@ class Extractor:
         self._advance(result, after)
 
     def _prepared(self, records: list[SpoolRecord]) -> PreparedWrite:
-        if self._prepare_elsewhere is not None:
-            rows = self._prepare_elsewhere([record.body for record in records])
+        if self._preparer is not None:
+            rows = self._prepared_elsewhere(self._preparer, records)
             if rows is not None:
                 return rows
         return prepare_write([self._batch(record) for record in records])
+
+    def _prepared_elsewhere(
+        self, preparer: Preparer, records: list[SpoolRecord]
+    ) -> PreparedWrite | None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            rows = preparer.collect()
+            if ahead.records is records:
+                return rows
+            # A retry, or a run stored record by record, wants other records:
+            # the rows prepared ahead are dropped (their records stay spooled).
+        self._foreground.give_way()
+        if not preparer.submit([record.body for record in records]):
+            return None
+        return preparer.collect()
+
+    def _submit_ahead(self, start: Position) -> None:
+        """Give the preparer the run after `start`, if one is spooled."""
+        if self._preparer is None or self._spool.durable_end <= start:
+            return
+        try:
+            records, end = self._spool.read(start, BATCH_BYTES)
+        except OSError:
+            # Reading ahead is only a head start: the next round reads it again
+            # and meets the failure there, where it is handled.
+            logger.debug("could not read the next run ahead", exc_info=True)
+            return
+        self._foreground.give_way()
+        if records and self._preparer.submit([record.body for record in records]):
+            self._ahead = _RunAhead(start, records, end)
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
         """Store a run whose commits keep running out of memory a record at a time,

@@ -95,7 +95,7 @@ class Ingestor:
             resume_at,
             on_commit,
             self._foreground,
-            prepare_elsewhere=None if self._worker is None else self._worker.prepare,
+            preparer=self._worker,
         )
         self._max_backlog_bytes = max_backlog_bytes
         self._queue: queue.Queue[tuple[bytes, Future[tuple[Position, int]]] | None] = (

@@ -36,8 +36,10 @@ logger = logging.getLogger(__name__)
 # Executions replayed and saved per transaction: few enough that fresh verdicts
 # appear within a second or so and that their field-index rows (hundreds per
 # execution) stay a few tens of MB: at 256 stores a batch added ~90 MB to the
-# peak RSS, at 64 about 45.
-REPLAY_BATCH_STORES = 64
+# peak RSS, at 64 about 45. At 32 serve's peak while catching up with
+# bench_ingest's burst was 322-329 MB against 338-366 at 64, for saves that
+# cost ~1.4 ms an execution against ~1.05 (bench_replayer, +15% replay CPU in all).
+REPLAY_BATCH_STORES = 32
 # Stores whose evidence is read at once, then replayed and saved REPLAY_BATCH_STORES
 # at a time. Each read scans the executions, transitions and spans tables (their
 # ids are random: no index or zone map narrows the scan), and a scan costs about

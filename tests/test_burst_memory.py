@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 from history_records import scenario
+from otlp_craft import new_span_id, new_trace_id, plain_request
 
 from collector import burst_memory
 from collector.burst_memory import BurstMemory
+from collector.encode.exports import batch_from_export
 from collector.model import Evidence
 from collector.replayer import Replayer
-from collector.store import IngestBatch, Store, WriteResult
+from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
 
 CONFIGURED = "128MB"
 BURST = "64MB"
@@ -48,6 +50,38 @@ def test_a_burst_lowers_the_limit_once_and_settling_restores_the_configured_one(
         burst.leave()
         assert not burst.lowered and store.memory_limit() == CONFIGURED_SHOWN
         burst.leave()  # settling twice is harmless
+        assert store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def _export_with_a_big_attribute(mebibytes: int) -> IngestBatch:
+    request = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+    attribute = request.resource_spans[0].resource.attributes.add(key="big")
+    attribute.value.string_value = "x" * (mebibytes * 1024 * 1024)
+    return batch_from_export(request.SerializeToString())
+
+
+def test_a_write_that_runs_out_of_memory_in_a_burst_is_stored_at_the_configured_limit(
+    tmp_path: Path,
+) -> None:
+    # A 4 MiB attribute fits in 128 MB, not in 16 MB.
+    store = _store(tmp_path)
+    try:
+        store.limit_memory("16MB")  # a limit set as the configured one would be
+        with pytest.raises(StoreOutOfMemory):
+            store.write([_export_with_a_big_attribute(4)])
+        store.limit_memory()
+        burst = BurstMemory(store, "16MB")
+        burst.enter()
+        assert store.memory_limit() != CONFIGURED_SHOWN
+        store.write([_export_with_a_big_attribute(4)])
+        assert store.counts()["spans"] == 1
+        # The configured limit holds for the rest of the burst, and after it.
+        assert store.memory_limit() == CONFIGURED_SHOWN
+        burst.enter()
+        assert store.memory_limit() == CONFIGURED_SHOWN
+        burst.leave()
         assert store.memory_limit() == CONFIGURED_SHOWN
     finally:
         store.close()

@@ -8,7 +8,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.store.documents import packed_column, unpack
+from collector.encode.documents import packed_column, unpack
 
 
 def _packed(texts: list[str | None]) -> list[bytes | None]:

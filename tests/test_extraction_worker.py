@@ -7,19 +7,24 @@ outlive the server, however the server ends.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from support import MakeServer, export_raw, fixture_requests, scenarios
 
+from collector import extractor as extractor_module
+from collector.encode.exports import batch_from_export
 from collector.extraction_worker import ExtractionWorker
-from collector.extractor import batch_from_export
-from collector.store import PreparedWrite, prepare_write
+from collector.extractor import Extractor
+from collector.spool import START, Spool
+from collector.store import PreparedWrite, Store, prepare_write
 
 READY_TIMEOUT_SECONDS = 60.0
 # Stamped with the time each side prepared the rows; everything else must match.
@@ -70,6 +75,17 @@ def test_the_worker_prepares_the_rows_the_server_would(worker: ExtractionWorker)
     here = prepare_write([batch_from_export(body) for body in bodies])
     assert here.transitions.num_rows > 0 and here.executions.num_rows > 0
     _assert_same_write(_prepared_when_ready(worker, bodies), here)
+
+
+def test_the_worker_does_not_load_duckdb(worker: ExtractionWorker) -> None:
+    # DuckDB's library would cost the child ~8 MB of private memory it never uses:
+    # it builds rows (collector/encode/), it never touches the database.
+    _prepared_when_ready(worker, _plain_bodies()[:2])
+    assert worker.pid is not None
+    maps = Path(f"/proc/{worker.pid}/maps").read_text().splitlines()
+    libraries = {Path(line.split()[-1]).name for line in maps if "/" in line}
+    assert any(name.startswith("libarrow.so") for name in libraries)
+    assert not [name for name in libraries if name.startswith("_duckdb")]
 
 
 def test_a_body_that_does_not_decode_is_left_to_the_server(worker: ExtractionWorker) -> None:
@@ -160,3 +176,106 @@ def test_without_the_worker_serve_starts_no_child_and_stores_all(
         b"collector.extraction_worker" in Path(f"/proc/{child}/cmdline").read_bytes()
         for child in _children(server.process.pid)
     )
+
+
+class _Recorded:
+    """The real worker, with the order of the extractor's calls to it written down."""
+
+    def __init__(self, worker: ExtractionWorker, log: list[str]) -> None:
+        self._worker = worker
+        self._log = log
+
+    def submit(self, bodies: list[bytes]) -> bool:
+        submitted = self._worker.submit(bodies)
+        self._log.append("submit" if submitted else "refused")
+        return submitted
+
+    def collect(self) -> PreparedWrite | None:
+        rows = self._worker.collect()
+        self._log.append("collect" if rows is not None else "unprepared")
+        return rows
+
+
+def _extract_all(
+    worker: ExtractionWorker, tmp_path: Path, bodies: list[bytes], before: Callable[[], None]
+) -> tuple[dict[str, int], list[str], list[Path]]:
+    """Store `bodies`, spooled, through an extractor using `worker`; `before` runs first."""
+    store = Store(tmp_path / "w.duckdb")
+    spool = Spool(tmp_path / "w.duckdb.spool", START)
+    spool.append(bodies, time.time_ns())
+    log: list[str] = []
+    before()
+    extractor = Extractor(
+        store,
+        spool,
+        START,
+        on_commit=lambda result, more: log.append("commit"),
+        preparer=_Recorded(worker, log),
+    )
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while extractor.position < spool.durable_end:
+        assert time.monotonic() < deadline, "the extractor did not catch up"
+        time.sleep(0.02)
+    extractor.close(5.0)
+    counts = store.counts()
+    store.close()
+    spool.close()
+    return counts, log, sorted((tmp_path / "w.duckdb.spool" / "quarantine").glob("*.pb"))
+
+
+def _counts_in_process(tmp_path: Path, bodies: list[bytes]) -> dict[str, int]:
+    store = Store(tmp_path / "here.duckdb")
+    store.write([batch_from_export(body) for body in bodies])
+    counts = store.counts()
+    store.close()
+    return counts
+
+
+BAD = b"\xff\xff\xff not protobuf"
+
+
+def test_the_next_run_is_prepared_while_one_commits_and_a_bad_record_drops_it(
+    worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One record a run, so that runs queue up behind each other.
+    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
+    good = _plain_bodies()[:8]
+    _prepared_when_ready(worker, good[:1])
+    # A record that does not decode (a damaged disk, or a bug) in the middle: its run
+    # is stored record by record, and the run prepared ahead of it is dropped.
+    counts, log, quarantined = _extract_all(
+        worker, tmp_path, [*good[:4], BAD, *good[4:]], lambda: None
+    )
+    assert counts == _counts_in_process(tmp_path, good)
+    assert [path.read_bytes() for path in quarantined] == [BAD]
+    # A run was handed to the worker between the rows of the one before and its commit.
+    assert ("submit", "commit") in itertools.pairwise(log), log
+    assert "unprepared" in log  # the bad record's run
+
+
+def test_a_failing_commit_with_a_run_prepared_ahead_stores_every_run_once(
+    worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
+    good = _plain_bodies()[:6]
+    _prepared_when_ready(worker, good[:1])
+    # A directory where DuckDB's write-ahead log must go: the first commits fail for
+    # real, each with the next run already handed to the worker, and the retries work
+    # once the directory is gone.
+    wal = tmp_path / "w.duckdb.wal"
+    failures = threading.Timer(1.0, wal.rmdir)
+
+    def fail_commits_for_a_second() -> None:
+        wal.mkdir()
+        failures.start()
+
+    try:
+        counts, log, quarantined = _extract_all(
+            worker, tmp_path, good, fail_commits_for_a_second
+        )
+    finally:
+        failures.cancel()
+    assert counts == _counts_in_process(tmp_path, good)
+    assert quarantined == []
+    assert log.count("commit") == len(good)
+    assert log.count("submit") > len(good), "no commit failed with a run prepared ahead"

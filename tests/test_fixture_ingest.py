@@ -24,7 +24,7 @@ from support import (
     send_scenario,
 )
 
-from collector.store.documents import unpack
+from collector.encode.documents import unpack
 
 OWNER_TYPES = {"workflow", "subflow", "agent"}
 
@@ -136,7 +136,7 @@ def test_fixture_every_owner_span_is_an_execution(
             attrs.get("junjo.store.transition.end"),
             attrs.get("junjo.store.transition.count"),
         )
-        # Stored packed (collector/store/documents.py); read back, the text is as sent.
+        # Stored packed (collector/encode/documents.py); read back, the text is as sent.
         assert unpack(row[8]) == attrs.get(f"{prefix}.state.start")
         assert unpack(row[9]) == attrs.get(f"{prefix}.state.end")
         assert row[10] == 3

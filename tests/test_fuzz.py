@@ -28,8 +28,8 @@ from otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, reques
 from support import FIXTURE_API_KEY, Server, export_raw
 
 from collector.decode import DecodeError, parse_request
+from collector.encode.exports import batch_from_export
 from collector.evidence import load_history
-from collector.extractor import batch_from_export
 from collector.history import StateUnavailableError
 from collector.indexing import field_index
 from collector.store import Store

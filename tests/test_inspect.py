@@ -9,8 +9,8 @@ import pytest
 from history_records import scenario
 from support import fixture_requests, scenarios
 
+from collector.encode.exports import batch_from_export
 from collector.evidence import EvidenceVersion, load_history
-from collector.extractor import batch_from_export
 from collector.history import History
 from collector.model import Evidence, Execution, Transition
 from collector.replayer import replay_stores

@@ -29,10 +29,10 @@ import pytest
 from support import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
+from collector.encode import documents
 from collector.jsondoc import pointer_text
 from collector.query_ast import Path as FieldPath
 from collector.query_ast import format_path
-from collector.store import documents
 
 pytestmark = pytest.mark.junjo
 APP = Path(__file__).with_name("junjo_app.py")
@@ -88,7 +88,7 @@ def _execution(db: Path, run_id: str) -> dict[str, Any]:
         row = cursor.fetchone()
         assert row is not None, f"execution {run_id} was not stored"
         execution = dict(zip([d[0] for d in cursor.description], row, strict=True))
-    # States and graph are stored compressed (collector/store/documents.py).
+    # States and graph are stored compressed (collector/encode/documents.py).
     return execution | {name: documents.unpack(execution[name]) for name in documents.COLUMNS}
 
 

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 from support import fixture_requests
 
-from collector.extractor import batch_from_export
+from collector.encode.exports import batch_from_export
 from collector.fieldindex import ABSENT, index_rows
 from collector.query import parse_query
 from collector.store import Store, migrations

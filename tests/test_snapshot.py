@@ -16,8 +16,8 @@ from otlp_craft import plain_request
 from support import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
+from collector.encode.exports import batch_from_export
 from collector.evidence import load_history, replay_with, version_of
-from collector.extractor import batch_from_export
 from collector.history import History, StateUnavailableError
 from collector.jsondoc import json_equal
 from collector.model import Evidence, Execution, Transition

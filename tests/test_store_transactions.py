@@ -58,6 +58,28 @@ def test_transaction_maps_duckdb_errors_to_store_errors_with_the_cause(
     assert _count(connection) == 0
 
 
+def test_a_commit_that_could_not_pin_a_block_ran_out_of_memory(
+    connection: duckdb.DuckDBPyConnection,
+) -> None:
+    # DuckDB's own words when COMMIT could not allocate (seen at a 64 MB limit).
+    refused = duckdb.TransactionException(
+        "Failed to commit: failed to pin block of size 256.0 KiB (60.9 MiB/61.0 MiB used)"
+    )
+    with (
+        pytest.raises(StoreOutOfMemory, match="pin block"),
+        transaction(connection, "could not insert", out_of_memory=StoreOutOfMemory),
+    ):
+        connection.execute("INSERT INTO t VALUES (1)")
+        raise refused
+    assert _count(connection) == 0
+    with (
+        pytest.raises(StoreError) as other,
+        transaction(connection, "could not insert", out_of_memory=StoreOutOfMemory),
+    ):
+        raise duckdb.TransactionException("Failed to commit: conflict on tuple")
+    assert type(other.value) is StoreError
+
+
 def test_read_snapshot_commits_nothing_and_survives_a_failed_read(
     connection: duckdb.DuckDBPyConnection,
 ) -> None:

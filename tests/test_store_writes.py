@@ -26,7 +26,7 @@ from otlp_craft import (
 from support import fixture_requests
 
 from collector import junjo
-from collector.extractor import batch_from_export
+from collector.encode.exports import batch_from_export
 from collector.replayer import replay_stores
 from collector.store import Store, StoreError
 

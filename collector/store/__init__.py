@@ -13,15 +13,16 @@ run_keys.py), the field index and its filter compiler (filters.py), its
 idle-time rewrite (field_layout.py) and the filter box's suggestions
 (field_catalog.py), retention (retention.py), ingestion keys (keys.py), a
 trace's spans (spans.py) and the spool position (spool_position.py).
-rows.py, documents.py and span_bytes.py build rows without SQL; rewrite.py
-runs field_layout.py's rewrite a step at a time under the store's locks, also
-without SQL. Values are always bound parameters; identifiers come only from
-allow-lists.
+rewrite.py runs field_layout.py's rewrite a step at a time under the store's
+locks, without SQL. The rows a write stores are built outside this package,
+without the database (collector/encode/): the extraction worker builds them
+without importing DuckDB. Values are always bound parameters; identifiers
+come only from allow-lists.
 
 Writes: `write` stores a group of decoded batches in one transaction, with the
 intake spool position they were read up to (collector/extractor.py), and
 returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
-the database: collector/store/rows.py) then `commit` (writes.py).
+the database: collector/encode/rows.py) then `commit` (writes.py).
 
 Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
 not safe to share between threads).
@@ -43,6 +44,11 @@ from typing import TypeVar
 import duckdb
 
 from collector import junjo
+from collector.encode import span_bytes
+from collector.encode.rows import IngestBatch as IngestBatch
+from collector.encode.rows import PreparedWrite as PreparedWrite
+from collector.encode.rows import WriteResult as WriteResult
+from collector.encode.rows import prepare_write as prepare_write
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
 from collector.query_ast import Path as FieldPath
@@ -59,7 +65,6 @@ from collector.store import (
     replays,
     retention,
     rewrite,
-    span_bytes,
     spool_position,
     writes,
 )
@@ -70,10 +75,6 @@ from collector.store.errors import StoreOutOfMemory as StoreOutOfMemory
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
-from collector.store.rows import IngestBatch as IngestBatch
-from collector.store.rows import PreparedWrite as PreparedWrite
-from collector.store.rows import WriteResult as WriteResult
-from collector.store.rows import prepare_write as prepare_write
 from collector.store.transactions import read_snapshot, transaction
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class Store:
         self.path = Path(path)
         self._read_only = read_only
         self._memory_limit = memory_limit
+        # Set by lower_memory, cleared when the configured limit is restored.
+        self._memory_lowered = False
         self._threads = threads
         self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
@@ -219,7 +222,20 @@ class Store:
         except StoreError as exc:
             logger.debug("memory limit %s refused: %s", target, exc)
             return False
+        if limit is None:
+            self._memory_lowered = False
         return True
+
+    def lower_memory(self, limit: str) -> bool:
+        """`limit_memory` below the configured limit for a while (a burst:
+        collector/burst_memory.py), until `limit_memory()` restores it.
+
+        The lower limit only saves memory; it must never be why an export is
+        refused, so `commit` gives it up when a write runs out of memory.
+        """
+        lowered = self.limit_memory(limit)
+        self._memory_lowered = self._memory_lowered or lowered
+        return lowered
 
     @contextmanager
     def memory_raised(self, limit: str) -> Iterator[None]:
@@ -333,8 +349,21 @@ class Store:
         """`write`'s second half: the rows of `prepare_write`, in one transaction.
 
         The extractor lets the decoded batches go before calling this, so
-        they are not held while DuckDB's memory peaks in the commit.
+        they are not held while DuckDB's memory peaks in the commit. A write
+        that runs out of memory while the limit is lowered (`lower_memory`)
+        is tried again at the configured limit, which stays for the rest of
+        the burst.
         """
+        try:
+            return self._commit(write, progress)
+        except StoreOutOfMemory as exc:
+            if not self._memory_lowered or not self.limit_memory():
+                raise
+            logger.warning("a write ran out of memory at the lowered limit (%s); trying it "
+                           "again at the configured %s", exc, self._memory_limit)
+        return self._commit(write, progress)
+
+    def _commit(self, write: PreparedWrite, progress: tuple[int, int] | None) -> WriteResult:
         failure = "could not store the export"
         with self._storing(), self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows

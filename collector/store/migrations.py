@@ -12,7 +12,7 @@ from collections.abc import Callable
 import duckdb
 import pyarrow as pa
 
-from collector.store.documents import packed_column
+from collector.encode.documents import packed_column
 from collector.store.transactions import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
@@ -308,7 +308,7 @@ def m008_spool_position(connection: duckdb.DuckDBPyConnection) -> None:
 @migration
 def m009_pack_documents(connection: duckdb.DuckDBPyConnection) -> None:
     # Executions' start and end states and graph snapshot become compressed
-    # BLOBs (collector/store/documents.py says why). DuckDB has no zlib, so the
+    # BLOBs (collector/encode/documents.py says why). DuckDB has no zlib, so the
     # text is packed here, a slice of run keys at a time to bound memory, into
     # new columns; m010 swaps them in. (DuckDB refuses to commit a transaction
     # that updates a table and then drops one of its columns.)
@@ -362,7 +362,7 @@ def m010_swap_packed_documents(connection: duckdb.DuckDBPyConnection) -> None:
 @migration
 def m011_span_chunks(connection: duckdb.DuckDBPyConnection) -> None:
     # Spans' bytes move into compressed chunks, one per export
-    # (collector/store/span_bytes.py says why). Rows stored before keep their
+    # (collector/encode/span_bytes.py says why). Rows stored before keep their
     # bytes in `raw` (NOT NULL stays: new rows store an empty one), so nothing
     # is rewritten here. No key index on chunk_id: ids are handed out by the
     # one writer, grow with arrival (zone maps find a chunk), and an index

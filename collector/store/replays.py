@@ -17,11 +17,11 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from collector.encode.documents import execution_from_row
 from collector.fieldindex import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
 from collector.snapshot import Snapshot
 from collector.store import field_layout
-from collector.store.documents import execution_from_row
 from collector.store.filters import delete_field_rows, insert_field_rows
 from collector.store.run_keys import insert_with_run_keys, stored_runs
 from collector.store.transactions import read_snapshot

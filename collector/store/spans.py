@@ -3,7 +3,7 @@
 Only the queryable columns and the span's own protobuf bytes are returned; the
 attributes and events inside `raw` are decoded by the caller, and only for what
 it shows (collector/decode.py explains why spans are kept whole). The bytes
-come out of their compressed chunk (collector/store/span_bytes.py), or, for a
+come out of their compressed chunk (collector/encode/span_bytes.py), or, for a
 span stored before chunks existed, out of its own `raw` column. The resource
 and scope a span was sent under are read for one span at a time
 (`resource_of_span`): only the span page shows them, and the waterfall of a
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import duckdb
 
-from collector.store import span_bytes
+from collector.encode import span_bytes
 
 
 @dataclass(frozen=True, slots=True)

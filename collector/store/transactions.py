@@ -72,6 +72,15 @@ def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
         return
 
 
+# How DuckDB's buffer manager says it could not allocate. At COMMIT it comes
+# wrapped in a TransactionException ("Failed to commit: failed to pin block of
+# size 256.0 KiB (60.9 MiB/61.0 MiB used)"), seen while a burst ran at a lowered
+# limit; it is still running out of memory.
+_OUT_OF_MEMORY_TEXT = "failed to pin block"
+
+
 def _failed(failure: str, exc: duckdb.Error, out_of_memory: type[StoreError]) -> StoreError:
-    kind = out_of_memory if isinstance(exc, duckdb.OutOfMemoryException) else StoreError
-    return kind(f"{failure}: {exc}")
+    ran_out = isinstance(exc, duckdb.OutOfMemoryException) or (
+        isinstance(exc, duckdb.TransactionException) and _OUT_OF_MEMORY_TEXT in str(exc)
+    )
+    return (out_of_memory if ran_out else StoreError)(f"{failure}: {exc}")

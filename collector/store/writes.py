@@ -22,8 +22,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from collector.encode.rows import PreparedWrite
 from collector.store import spool_position
-from collector.store.rows import PreparedWrite
 
 
 class KeyStored(Exception):

@@ -18,7 +18,7 @@ interval to get it back from a receiver: beside one busy thread, storing went
 from 12.6k to 2.1k spans/s, against 4.3k with no compression at all. zlib's
 level 1 also cost ~55 us a document, zstd's ~4, for the same ratio (about
 five times on these states). This is the zstandard package, not pyarrow's
-codec that collector/store/span_bytes.py uses: that one compresses one buffer
+codec that collector/encode/span_bytes.py uses: that one compresses one buffer
 an export, and has no call for many.
 
 Documents stored before this are zlib streams; `unpack` tells the two apart

@@ -5,7 +5,7 @@ decoded, extracted batches (dedupe, then one Arrow column per table column),
 and `Store.commit` the database half. Between the two the decoded batches can
 be let go: only the Arrow tables are held while DuckDB commits
 (collector/extractor.py). Each batch's span bytes become one compressed chunk
-(collector/store/span_bytes.py), numbered from 0 within the write; the store
+(collector/encode/span_bytes.py), numbered from 0 within the write; the store
 numbers them for good when it commits (`PreparedWrite.numbered_from`).
 """
 
@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.decode import ResourceRecord, SpanRecord
+from collector.encode import documents, span_bytes
 from collector.model import Evidence, Execution, SpanRole, Transition
-from collector.store import documents, span_bytes
 
 _T = TypeVar("_T")
 _EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))

@@ -1,0 +1,37 @@
+"""One export request's bytes as the rows it adds: decode, dedupe, extract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from collector.decode import DecodedSpan, iter_spans
+from collector.encode.rows import IngestBatch
+from collector.junjo import extract
+
+
+def batch_from_export(
+    body: bytes, paced: Callable[[list[DecodedSpan]], Iterable[DecodedSpan]] = iter
+) -> IngestBatch:
+    """An export request's bytes as the rows they add. Raises DecodeError.
+
+    `paced` wraps the spans on their way into extraction (the extractor gives
+    way to studio requests between spans). The spans' parsed views, several
+    times the size of their bytes, are let go on return: four exports' views
+    held at once until their run was written cost ~16 MB at peak.
+    """
+    decoded = _first_copies(span for span in iter_spans(body) if isinstance(span, DecodedSpan))
+    evidence = extract(paced(decoded))
+    return IngestBatch([span.record for span in decoded], evidence)
+
+
+def _first_copies(spans: Iterable[DecodedSpan]) -> list[DecodedSpan]:
+    """Each span once, as its first copy in the request: a span sent twice in one export
+    with different content must not have its evidence mixed from both."""
+    seen: set[tuple[str, str]] = set()
+    kept: list[DecodedSpan] = []
+    for span in spans:
+        key = (span.record.trace_id, span.record.span_id)
+        if key not in seen:
+            seen.add(key)
+            kept.append(span)
+    return kept
