@@ -53,6 +53,7 @@ _M_ARENA_MAX: Final = -8
 # jemalloc's mallctl index meaning "every arena" (MALLCTL_ARENAS_ALL).
 _ALL_ARENAS: Final = 4096
 SERVER_ARENAS: Final = 2
+WORKER_ARENAS: Final = 1
 TRIM_INTERVAL_SECONDS: Final = 1.0
 
 
@@ -61,22 +62,24 @@ def tune_for_server() -> None:
 
     Each part is a no-op where the C library does not support it.
     """
-    libc = _glibc()
-    if libc is not None:
-        _limit_arenas(libc, SERVER_ARENAS)
+    _tune(SERVER_ARENAS)
     _start_releasing(TRIM_INTERVAL_SECONDS)
-    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def tune_for_worker() -> None:
     """One glibc arena (one thread allocates) and the system allocator for Arrow.
 
     For the extraction worker (collector/extraction_worker.py), which builds
-    the Arrow tables of every commit and hands them back to the server.
+    the Arrow tables of every commit and hands them back to the server; it
+    frees memory itself after each run, so it needs no releasing thread.
     """
+    _tune(WORKER_ARENAS)
+
+
+def _tune(arenas: int) -> None:
     libc = _glibc()
     if libc is not None:
-        _limit_arenas(libc, 1)
+        _limit_arenas(libc, arenas)
     pa.set_memory_pool(pa.system_memory_pool())
 
 

@@ -93,7 +93,7 @@ class ExtractionWorker:
         One run at a time: `collect` its rows before submitting the next. The
         child reads the whole request before it starts, so this returns once
         the bodies are in its hands, and the caller goes on (the extractor
-        commits the run before meanwhile).
+        commits the previous run meanwhile).
         """
         assert not self._submitted, "collect the run submitted before"
         child = self._child

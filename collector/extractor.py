@@ -288,8 +288,7 @@ class Extractor:
                 return rows
             # A retry, or a run stored record by record, wants other records:
             # the rows prepared ahead are dropped (their records stay spooled).
-        self._foreground.give_way()
-        if not preparer.submit([record.body for record in records]):
+        if not self._submit(preparer, records):
             return None
         return preparer.collect()
 
@@ -304,9 +303,13 @@ class Extractor:
             # and meets the failure there, where it is handled.
             logger.debug("could not read the next run ahead", exc_info=True)
             return
-        self._foreground.give_way()
-        if records and self._preparer.submit([record.body for record in records]):
+        if records and self._submit(self._preparer, records):
             self._ahead = _RunAhead(start, records, end)
+
+    def _submit(self, preparer: Preparer, records: list[SpoolRecord]) -> bool:
+        # The worker's preparing takes a core from a studio page being served.
+        self._foreground.give_way()
+        return preparer.submit([record.body for record in records])
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
         """Store a run whose commits keep running out of memory a record at a time,
