@@ -79,6 +79,8 @@ from bench.servers import (
     LOOPBACK,
     MALLOC_ENV,
     ChildMemory,
+    CpuSeconds,
+    cpu_seconds,
     free_port,
     server_env,
     wait_for_port,
@@ -664,11 +666,16 @@ def drive(
 
 @dataclass(frozen=True, slots=True)
 class CatchUp:
-    """After the load: when everything acknowledged was stored, and then replayed."""
+    """After the load: when everything acknowledged was stored, and then replayed.
+
+    With the CPU the server and its children had used by each of those moments.
+    """
 
     stored_seconds: float
     replayed_seconds: float
     peak_backlog_mib: float
+    cpu_stored: CpuSeconds | None = None
+    cpu_replayed: CpuSeconds | None = None
 
 
 def catch_up(server: Server, timeout: float) -> CatchUp:
@@ -678,6 +685,7 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
     stored: float | None = None
     replayed = float("nan")
     peak_backlog = 0
+    cpu_stored = cpu_replayed = None
     while time.perf_counter() - started < timeout:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{server.http_port}/healthz",
                                     timeout=60) as reply:
@@ -686,11 +694,14 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
         elapsed = time.perf_counter() - started
         if health["backlog_bytes"] == 0 and stored is None:
             stored = elapsed
+            cpu_stored = cpu_seconds(server.process.pid)
         if not health["replaying"]:
             replayed = elapsed
+            cpu_replayed = cpu_seconds(server.process.pid)
             break
         time.sleep(0.2)
-    return CatchUp(float("nan") if stored is None else stored, replayed, peak_backlog / MIB)
+    return CatchUp(float("nan") if stored is None else stored, replayed, peak_backlog / MIB,
+                   cpu_stored, cpu_replayed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -706,6 +717,9 @@ class Measurement:
     # and the children's own VmHWM (files included).
     children_private_mb: float = 0.0
     children_hwm_mb: float = 0.0
+    # CPU the server and its children had used when the load began, and ended.
+    cpu_at_start: CpuSeconds | None = None
+    cpu_at_end: CpuSeconds | None = None
 
     @property
     def stored_spans_per_second(self) -> float:
@@ -748,6 +762,41 @@ def print_report(measurements: Sequence[Measurement]) -> None:
         )
         if m.load.first_error:
             print(f"    first failure ({m.name}): {m.load.first_error}")
+
+
+def print_cpu(m: Measurement, spans: int, baseline: Measurement) -> None:
+    """Where statetrail's CPU went, per acknowledged span: what bounds the sustained rate.
+
+    Two cores are shared by the exporters, the server and its extraction worker,
+    so the sum of the first two figures, against the baseline's cost, is what
+    decides how close sustained ingest can come to the target.
+    """
+    caught_up = m.caught_up
+    if caught_up is None or m.cpu_at_start is None or caught_up.cpu_stored is None or not spans:
+        return
+    storing = caught_up.cpu_stored - m.cpu_at_start
+    micro = 1e6 / spans
+    print(
+        f"CPU a span, from the load's start until all was stored: server "
+        f"{storing.server * micro:.0f} us, extraction worker {storing.children * micro:.0f} us"
+        + _baseline_cpu(baseline)
+    )
+    if caught_up.cpu_replayed is not None:
+        replaying = caught_up.cpu_replayed - caught_up.cpu_stored
+        executions = spans / SPANS_PER_EXECUTION
+        print(
+            f"CPU replaying what was left after that: server {replaying.server * micro:.0f} us "
+            f"a span ({replaying.server * 1e3 / executions:.2f} ms an execution of "
+            f"{SPANS_PER_EXECUTION} spans)"
+        )
+
+
+def _baseline_cpu(baseline: Measurement) -> str:
+    if baseline.cpu_at_start is None or baseline.cpu_at_end is None:
+        return ""
+    spans = baseline.load.acked_spans + baseline.load.warmup_acked_spans
+    used = (baseline.cpu_at_end - baseline.cpu_at_start).server
+    return f" (the baseline's receiver: {used * 1e6 / spans:.0f} us)" if spans else ""
 
 
 def _verdict(ok: bool) -> str:
@@ -873,6 +922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"sustained: acknowledged spans / (load + time to store them) = "
             f"{statetrail.stored_spans_per_second:,.0f} spans/s ({stored_ratio:.0%} of baseline)"
         )
+        print_cpu(statetrail, acked, baseline)
     print(
         f"durability: {acked} spans acknowledged, {stored} in the DB after SIGTERM: "
         f"{_verdict(acked == stored)}"
@@ -887,6 +937,7 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
     try:
         print(f"measuring {server.name} (pid {server.process.pid}, port {server.grpc_port}) ...",
               flush=True)
+        cpu_at_start = cpu_seconds(server.process.pid)
         load = drive(
             server.grpc_port,
             template,
@@ -895,6 +946,7 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
             max_requests=args.requests,
             warmup_requests=args.warmup_requests,
         )
+        cpu_at_end = cpu_seconds(server.process.pid)
         rss_during_load = peak_rss_mb(server.process.pid)
         caught_up = (
             catch_up(server, args.catch_up_timeout) if server.http_port is not None else None
@@ -927,6 +979,8 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
         caught_up,
         children.peak_private_mb,
         children.peak_hwm_mb,
+        cpu_at_start,
+        cpu_at_end,
     )
 
 

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from typing import Final
 
 LOOPBACK: Final = "127.0.0.1"
@@ -157,3 +158,35 @@ def _status_kib(pid: int) -> dict[str, int]:
         if value.strip().endswith("kB"):
             fields[name] = int(value.split()[0])
     return fields
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSeconds:
+    """CPU time (user + system) a server and its child processes had used by some moment."""
+
+    server: float
+    children: float
+
+    def __sub__(self, earlier: CpuSeconds) -> CpuSeconds:
+        return CpuSeconds(self.server - earlier.server, self.children - earlier.children)
+
+
+def cpu_seconds(pid: int) -> CpuSeconds:
+    """What `pid` and its children have used so far: live children as they stand, and
+    those already reaped through the server's own cutime/cstime."""
+    server = _stat_ticks(pid)
+    children = sum(sum(_stat_ticks(child)[:2]) for child in _children(pid))
+    tick = os.sysconf("SC_CLK_TCK")
+    return CpuSeconds(sum(server[:2]) / tick, (children + sum(server[2:])) / tick)
+
+
+def _stat_ticks(pid: int) -> tuple[int, int, int, int]:
+    """utime, stime, cutime, cstime from /proc/<pid>/stat (zeros once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The command name may hold spaces and parentheses: split after its last ")".
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return (0, 0, 0, 0)
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return utime, stime, cutime, cstime

@@ -72,6 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collector.allocators import tune_for_server
+    from collector.gc_settings import tune_for_throughput
 
     # The collector's one import of the studio: serving is where the two sides meet.
     from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
@@ -87,8 +88,10 @@ def _serve(args: argparse.Namespace) -> int:
     # query waits up to one switch interval per CPU-bound thread; the 5 ms default
     # made executions-page latency under full ingest mostly waiting.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
+    app = create_app(config)
+    tune_for_throughput()
     uvicorn.run(
-        create_app(config),
+        app,
         host=config.host,
         port=config.http_port,
         log_level=args.log_level,
