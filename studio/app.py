@@ -45,6 +45,7 @@ from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
+from studio.links import run_id_from_segment, run_id_segment
 from studio.security import SecurityHeaders
 from studio.services import Services, services_of
 from studio.templating import compile_templates
@@ -194,27 +195,30 @@ async def _export_traces(request: Request) -> Response:
 
 
 class RunIdConvertor(Convertor[str]):
-    """A run id in a route: any text, "/" and line breaks included.
+    """A run id in a route, tilde encoded (studio/links.py) or as it is.
 
-    Run ids are telemetry. studio/links.py quotes them whole, but the server
-    decodes %2F and %0A before routing, and Starlette's `str` stops at "/" and
-    its `path` at a line break.
+    The studio's own addresses tilde-encode every run id, so they hold no "/"
+    or dot segment. One typed with the id percent-encoded arrives decoded
+    (the server decodes %2F and %0A before routing), so any text matches,
+    "/" and line breaks included: Starlette's `str` stops at "/" and its
+    `path` at a line break.
     """
 
     regex = "(?s:.+)"
 
     def convert(self, value: str) -> str:
-        return value
+        return run_id_from_segment(value)
 
     def to_string(self, value: str) -> str:
-        return value
+        return run_id_segment(value)
 
 
 register_url_convertor("run_id", RunIdConvertor())
 
 # Every route of the app, shared by every app built (routes hold no state). The
-# more specific run routes come first: an id ending in "/provenance" is read as
-# that view of the run before it.
+# more specific run routes come first: an id typed as it is that ends in
+# "/provenance" is read as that view of the run before it (the studio's own links
+# tilde-encode the "/", so every run has an address).
 ROUTES: Final = [
     Route("/", views.executions_page, name="executions"),
     Route("/executions/{run_id:run_id}/provenance", execution_page.provenance_partial,

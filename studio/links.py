@@ -1,7 +1,12 @@
 """Addresses in the studio, built in one place.
 
 Telemetry names runs, traces and stores, so every id is quoted whole: a run id
-may hold "?", "#" or "%". Every address starts with the prefix the studio is
+may hold "?", "#" or "%". A run id is also a path segment, written in tilde
+encoding (`run_id_segment`, as Datasette writes table names): percent-encoding
+is not enough there, because the server decodes %2F before routing (so a run
+named "x/provenance" read as run "x"'s provenance panel) and browsers drop a
+"." or ".." segment, %2E%2E included. Junjo's run ids are nanoids
+([A-Za-z0-9_-]), which read the same either way. Every address starts with the prefix the studio is
 served under (`--root-path`, which uvicorn hands each request as the ASGI
 `root_path`): behind a reverse proxy that serves it at /statetrail, a link to
 "/executions/x" would leave the proxy's path. Templates get a `Links` as
@@ -11,14 +16,50 @@ the request themselves.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 from urllib.parse import quote, urlencode
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 ExecutionApi = Literal["", "timeline", "state", "provenance"]
+
+# What a run id's segment keeps as it is: everything else is "~" and two hex digits
+# a byte of its UTF-8 (so "~" itself is "~7E").
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_-]*")
+_UNPLAIN: Final = re.compile(r"[^A-Za-z0-9_-]")
+_ENCODED: Final = re.compile(r"(?:~[0-9A-F]{2})+")
+
+
+def run_id_segment(run_id: str) -> str:
+    """A run id as one path segment that no server or browser rewrites: tilde encoded."""
+    if _PLAIN.fullmatch(run_id):
+        return run_id
+    return _UNPLAIN.sub(_tilde_bytes, run_id)
+
+
+def run_id_from_segment(segment: str) -> str:
+    """The run id a path segment names: `run_id_segment` undone.
+
+    Text that is not tilde encoding stays as it is, so an address typed with
+    the id percent-encoded (or as it is) still finds a run whose id holds no "~".
+    """
+    return _ENCODED.sub(_tilde_text, segment) if "~" in segment else segment
+
+
+def _tilde_bytes(match: re.Match[str]) -> str:
+    # surrogatepass: a lone surrogate (JSON allows one) round-trips too.
+    return "".join(f"~{byte:02X}" for byte in match.group().encode("utf-8", "surrogatepass"))
+
+
+def _tilde_text(match: re.Match[str]) -> str:
+    encoded = match.group()
+    try:
+        return bytes.fromhex(encoded.replace("~", "")).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # not something run_id_segment writes: keep it as text
+        return encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +79,7 @@ class Links:
 
     def execution(self, run_id: str) -> str:
         """The page of one execution."""
-        return f"{self.root}/executions/{quote(run_id, safe='')}"
+        return f"{self.root}/executions/{run_id_segment(run_id)}"
 
     def provenance(
         self, run_id: str, pointer: str, *, step: int | None = None, state: str | None = None
@@ -61,7 +102,7 @@ class Links:
 
     def execution_api(self, run_id: str, view: ExecutionApi = "") -> str:
         """One execution's JSON: its detail, or its timeline, state or provenance."""
-        base = f"{self.root}/api/executions/{quote(run_id, safe='')}"
+        base = f"{self.root}/api/executions/{run_id_segment(run_id)}"
         return f"{base}/{view}" if view else base
 
     def executions(self, **filters: str) -> str:
