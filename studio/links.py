@@ -6,7 +6,8 @@ encoding (`run_id_segment`, as Datasette writes table names): percent-encoding
 is not enough there, because the server decodes %2F before routing (so a run
 named "x/provenance" read as run "x"'s provenance panel) and browsers drop a
 "." or ".." segment, %2E%2E included. Junjo's run ids are nanoids
-([A-Za-z0-9_-]), which read the same either way. Every address starts with the prefix the studio is
+([A-Za-z0-9_-]), which read the same either way, as does the ":" of an agent's
+application-store run. Every address starts with the prefix the studio is
 served under (`--root-path`, which uvicorn hands each request as the ASGI
 `root_path`): behind a reverse proxy that serves it at /statetrail, a link to
 "/executions/x" would leave the proxy's path. Templates get a `Links` as
@@ -26,10 +27,11 @@ from starlette.types import Scope
 
 ExecutionApi = Literal["", "timeline", "state", "provenance"]
 
-# What a run id's segment keeps as it is: everything else is "~" and two hex digits
-# a byte of its UTF-8 (so "~" itself is "~7E").
-_PLAIN: Final = re.compile(r"[A-Za-z0-9_-]*")
-_UNPLAIN: Final = re.compile(r"[^A-Za-z0-9_-]")
+# What a run id's segment keeps as it is (":" too, for an agent's application-store
+# run, "<agent run id>:application"): everything else is "~" and two hex digits a
+# byte of its UTF-8 (so "~" itself is "~7E").
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_:-]*")
+_UNPLAIN: Final = re.compile(r"[^A-Za-z0-9_:-]")
 _ENCODED: Final = re.compile(r"(?:~[0-9A-F]{2})+")
 
 

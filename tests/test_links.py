@@ -17,7 +17,7 @@ NANOID = st.text(st.sampled_from("ABCXYZabcxyz0189_-"), min_size=1)
 @given(run_id=ANY_TEXT)
 def test_every_run_id_is_one_plain_segment_that_reads_back_as_itself(run_id: str) -> None:
     segment = run_id_segment(run_id)
-    assert re.fullmatch(r"[A-Za-z0-9_~-]+", segment)
+    assert re.fullmatch(r"[A-Za-z0-9_:~-]+", segment)
     assert run_id_from_segment(segment) == run_id
 
 
@@ -34,3 +34,8 @@ def test_text_that_is_not_tilde_encoding_is_read_as_it_is() -> None:
     # Well-formed escapes of bytes that are not UTF-8 stay text too.
     assert run_id_from_segment("x~FF~FE") == "x~FF~FE"
     assert run_id_from_segment("agent~3Aapplication") == "agent:application"
+
+
+def test_an_agents_application_store_run_reads_as_it_is() -> None:
+    run_id = "V1StGXR8_Z5jdHi6B-myT:application"
+    assert run_id_segment(run_id) == run_id

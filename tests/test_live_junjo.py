@@ -33,6 +33,7 @@ from collector.encode import documents
 from collector.jsondoc import pointer_text
 from collector.query_ast import Path as FieldPath
 from collector.query_ast import format_path
+from studio.links import run_id_segment
 
 pytestmark = pytest.mark.junjo
 APP = Path(__file__).with_name("junjo_app.py")
@@ -680,7 +681,7 @@ def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
     runs, server = replayed("top_level_agent", "own_store_agent")
     top = runs["top_level_agent"]
     application, page = _application_run(server, top["run_id"])
-    quoted = urllib.parse.quote(application["id"], safe="")
+    quoted = run_id_segment(application["id"])
     # The setup write had no span: the run starts after it, with its value.
     assert (application["transition_start"], application["transition_end"]) == (1, 2)
     start = server.get_json(f"/api/executions/{quoted}/state?sequence=1")
@@ -706,7 +707,7 @@ def test_live_agent_on_a_store_no_workflow_owns_has_that_store_history_as_a_run(
     (agent,) = workflow["children"]
     application, page = _application_run(server, agent["id"])
     assert application["store_id"] != workflow["store_id"]
-    quoted = urllib.parse.quote(application["id"], safe="")
+    quoted = run_id_segment(application["id"])
     end = server.get_json(f"/api/executions/{quoted}/state")
     assert end["verified"]
     assert end["state"] == {

@@ -699,7 +699,7 @@ def test_a_hostile_run_id_typed_as_a_filter_stays_on_this_site_and_opens_its_run
     assert "set-cookie" not in reply.headers
     # One segment of the plainest characters: nothing a server or browser rewrites.
     segment = location.removeprefix("/executions/")
-    assert re.fullmatch(r"[A-Za-z0-9_~-]+", segment), location
+    assert re.fullmatch(r"[A-Za-z0-9_:~-]+", segment), location
     # Its page and its JSON, as a browser would resolve the address.
     page = httpx.get(server.url + location, timeout=30)
     assert page.status_code == 200 and "Execution not found" not in page.text
