@@ -48,7 +48,7 @@ import pyarrow as pa
 from bench.bench_ingest import RequestTemplate, build_request, request_token
 from collector import replayer
 from collector.encode.exports import batch_from_export
-from collector.gc_settings import tune_for_throughput
+from collector.gc_settings import freeze_startup
 from collector.replayer import READ_BATCH_STORES, REPLAY_BATCH_STORES, Backlog, replay_stores
 from collector.store import Store
 
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--exports must be at least {fewest} (two blocks of {READ_BATCH_STORES})")
     template = RequestTemplate(build_request(SPANS_PER_EXPORT))
     # As `serve` runs its replayer (collector/gc_settings.py).
-    tune_for_throughput()
+    freeze_startup()
     print(
         f"read batches of {replayer.READ_BATCH_STORES} stores, saves of "
         f"{replayer.REPLAY_BATCH_STORES}; CPU time of the replaying thread"

@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collector.allocators import tune_for_server
-    from collector.gc_settings import tune_for_throughput
+    from collector.gc_settings import freeze_startup
 
     # The collector's one import of the studio: serving is where the two sides meet.
     from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
@@ -89,7 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
     # made executions-page latency under full ingest mostly waiting.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     app = create_app(config)
-    tune_for_throughput()
+    freeze_startup()
     uvicorn.run(
         app,
         host=config.host,

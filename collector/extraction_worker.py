@@ -47,7 +47,7 @@ from typing import Final
 from collector.allocators import release_free_memory, tune_for_worker
 from collector.encode.exports import batch_from_export
 from collector.encode.rows import PreparedWrite, prepare_write
-from collector.gc_settings import tune_for_throughput
+from collector.gc_settings import collect_less_often, freeze_startup
 from collector.spool import write_all
 
 logger = logging.getLogger(__name__)
@@ -268,7 +268,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tune_for_worker()
-    tune_for_throughput()
+    freeze_startup()
+    collect_less_often()
     # The replies get stdout's pipe to themselves: a stray print would break the protocol.
     replies = os.dup(1)
     os.dup2(2, 1)

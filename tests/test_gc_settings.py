@@ -1,4 +1,4 @@
-"""The collector settings of serve and the extraction worker, in a fresh interpreter."""
+"""The extraction worker's collector settings, in a fresh interpreter (they are process-wide)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ PROBE = textwrap.dedent(
     import gc, sys
     import collector.junjo  # something imported before serving, to be frozen
     if sys.argv[1] == "tuned":
-        from collector.gc_settings import tune_for_throughput
-        tune_for_throughput()
+        from collector.gc_settings import collect_less_often, freeze_startup
+        freeze_startup()
+        collect_less_often()
     most = 0
     for number in range(1_000_000):
         cycle = [number]
