@@ -6,19 +6,20 @@ and `Store.commit` the database half. Between the two the decoded batches can
 be let go: only the Arrow tables are held while DuckDB commits
 (collector/extractor.py). Each batch's span bytes become one compressed chunk
 (collector/encode/span_bytes.py), numbered from 0 within the write; the store
-numbers them for good when it commits (`PreparedWrite.numbered_from`).
+numbers them for good when it commits (collector/store/prepared.py). No Arrow
+compute function is needed here: the extraction worker, which runs this, then
+never loads pyarrow.compute (~6 MB of its private memory).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from itertools import accumulate
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from collector.decode import ResourceRecord, SpanRecord
 from collector.encode import documents, span_bytes
@@ -67,71 +68,15 @@ class PreparedWrite:
     executions: pa.Table
     transitions: pa.Table
 
-    def numbered_from(self, first_chunk_id: int) -> PreparedWrite:
-        """The same write with its chunks (and the spans' references) numbered from here."""
-        if self.span_chunks.num_rows == 0:
-            return self
-        return replace(
-            self,
-            spans=_shifted(self.spans, "chunk_id", first_chunk_id),
-            span_chunks=_shifted(self.span_chunks, "chunk_id", first_chunk_id),
-        )
-
-    def keeping_spans(self, stored: Mapping[tuple[str, str], int]) -> PreparedWrite:
-        """The same write with only the evidence and chunks of the spans it stored.
-
-        `stored` maps each stored span's (trace id, span id) to its chunk id:
-        a chunk of an export delivered again is not kept twice.
-        """
-        kept_chunks = pa.array(list(set(stored.values())), pa.int64())
-        return replace(
-            self,
-            span_chunks=self.span_chunks.filter(
-                pc.is_in(self.span_chunks.column("chunk_id"), value_set=kept_chunks)
-            ),
-            executions=_rows_of_spans(self.executions, stored),
-            transitions=_rows_of_spans(self.transitions, stored),
-        )
-
-    def result(self) -> WriteResult:
-        return WriteResult(
-            store_ids=frozenset(
-                _distinct(self.transitions, "store_id") | _distinct(self.executions, "store_id")
-            ),
-            run_ids=frozenset(_distinct(self.executions, "run_id")),
-            storeless_run_ids=frozenset(
-                _distinct(self.executions.filter(_storeless(self.executions)), "run_id")
-            ),
-        )
-
-
-def _rows_of_spans(table: pa.Table, stored: Collection[tuple[str, str]]) -> pa.Table:
-    trace_ids, span_ids = table.column("trace_id").to_pylist(), table.column("span_id").to_pylist()
-    keys = zip(trace_ids, span_ids, strict=True)
-    return table.filter(pa.array([key in stored for key in keys], pa.bool_()))
-
-
-def _shifted(table: pa.Table, column: str, by: int) -> pa.Table:
-    index = table.column_names.index(column)
-    return table.set_column(index, column, pc.add(table.column(column), by))
-
-
-def _storeless(executions: pa.Table) -> pa.ChunkedArray:
-    # An empty store id names no store either (`_distinct` leaves it out).
-    return pc.fill_null(pc.equal(executions.column("store_id"), ""), True)
-
-
-def _distinct(table: pa.Table, column: str) -> set[str]:
-    return {value for value in table.column(column).unique().to_pylist() if value}
-
 
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     """The rows of several batches, each span, execution and transition once.
 
     The first copy of a span wins, as it does against spans already stored
-    (`keeping_spans`), and its evidence comes with it: executions, transitions
-    and roles are taken only from the batch that holds a span's first copy, so
-    a span delivered twice with different content never mixes the two.
+    (`keeping_spans` in collector/store/prepared.py), and its evidence comes
+    with it: executions, transitions and roles are taken only from the batch
+    that holds a span's first copy, so a span delivered twice with different
+    content never mixes the two.
     """
     now = time.time_ns()
     spans, places, chunks, first_batch = _placed_spans(batches)

@@ -62,6 +62,7 @@ from collector.store import (
     keys,
     lineage,
     listing,
+    prepared,
     replays,
     retention,
     rewrite,
@@ -367,7 +368,7 @@ class Store:
         failure = "could not store the export"
         with self._storing(), self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows
-            write = write.numbered_from(self._next_chunk_id)
+            write = prepared.numbered_from(write, self._next_chunk_id)
             try:
                 with transaction(cursor, failure, out_of_memory=StoreOutOfMemory):
                     writes.insert_new(cursor, write, progress, self._stored_resources)
@@ -379,7 +380,7 @@ class Store:
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
             self._remember_resources(writes.resource_keys(write))
-        return write.result()
+        return prepared.result_of(write)
 
     def _remember_resources(self, keys: Iterable[str]) -> None:
         """Note resource keys as stored; bounded, since an exporter may send any number."""

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.encode.rows import PreparedWrite
-from collector.store import spool_position
+from collector.store import prepared, spool_position
 
 
 class KeyStored(Exception):
@@ -76,8 +76,8 @@ def insert_write(
         # A redelivery: evidence is keyed by its span, so keeping only what the
         # new spans carry stores each transition once without paying for a key
         # index on the (much larger) transitions table.
-        write = write.keeping_spans(
-            {(trace_id, span_id): chunk_id for trace_id, span_id, chunk_id in inserted}
+        write = prepared.keeping_spans(
+            write, {(trace_id, span_id): chunk_id for trace_id, span_id, chunk_id in inserted}
         )
     insert(cursor, "executions", write.executions, skip_existing=True)
     _insert_unkeyed(cursor, write, progress)
