@@ -41,20 +41,6 @@ class IngestBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
-    """What a committed write touched: the replay stage re-reads these stores.
-
-    `storeless_run_ids` are the runs written that name no store (their owner
-    span lost its store id, or recorded none): no store's replay finds them,
-    so they are replayed by run id.
-    """
-
-    store_ids: frozenset[str]
-    run_ids: frozenset[str]
-    storeless_run_ids: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
 class PreparedWrite:
     """Everything one transaction inserts, as Arrow tables only.
 

@@ -47,7 +47,6 @@ from collector import junjo
 from collector.encode import span_bytes
 from collector.encode.rows import IngestBatch as IngestBatch
 from collector.encode.rows import PreparedWrite as PreparedWrite
-from collector.encode.rows import WriteResult as WriteResult
 from collector.encode.rows import prepare_write as prepare_write
 from collector.fieldindex import FieldIndex
 from collector.model import Execution, Transition
@@ -76,6 +75,7 @@ from collector.store.errors import StoreOutOfMemory as StoreOutOfMemory
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
 from collector.store.migrations import apply_migrations
+from collector.store.prepared import WriteResult as WriteResult
 from collector.store.transactions import read_snapshot, transaction
 
 logger = logging.getLogger(__name__)

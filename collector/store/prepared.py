@@ -8,12 +8,26 @@ pyarrow.compute (~6 MB of its private memory). No SQL here.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.encode.rows import PreparedWrite, WriteResult
+from collector.encode.rows import PreparedWrite
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a committed write touched: the replay stage re-reads these stores.
+
+    `storeless_run_ids` are the runs written that name no store (their owner
+    span lost its store id, or recorded none): no store's replay finds them,
+    so they are replayed by run id.
+    """
+
+    store_ids: frozenset[str]
+    run_ids: frozenset[str]
+    storeless_run_ids: frozenset[str] = frozenset()
 
 
 def numbered_from(write: PreparedWrite, first_chunk_id: int) -> PreparedWrite:
