@@ -181,8 +181,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
     )
     parser.add_argument(
         "--max-backlog-mib", type=int, default=int(env("MAX_BACKLOG_MIB", "1024")),
-        help="received exports not yet stored (kept in DB.spool/) before refusing new ones "
-        "with a retry delay (env STATETRAIL_MAX_BACKLOG_MIB; default %(default)s)",
+        help="received exports not yet stored (kept compressed in DB.spool/; MiB on disk) "
+        "before refusing new ones with a retry delay (env STATETRAIL_MAX_BACKLOG_MIB; "
+        "default %(default)s)",
     )
     parser.add_argument(
         "--duckdb-threads", type=_positive_int, default=env("DUCKDB_THREADS", "1"),

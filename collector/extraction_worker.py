@@ -21,13 +21,16 @@ quarantining exactly as before. So the worker changes how fast a run is
 prepared, never what is stored.
 
 The child is `python -m collector.extraction_worker`, talking over its stdin
-and stdout. Each message is a count of parts, each part's length
-(8 bytes little-endian each) and the parts: a request's parts are export
-bodies; a reply's are a status byte, then either an error message or a
-PreparedWrite pickled with its Arrow buffers as parts of their own. The
-child ignores SIGINT and SIGTERM (the server decides when it stops: after the
-extractor's drain, by closing the child's stdin), and a server killed with
-SIGKILL closes that pipe too, so no worker outlives its server.
+and stdout. Each message is a count of parts, each part's length (8 bytes
+little-endian each) and the parts. A request's parts are one byte per export
+(1: packed, a zstd frame as spooled; 0: protobuf bytes), then the exports,
+which the child decompresses: they cross the pipe at a fraction of their
+size, and the server never decompresses them. A reply's parts are a status
+byte, then either an error message or a PreparedWrite pickled with its Arrow
+buffers as parts of their own. The child ignores SIGINT and SIGTERM (the
+server decides when it stops: after the extractor's drain, by closing the
+child's stdin), and a server killed with SIGKILL closes that pipe too, so no
+worker outlives its server.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -48,7 +52,7 @@ from collector.allocators import release_free_memory, tune_for_worker
 from collector.encode.exports import batch_from_export
 from collector.encode.rows import PreparedWrite, prepare_write
 from collector.gc_settings import collect_less_often, freeze_startup
-from collector.spool import write_all
+from collector.spool import Export, Packed, export_bytes, write_all
 
 logger = logging.getLogger(__name__)
 
@@ -84,16 +88,16 @@ class ExtractionWorker:
         """The child's process id, while there is one."""
         return None if self._child is None else self._child.pid
 
-    def prepare(self, bodies: list[bytes]) -> PreparedWrite | None:
+    def prepare(self, exports: Sequence[Export]) -> PreparedWrite | None:
         """The rows of these exports, or None if the caller must prepare them itself."""
-        return self.collect() if self.submit(bodies) else None
+        return self.collect() if self.submit(exports) else None
 
-    def submit(self, bodies: list[bytes]) -> bool:
+    def submit(self, exports: Sequence[Export]) -> bool:
         """Start preparing these exports; False if the caller must prepare them itself.
 
         One run at a time: `collect` its rows before submitting the next. The
         child reads the whole request before it starts, so this returns once
-        the bodies are in its hands, and the caller goes on (the extractor
+        the exports are in its hands, and the caller goes on (the extractor
         commits the previous run meanwhile).
         """
         assert not self._submitted, "collect the run submitted before"
@@ -101,7 +105,7 @@ class ExtractionWorker:
         if child is None or not self._started(child):
             return False
         try:
-            _send(child, bodies)
+            _send(child, exports)
         except OSError as exc:
             self._restart(f"{exc}")
             return False
@@ -189,9 +193,11 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
-def _send(child: subprocess.Popen[bytes], bodies: list[bytes]) -> None:
+def _send(child: subprocess.Popen[bytes], exports: Sequence[Export]) -> None:
     assert child.stdin is not None
-    _write_message(child.stdin.fileno(), bodies)
+    packed = bytes(isinstance(export, Packed) for export in exports)
+    parts = [export.frame if isinstance(export, Packed) else export for export in exports]
+    _write_message(child.stdin.fileno(), [packed, *parts])
 
 
 def _receive(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, list[bytearray]]:
@@ -245,10 +251,15 @@ def _serve(requests: int, replies: int) -> None:
 def _answer_one(requests: int, replies: int) -> bool:
     """Prepare one request and reply; False once the server closed the pipe."""
     try:
-        bodies = [bytes(part) for part in _read_message(requests, None)]
+        packed, *parts = _read_message(requests, None)
     except WorkerGone:
         return False  # stopping, or the server is gone
     try:
+        bodies = [
+            export_bytes(Packed(bytes(part)) if is_packed else bytes(part))
+            for is_packed, part in zip(packed, parts, strict=True)
+        ]
+        del parts
         rows = prepare_exports(bodies)
     except Exception as exc:
         failure = f"{type(exc).__name__}: {exc}".encode()

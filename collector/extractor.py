@@ -42,14 +42,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from collector.decode import DecodedSpan, DecodeError
 from collector.encode.exports import batch_from_export
 from collector.foreground import Foreground
-from collector.spool import Position, Spool, SpoolRecord
+from collector.spool import Export, Position, Spool, SpoolRecord, export_bytes
 from collector.store import (
     IngestBatch,
     PreparedWrite,
@@ -81,7 +81,7 @@ ISOLATED_MEMORY_LIMIT: Final = "1GB"
 class Preparer(Protocol):
     """Prepares runs of export bodies in another process, one run at a time."""
 
-    def submit(self, bodies: list[bytes]) -> bool:
+    def submit(self, exports: Sequence[Export]) -> bool:
         """Start preparing; False if the caller must prepare these itself."""
         ...
 
@@ -309,7 +309,8 @@ class Extractor:
     def _submit(self, preparer: Preparer, records: list[SpoolRecord]) -> bool:
         # The worker's preparing takes a core from a studio page being served.
         self._foreground.give_way()
-        return preparer.submit([record.body for record in records])
+        # As spooled: compressed, they cross the pipe at a fraction of their size.
+        return preparer.submit([record.export for record in records])
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
         """Store a run whose commits keep running out of memory a record at a time,
@@ -372,7 +373,7 @@ class Extractor:
         # Receivers parsed this body before spooling it: a failure here is a
         # bug or a damaged disk, and goes to quarantine like any other.
         try:
-            return batch_from_export(record.body, self._paced)
+            return batch_from_export(export_bytes(record.export), self._paced)
         except DecodeError as exc:
             raise ValueError(f"spooled export no longer decodes: {exc}") from exc
 

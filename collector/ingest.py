@@ -36,7 +36,7 @@ from collector.decode import ExportRequestPB2, RejectedSpan, screen
 from collector.extraction_worker import ExtractionWorker
 from collector.extractor import ExportQuarantined, Extractor
 from collector.foreground import Foreground
-from collector.spool import Position, Spool, SpoolError
+from collector.spool import Packed, Position, Spool, SpoolError, pack
 from collector.store import Store, StoreError, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class Ingestor:
             preparer=self._worker,
         )
         self._max_backlog_bytes = max_backlog_bytes
-        self._queue: queue.Queue[tuple[bytes, Future[tuple[Position, int]]] | None] = (
+        self._queue: queue.Queue[tuple[Packed, Future[tuple[Position, int]]] | None] = (
             queue.Queue()
         )
         self._closed = False
@@ -116,7 +116,8 @@ class Ingestor:
         if accepted:
             self.check_backlog()
             # Rejected spans stay in the bytes: extraction skips them by the same checks.
-            spooled = self._submit(request.SerializeToString() if body is None else body)
+            # Packed here, in the receiver's thread, so that exporters compress at once.
+            spooled = self._submit(pack(request.SerializeToString() if body is None else body))
             try:
                 end, queued_ahead = spooled.result()
             except SpoolError as exc:
@@ -163,12 +164,12 @@ class Ingestor:
         """Spooled export bytes the extractor has not stored yet."""
         return self._extractor.backlog_bytes()
 
-    def _submit(self, body: bytes) -> Future[tuple[Position, int]]:
+    def _submit(self, export: Packed) -> Future[tuple[Position, int]]:
         future: Future[tuple[Position, int]] = Future()
         with self._close_lock:
             if self._closed:
                 raise IngestorClosed("statetrail is shutting down; retry shortly")
-            self._queue.put((body, future))
+            self._queue.put((export, future))
         return future
 
     def close(self, drain_seconds: float = DRAIN_SECONDS) -> None:
@@ -191,7 +192,7 @@ class Ingestor:
             if item is None:
                 break
             pending = [item]
-            size = len(item[0])
+            size = len(item[0].frame)
             while len(pending) < MAX_EXPORTS_PER_APPEND and size < MAX_BYTES_PER_APPEND:
                 try:
                     more = self._queue.get_nowait()
@@ -201,13 +202,13 @@ class Ingestor:
                     stopping = True
                     break
                 pending.append(more)
-                size += len(more[0])
+                size += len(more[0].frame)
             self._append(pending)
 
-    def _append(self, pending: list[tuple[bytes, Future[tuple[Position, int]]]]) -> None:
+    def _append(self, pending: list[tuple[Packed, Future[tuple[Position, int]]]]) -> None:
         queued_ahead = self._extractor.backlog_bytes()
         try:
-            ends = self._spool.append([body for body, _ in pending], time.time_ns())
+            ends = self._spool.append([export for export, _ in pending], time.time_ns())
         except Exception as exc:
             # Anything else is a bug, and must not end this thread: no export
             # would ever be acknowledged again.
@@ -219,9 +220,9 @@ class Ingestor:
                 future.set_exception(exc)
             return
         self._extractor.notify()
-        for (body, future), end in zip(pending, ends, strict=True):
+        for (export, future), end in zip(pending, ends, strict=True):
             future.set_result((end, queued_ahead))
-            queued_ahead += len(body)
+            queued_ahead += len(export.frame)
 
 
 def _rejection_message(rejected: list[RejectedSpan]) -> str:

@@ -12,7 +12,7 @@ def healthz(request: Request) -> Response:
     """Liveness plus counts; `replaying` says stored rows or verdicts may still change.
 
     `backlog_bytes` is what was received and acknowledged (durable in the spool)
-    but not stored in DuckDB yet.
+    but not stored in DuckDB yet, as the spool holds it: compressed.
     """
     services = services_of(request)
     # Backlog first: the extractor tells the replayer before it reports progress.

@@ -7,9 +7,10 @@ disk. A mount of a small tmpfs would need privileges CI may not have; the
 limit needs none. It is per file, so each test picks a limit that the file it
 means to fill reaches first, and checks that it did:
 
-- the spool: exports big in the spool and small in DuckDB (a long string that
-  compresses well: span bytes are stored zstd-compressed), then a limit just
-  above the spool's segment;
+- the spool: exports big in the spool and small in DuckDB (random bytes,
+  which no compression shrinks, on a span the receiver rejects: rejected spans
+  stay in the spooled export and are never stored), then a limit just above
+  the spool's segment;
 - DuckDB: a limit just above the database file. Between checkpoints DuckDB
   writes only its WAL, which grows several times faster than the spool (a
   span's rows and keys against its protobuf bytes), so the WAL fills first;
@@ -19,6 +20,7 @@ means to fill reaches first, and checks that it did:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -72,13 +74,16 @@ def _files(db: Path) -> Files:
 
 
 def _request(spans: int, padding: int = 0) -> tuple[bytes, set[SpanKey]]:
-    """A plain export of `spans` new spans; with `padding`, one carries that many 'x'."""
+    """A plain export of `spans` new spans; with `padding`, one more span, which the
+    receiver rejects (its trace id is all zero), carries that many random bytes."""
     trace_id, span_ids = new_trace_id(), [new_span_id() for _ in range(spans)]
     now = time.time_ns()
     request = plain_request(trace_id, span_ids, start_unix_nano=now - 1_000, end_unix_nano=now)
     if padding:
-        request.resource_spans[0].scope_spans[0].spans[0].attributes.add(
-            key="padding", value=common_pb2.AnyValue(string_value="x" * padding)
+        spans_pb = request.resource_spans[0].scope_spans[0].spans
+        rejected = spans_pb.add(trace_id=bytes(16), span_id=new_span_id(), name="padding")
+        rejected.attributes.add(
+            key="padding", value=common_pb2.AnyValue(bytes_value=os.urandom(padding))
         )
     return request.SerializeToString(), {(trace_id.hex(), s.hex()) for s in span_ids}
 

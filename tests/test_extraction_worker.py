@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from collector import extractor as extractor_module
 from collector.encode.exports import batch_from_export
 from collector.extraction_worker import ExtractionWorker
 from collector.extractor import Extractor
-from collector.spool import START, Spool
+from collector.spool import START, Export, Spool, pack
 from collector.store import PreparedWrite, Store, prepare_write
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -50,7 +50,7 @@ def _plain_bodies() -> list[bytes]:
     ]
 
 
-def _prepared_when_ready(worker: ExtractionWorker, bodies: list[bytes]) -> PreparedWrite:
+def _prepared_when_ready(worker: ExtractionWorker, bodies: Sequence[Export]) -> PreparedWrite:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         rows = worker.prepare(bodies)
@@ -75,6 +75,13 @@ def test_the_worker_prepares_the_rows_the_server_would(worker: ExtractionWorker)
     here = prepare_write([batch_from_export(body) for body in bodies])
     assert here.transitions.num_rows > 0 and here.executions.num_rows > 0
     _assert_same_write(_prepared_when_ready(worker, bodies), here)
+
+
+def test_the_worker_prepares_spooled_exports_as_their_bytes(worker: ExtractionWorker) -> None:
+    """Exports reach the worker as the spool holds them: packed, or (older records) not."""
+    bodies = _plain_bodies()
+    mixed = [pack(body) if index % 2 else body for index, body in enumerate(bodies)]
+    _assert_same_write(_prepared_when_ready(worker, mixed), _prepared_when_ready(worker, bodies))
 
 
 def test_the_worker_loads_neither_duckdb_nor_arrow_compute(worker: ExtractionWorker) -> None:
@@ -186,8 +193,8 @@ class _Recorded:
         self._worker = worker
         self._log = log
 
-    def submit(self, bodies: list[bytes]) -> bool:
-        submitted = self._worker.submit(bodies)
+    def submit(self, exports: Sequence[Export]) -> bool:
+        submitted = self._worker.submit(exports)
         self._log.append("submit" if submitted else "refused")
         return submitted
 

@@ -8,8 +8,11 @@ in the middle, a flipped byte, a spool never closed.
 from __future__ import annotations
 
 import logging
+import random
+import struct
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import grpc
@@ -27,14 +30,15 @@ from collector.decode import parse_request
 from collector.ingest import Ingestor, IngestorBusy, RetryLater
 from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.otlp_http import HttpTraceReceiver
-from collector.spool import START, Position, Spool, SpoolError
+from collector.spool import START, Packed, Position, Spool, SpoolError, export_bytes, pack
 from collector.store import Store
 
 HEADER_BYTES = 16
 
 
 def _bodies(count: int, size: int = 100) -> list[bytes]:
-    return [bytes([n % 251]) * (size + n) for n in range(count)]
+    # Random, so that compression leaves them their size and segments fill as planned.
+    return [random.Random(n).randbytes(size + n) for n in range(count)]
 
 
 def _read_all(spool: Spool, position: Position = START) -> list[bytes]:
@@ -43,7 +47,7 @@ def _read_all(spool: Spool, position: Position = START) -> list[bytes]:
         records, position = spool.read(position, 1 << 20)
         if not records:
             return bodies
-        bodies.extend(record.body for record in records)
+        bodies.extend(export_bytes(record.export) for record in records)
 
 
 def _segments(directory: Path) -> list[Path]:
@@ -60,7 +64,9 @@ def test_records_round_trip_across_segments(
     assert len(_segments(tmp_path / "spool")) > 3
     assert ends == sorted(ends) and len(set(ends)) == len(ends)
     assert _read_all(spool) == written
-    assert spool.backlog_bytes(START) == sum(HEADER_BYTES + len(b) for b in written)
+    on_disk = sum(segment.stat().st_size for segment in _segments(tmp_path / "spool"))
+    assert spool.backlog_bytes(START) == on_disk
+    assert on_disk == sum(HEADER_BYTES + len(pack(b).frame) for b in written)
     # Reading from any record's end gives exactly the records after it.
     assert _read_all(spool, ends[11]) == written[12:]
     assert spool.backlog_bytes(ends[-1]) == 0
@@ -386,3 +392,46 @@ def _stored_spans(db: Path) -> int:
         return store.counts()["spans"]
     finally:
         store.close()
+
+
+def test_exports_are_spooled_compressed_and_runs_are_sized_by_their_exports(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "spool"
+    spool = Spool(directory, START)
+    requests = [body for name in ("g_large_state", "d_subflow") for body, _ in
+                fixture_requests(name)]
+    spool.append(requests, 1)
+    (segment,) = _segments(directory)
+    assert segment.stat().st_size * 4 < sum(map(len, requests))
+    assert not any(body in segment.read_bytes() for body in requests)
+    # A run is bounded by what its exports decode to, not by their size on disk.
+    records, _ = spool.read(START, len(requests[0]))
+    assert [export_bytes(record.export) for record in records] == requests[:1]
+    assert _read_all(spool) == requests
+    spool.close()
+
+
+def test_records_spooled_uncompressed_by_an_older_statetrail_are_stored(tmp_path: Path) -> None:
+    """An upgrade finds exports acknowledged before spool compression: read, stored as before."""
+    db, directory = tmp_path / "o.duckdb", tmp_path / "o.duckdb.spool"
+    requests = [body for body, _ in fixture_requests("d_subflow")]
+    directory.mkdir()
+    old_header = struct.Struct("<IIQ")  # body length, CRC-32 of the body, arrival ns
+    (directory / f"{1:020d}.seg").write_bytes(b"".join(
+        old_header.pack(len(body), zlib.crc32(body), 1) + body for body in requests
+    ))
+    spool = Spool(directory, START)
+    spool.append([requests[0]], 2)  # a new, compressed record behind the old ones
+    records = spool.read(START, 1 << 30)[0]
+    assert [isinstance(record.export, Packed) for record in records] == [
+        *(False for _ in requests), True
+    ]
+    spool.close()
+    store = Store(db)
+    ingestor = Ingestor(store, directory)
+    _wait_for_backlog(ingestor)
+    ingestor.close()
+    counts = store.counts()
+    store.close()
+    _assert_stored_once(counts, requests, executions=3)
