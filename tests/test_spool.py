@@ -190,6 +190,17 @@ def _spool_unstored(directory: Path, requests: list[bytes]) -> None:
     spool.close()
 
 
+def _store_spooled(db: Path, directory: Path) -> dict[str, int]:
+    """Start an ingestor on a spool, as `serve` does, and store all it holds."""
+    store = Store(db)
+    ingestor = Ingestor(store, directory)
+    _wait_for_backlog(ingestor)
+    ingestor.close()
+    counts = store.counts()
+    store.close()
+    return counts
+
+
 def _assert_stored_once(counts: dict[str, int], requests: list[bytes], executions: int) -> None:
     assert counts["spans"] == sum(_spans_in(body) for body in requests)
     assert counts["transitions"] == sum(_set_state_events_in(body) for body in requests)
@@ -203,13 +214,7 @@ def test_spooled_exports_are_stored_once_after_a_restart(tmp_path: Path) -> None
     requests = [body for body, _ in fixture_requests("d_subflow")]
     _spool_unstored(directory, requests)  # as if the server died right after acknowledging
     for _ in range(2):  # a second start must not store anything again
-        store = Store(db)
-        ingestor = Ingestor(store, directory)
-        _wait_for_backlog(ingestor)
-        ingestor.close()
-        counts = store.counts()
-        store.close()
-        _assert_stored_once(counts, requests, executions=3)
+        _assert_stored_once(_store_spooled(db, directory), requests, executions=3)
 
 
 def test_a_storage_failure_mid_backlog_is_retried_and_every_run_stored_once(
@@ -428,10 +433,4 @@ def test_records_spooled_uncompressed_by_an_older_statetrail_are_stored(tmp_path
         *(False for _ in requests), True
     ]
     spool.close()
-    store = Store(db)
-    ingestor = Ingestor(store, directory)
-    _wait_for_backlog(ingestor)
-    ingestor.close()
-    counts = store.counts()
-    store.close()
-    _assert_stored_once(counts, requests, executions=3)
+    _assert_stored_once(_store_spooled(db, directory), requests, executions=3)
