@@ -76,6 +76,11 @@ POISON_ATTEMPTS: Final = 3
 # DuckDB's memory limit for the last try of a record the store refused alone:
 # enough for strings near the 64 MiB receive limit, held only for that commit.
 ISOLATED_MEMORY_LIMIT: Final = "1GB"
+# The preparer rests once the spool has held nothing new for this long: an
+# extraction worker with nothing to do still holds ~25 MB. Long enough that a
+# steady trickle of exports keeps it; after a burst, the replays that follow
+# (minutes of them) run without it.
+PREPARER_IDLE_SECONDS: Final = 30.0
 
 
 class Preparer(Protocol):
@@ -87,6 +92,10 @@ class Preparer(Protocol):
 
     def collect(self) -> PreparedWrite | None:
         """The last submitted run's rows, or None if the caller must prepare them."""
+        ...
+
+    def rest(self) -> None:
+        """Nothing is left to prepare for now: let go of what preparing holds."""
         ...
 
 
@@ -199,8 +208,8 @@ class Extractor:
         retry_after = FIRST_RETRY_SECONDS
         refusals = 0
         while True:
+            self._wait_for_work()
             with self._changed:
-                self._changed.wait_for(self._has_work_or_must_stop)
                 if self._must_stop():
                     return
                 position = self._position
@@ -224,6 +233,19 @@ class Extractor:
             refusals = 0
             retry_after = FIRST_RETRY_SECONDS
             self._spool.release(after)
+
+    def _wait_for_work(self) -> None:
+        """Wait until records are spooled (or it is time to stop), resting the
+        preparer if none come for PREPARER_IDLE_SECONDS."""
+        with self._changed:
+            if self._changed.wait_for(self._has_work_or_must_stop, PREPARER_IDLE_SECONDS):
+                return
+        # Outside the lock: stopping a child may take a moment, and the spool's
+        # writer must be able to say that records arrived meanwhile.
+        if self._preparer is not None and self._ahead is None:
+            self._preparer.rest()
+        with self._changed:
+            self._changed.wait_for(self._has_work_or_must_stop)
 
     def _has_work_or_must_stop(self) -> bool:
         return self._spool.durable_end > self._position or self._must_stop()

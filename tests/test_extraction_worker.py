@@ -123,6 +123,62 @@ def test_a_killed_worker_is_replaced_and_meanwhile_the_server_prepares(
     )
 
 
+def test_a_resting_worker_exits_and_the_next_run_starts_another(
+    worker: ExtractionWorker,
+) -> None:
+    bodies = _plain_bodies()[:3]
+    here = prepare_write([batch_from_export(body) for body in bodies])
+    _prepared_when_ready(worker, bodies)
+    first = worker.pid
+    assert first is not None
+    worker.rest()
+    assert worker.pid is None
+    assert not Path(f"/proc/{first}").exists()  # exited and reaped: its memory is back
+    # The run that wakes it is prepared by the caller while the new child starts.
+    assert worker.prepare(bodies) is None
+    assert worker.pid not in (None, first)
+    _assert_same_write(_prepared_when_ready(worker, bodies), here)
+
+
+def test_the_extractor_rests_its_worker_when_nothing_comes_and_wakes_it_for_more(
+    worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(extractor_module, "PREPARER_IDLE_SECONDS", 0.3)
+    first, later = _plain_bodies()[:3], _plain_bodies()[3:8]
+    _prepared_when_ready(worker, first)
+    store = Store(tmp_path / "i.duckdb")
+    spool = Spool(tmp_path / "i.duckdb.spool", START)
+    log: list[str] = []
+    extractor = Extractor(store, spool, START, preparer=_Recorded(worker, log))
+
+    def store_spooled(bodies: list[bytes]) -> None:
+        spool.append(bodies, time.time_ns())
+        extractor.notify()
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while extractor.position < spool.durable_end:
+            assert time.monotonic() < deadline, "the extractor did not catch up"
+            time.sleep(0.02)
+
+    try:
+        store_spooled(first)
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while worker.pid is not None:
+            assert time.monotonic() < deadline, "the idle worker was never rested"
+            time.sleep(0.05)
+        assert log[-1] == "rest" and log.count("rest") == 1
+        store_spooled(later)
+        counts = store.counts()
+    finally:
+        extractor.close(5.0)
+        store.close()
+        spool.close()
+    # Woken for the later records (prepared here until the new child was up), nothing
+    # was lost or stored twice.
+    assert log[log.index("rest") + 1] == "refused"
+    assert worker.pid is not None
+    assert counts == _counts_in_process(tmp_path, [*first, *later])
+
+
 def _children(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -202,6 +258,10 @@ class _Recorded:
         rows = self._worker.collect()
         self._log.append("collect" if rows is not None else "unprepared")
         return rows
+
+    def rest(self) -> None:
+        self._worker.rest()
+        self._log.append("rest")
 
 
 def _extract_all(
