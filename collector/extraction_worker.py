@@ -18,7 +18,9 @@ path. The worker only prepares rows. When it cannot (it is still starting,
 it raised, it died or it hangs), `ExtractionWorker.collect` answers None and
 the extractor prepares the same records itself, retrying record by record and
 quarantining exactly as before. So the worker changes how fast a run is
-prepared, never what is stored.
+prepared, never what is stored. Once nothing has been spooled for a while the
+extractor rests the worker (`rest`: the child exits), and the next run starts
+another, prepared in the server while it starts.
 
 The child is `python -m collector.extraction_worker`, talking over its stdin
 and stdout. Each message is a count of parts, each part's length (8 bytes
