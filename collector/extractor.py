@@ -76,6 +76,13 @@ POISON_ATTEMPTS: Final = 3
 # DuckDB's memory limit for the last try of a record the store refused alone:
 # enough for strings near the 64 MiB receive limit, held only for that commit.
 ISOLATED_MEMORY_LIMIT: Final = "1GB"
+# A run is not read ahead when its commit will likely checkpoint (the WAL is
+# within this many runs' growth of DuckDB's threshold): DuckDB checkpoints inside
+# that commit, for seconds, and meanwhile a worker preparing the next run holds
+# its whole working set, blocked on a reply the extractor reads only afterwards.
+# The checkpoints are where serve's memory peaks while it stores a burst
+# (bench/README.md): 25-47 MB of the worker's on top of them.
+CHECKPOINT_MARGIN_RUNS: Final = 1.5
 # The preparer rests once the spool has held nothing new for this long: an
 # extraction worker with nothing to do still holds ~25 MB. Long enough that a
 # steady trickle of exports keeps it; after a burst, the replays that follow
@@ -130,6 +137,8 @@ class Extractor:
         self._preparer = preparer
         # The run the preparer was given while the one before it committed.
         self._ahead: _RunAhead | None = None
+        # WAL bytes the last commit added (`_committed`).
+        self._wal_growth = 0
         self._spool = spool
         self._on_commit = on_commit
         self._foreground = foreground or Foreground()
@@ -275,12 +284,12 @@ class Extractor:
             # rows are built, not held through the commit, where DuckDB's own
             # memory peaks.
             rows = self._prepared(records)
-            if read_ahead:
+            if read_ahead and not self._checkpoint_comes_next():
                 self._submit_ahead(after)
             # The worker's preparing and this commit would keep both cores
             # busy while a studio page is served (collector/foreground.py).
             self._foreground.give_way()
-            result = self._store.commit(rows, progress=after)
+            result = self._committed(rows, after)
         except StoreError:
             raise
         except Exception:
@@ -292,6 +301,26 @@ class Extractor:
             self._refuse(records[0])
             return
         self._advance(result, after)
+
+    def _checkpoint_comes_next(self) -> bool:
+        """Whether the next commit will likely checkpoint (CHECKPOINT_MARGIN_RUNS)."""
+        room = self._store.wal_room()
+        return room is not None and room <= self._wal_growth * CHECKPOINT_MARGIN_RUNS
+
+    def _committed(self, rows: PreparedWrite, after: Position) -> WriteResult:
+        """Commit a run's rows, noting how much WAL a run adds.
+
+        A commit that checkpointed shrank the WAL instead: it added at least the
+        room there was, which is all it tells.
+        """
+        before, room = self._store.wal_bytes(), self._store.wal_room()
+        result = self._store.commit(rows, progress=after)
+        grown = self._store.wal_bytes() - before
+        if grown > 0:
+            self._wal_growth = grown
+        elif room is not None:
+            self._wal_growth = max(self._wal_growth, room)
+        return result
 
     def _prepared(self, records: list[SpoolRecord]) -> PreparedWrite:
         if self._preparer is not None:

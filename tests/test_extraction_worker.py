@@ -266,10 +266,14 @@ class _Recorded:
 
 
 def _extract_all(
-    worker: ExtractionWorker, tmp_path: Path, bodies: list[bytes], before: Callable[[], None]
+    worker: ExtractionWorker,
+    tmp_path: Path,
+    bodies: list[bytes],
+    before: Callable[[], None],
+    checkpoint_threshold: str = "128MB",
 ) -> tuple[dict[str, int], list[str], list[Path]]:
     """Store `bodies`, spooled, through an extractor using `worker`; `before` runs first."""
-    store = Store(tmp_path / "w.duckdb")
+    store = Store(tmp_path / "w.duckdb", checkpoint_threshold=checkpoint_threshold)
     spool = Spool(tmp_path / "w.duckdb.spool", START)
     spool.append(bodies, time.time_ns())
     log: list[str] = []
@@ -348,3 +352,20 @@ def test_a_failing_commit_with_a_run_prepared_ahead_stores_every_run_once(
     assert quarantined == []
     assert log.count("commit") == len(good)
     assert log.count("submit") > len(good), "no commit failed with a run prepared ahead"
+
+
+def test_a_run_whose_commit_will_checkpoint_is_not_read_ahead(
+    worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While DuckDB checkpoints inside a commit, no worker holds a run prepared ahead."""
+    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
+    good = _plain_bodies()[:6]
+    _prepared_when_ready(worker, good[:1])
+    # A threshold below one run's WAL: once the first commit shows how much a run
+    # adds, every later commit checkpoints, and none is overlapped.
+    counts, log, _ = _extract_all(worker, tmp_path, good, lambda: None, "1KiB")
+    assert counts == _counts_in_process(tmp_path, good)
+    after_first = log[log.index("commit") + 1:]
+    assert log.count("commit") == len(good)
+    assert ("submit", "commit") not in itertools.pairwise(after_first), log
+

@@ -134,9 +134,13 @@ class Store:
         # Set when DuckDB invalidated the connection (`_note_failure`).
         self._invalidated = False
         self._connection = self._connect()
+        # The WAL size at which a commit checkpoints, as DuckDB reads the setting.
+        self._checkpoint_at: int | None = None
         if not read_only:
             apply_migrations(self._connection)
             self._checkpoint_on_open()
+            with self._cursor() as cursor:
+                self._checkpoint_at = database.checkpoint_threshold_bytes(cursor)
         # Held through a call of the field-index rewrite (compact_field_index_if_due),
         # and by `close`, which drops the rewrite's copy.
         self._maintenance_lock = threading.Lock()
@@ -266,6 +270,12 @@ class Store:
             return self.path.with_name(self.path.name + ".wal").stat().st_size
         except FileNotFoundError:
             return 0
+
+    def wal_room(self) -> int | None:
+        """How much more the WAL may grow before a commit makes DuckDB checkpoint
+        (inside that commit); None when the threshold is unknown."""
+        threshold = self._checkpoint_at
+        return None if threshold is None else max(0, threshold - self.wal_bytes())
 
     def checkpoint(self) -> None:
         """Fold the WAL into the file now. Raises StoreError."""

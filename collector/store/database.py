@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import duckdb
+
+# How DuckDB prints a size setting ("122.0 MiB"): powers of 1024.
+_PRINTED_SIZE = re.compile(r"([0-9.]+)\s*(bytes|KiB|MiB|GiB|TiB)")
+_UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def configure(
@@ -44,6 +50,15 @@ def memory_limit(cursor: duckdb.DuckDBPyConnection) -> str:
     """DuckDB's memory limit now, as DuckDB prints it ("122.0 MiB")."""
     row = cursor.execute("SELECT current_setting('memory_limit')").fetchone()
     return str(row[0]) if row else ""
+
+
+def checkpoint_threshold_bytes(cursor: duckdb.DuckDBPyConnection) -> int | None:
+    """The WAL size at which DuckDB checkpoints on commit, as it reads its setting."""
+    row = cursor.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    printed = _PRINTED_SIZE.fullmatch(str(row[0]).strip()) if row else None
+    if printed is None:
+        return None
+    return int(float(printed[1]) * _UNIT_BYTES[printed[2]])
 
 
 def checkpoint(cursor: duckdb.DuckDBPyConnection) -> None:
