@@ -14,7 +14,8 @@ With a worker, runs overlap: as soon as a run's rows are back, the next run
 is read and handed to the worker, and the run commits while the worker
 prepares the next. The next round takes those rows if it starts where the
 run read ahead starts; a retry, or a run stored record by record, drops them
-(their records are still in the spool, and are read again).
+(their records are still in the spool, and are read again). A run whose commit
+will likely checkpoint is not read ahead (CHECKPOINT_MARGIN_RUNS).
 
 Failures:
 - The store refused the write (StoreError: disk, lock, WAL): nothing was
