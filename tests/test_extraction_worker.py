@@ -307,13 +307,21 @@ def _counts_in_process(tmp_path: Path, bodies: list[bytes]) -> dict[str, int]:
 BAD = b"\xff\xff\xff not protobuf"
 
 
+def _one_record_runs(
+    worker: ExtractionWorker, monkeypatch: pytest.MonkeyPatch, count: int
+) -> list[bytes]:
+    """`count` exports to spool, stored one record a run (so that runs queue up
+    behind each other), with the worker started."""
+    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
+    good = _plain_bodies()[:count]
+    _prepared_when_ready(worker, good[:1])
+    return good
+
+
 def test_the_next_run_is_prepared_while_one_commits_and_a_bad_record_drops_it(
     worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One record a run, so that runs queue up behind each other.
-    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
-    good = _plain_bodies()[:8]
-    _prepared_when_ready(worker, good[:1])
+    good = _one_record_runs(worker, monkeypatch, 8)
     # A record that does not decode (a damaged disk, or a bug) in the middle: its run
     # is stored record by record, and the run prepared ahead of it is dropped.
     counts, log, quarantined = _extract_all(
@@ -329,9 +337,7 @@ def test_the_next_run_is_prepared_while_one_commits_and_a_bad_record_drops_it(
 def test_a_failing_commit_with_a_run_prepared_ahead_stores_every_run_once(
     worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
-    good = _plain_bodies()[:6]
-    _prepared_when_ready(worker, good[:1])
+    good = _one_record_runs(worker, monkeypatch, 6)
     # A directory where DuckDB's write-ahead log must go: the first commits fail for
     # real, each with the next run already handed to the worker, and the retries work
     # once the directory is gone.
@@ -358,9 +364,7 @@ def test_a_run_whose_commit_will_checkpoint_is_not_read_ahead(
     worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While DuckDB checkpoints inside a commit, no worker holds a run prepared ahead."""
-    monkeypatch.setattr(extractor_module, "BATCH_BYTES", 1)
-    good = _plain_bodies()[:6]
-    _prepared_when_ready(worker, good[:1])
+    good = _one_record_runs(worker, monkeypatch, 6)
     # A threshold below one run's WAL: once the first commit shows how much a run
     # adds, every later commit checkpoints, and none is overlapped.
     counts, log, _ = _extract_all(worker, tmp_path, good, lambda: None, "1KiB")
