@@ -54,7 +54,7 @@ from collector.allocators import release_free_memory, tune_for_worker
 from collector.encode.exports import batch_from_export
 from collector.encode.rows import PreparedWrite, prepare_write
 from collector.gc_settings import collect_less_often, freeze_startup
-from collector.spool import Export, Packed, export_bytes, write_all
+from collector.spool import Export, Packed, export_bytes, payload, write_all
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +220,7 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 def _send(child: subprocess.Popen[bytes], exports: Sequence[Export]) -> None:
     assert child.stdin is not None
     packed = bytes(isinstance(export, Packed) for export in exports)
-    parts = [export.frame if isinstance(export, Packed) else export for export in exports]
-    _write_message(child.stdin.fileno(), [packed, *parts])
+    _write_message(child.stdin.fileno(), [packed, *map(payload, exports)])
 
 
 def _receive(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, list[bytearray]]:

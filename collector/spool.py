@@ -112,6 +112,11 @@ def export_bytes(export: Export) -> bytes:
     return export
 
 
+def payload(export: Export) -> bytes:
+    """The export's bytes as a spool record holds them: its frame when packed."""
+    return export.frame if isinstance(export, Packed) else export
+
+
 def export_size(export: Export) -> int:
     """The length of `export_bytes(export)`, without decompressing."""
     if not isinstance(export, Packed):
@@ -197,9 +202,7 @@ class Spool:
 
     # -- writing (one thread) ------------------------------------------------
 
-    def append(
-        self, exports: Sequence[Packed | bytes], received_unix_nano: int
-    ) -> list[Position]:
+    def append(self, exports: Sequence[Export], received_unix_nano: int) -> list[Position]:
         """Write records and fdatasync them; return each record's end position.
 
         Each export is packed already (`pack`, in the receiver's thread) or its
@@ -284,14 +287,15 @@ class Spool:
             if position.offset >= limit:
                 position = Position(position.segment + 1, 0)
                 continue
-            batch, position = self._read_segment(position, limit, max_bytes - size)
+            batch, position, batch_size = self._read_segment(position, limit, max_bytes - size)
             records.extend(batch)
-            size += sum(export_size(record.export) for record in batch)
+            size += batch_size
         return records, position
 
     def _read_segment(
         self, position: Position, limit: int, max_bytes: int
-    ) -> tuple[list[SpoolRecord], Position]:
+    ) -> tuple[list[SpoolRecord], Position, int]:
+        """Records of one segment, the position after them, and their exports' size."""
         records: list[SpoolRecord] = []
         size = 0
         with open(self._path(position.segment), "rb") as segment:
@@ -308,7 +312,7 @@ class Spool:
                         "spool segment %d is corrupt at byte %d; skipping the rest of it",
                         position.segment, offset,
                     )
-                    return records, Position(position.segment, limit)
+                    return records, Position(position.segment, limit), size
                 record = SpoolRecord(
                     Position(position.segment, offset),
                     Position(position.segment, end),
@@ -318,7 +322,7 @@ class Spool:
                 records.append(record)
                 size += export_size(record.export)
                 offset = end
-        return records, Position(position.segment, offset)
+        return records, Position(position.segment, offset), size
 
     def backlog_bytes(self, position: Position) -> int:
         """Bytes of records after `position` (headers included)."""
@@ -355,7 +359,7 @@ class Spool:
             body = export_bytes(record.export)
         except zstandard.ZstdError as exc:
             # Kept as written: the frame itself is then what a person must look at.
-            body = record.export.frame if isinstance(record.export, Packed) else record.export
+            body = payload(record.export)
             reason = f"{reason} (the record does not decompress: {exc})"
         (folder / f"{name}.pb").write_bytes(body)
         (folder / f"{name}.txt").write_text(reason + "\n", encoding="utf-8")
