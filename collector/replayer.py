@@ -54,6 +54,10 @@ INGEST_QUIET_SECONDS = 1.0
 # While exports wait in the spool, replays wait too, but never longer than
 # this at a time: verdicts lag behind a long burst, and still move.
 MAX_DEFER_SECONDS = 10.0
+# A batch the store could not replay (out of memory, say) is tried again after
+# this delay, doubled for every failure in a row up to the maximum.
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -149,6 +153,7 @@ class Replayer:
         self._last_commit = float("-inf")
         self._storing_behind = False
         self._rewrite_paused = False
+        self._failures_in_a_row = 0
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="statetrail-replayer", daemon=True)
         self._thread.start()
@@ -275,9 +280,12 @@ class Replayer:
                 storeless_runs=sorted(batch.runs),
             )
         except StoreError as exc:
-            # The evidence is stored; the next commit touching these stores, or
-            # the next start-up, replays them again.
-            logger.error("replay failed: %s", exc)
+            # The evidence is stored, and its verdicts must not stay pending
+            # until some later commit touches these stores: DuckDB running out
+            # of memory while a burst was replayed (bench_ingest) left runs
+            # without a verdict. Groups saved before the failure are replayed
+            # again, which replaces their rows.
+            self._retry_later(batch, exc)
         except Exception:
             # A replay bug on hostile evidence must not end this thread (every
             # later verdict would stay pending); replay the stores one by one
@@ -291,6 +299,18 @@ class Replayer:
             logger.exception(
                 "replay failed for store %s, run %s", sorted(batch.stores), sorted(batch.runs)
             )
+        else:
+            self._failures_in_a_row = 0
+
+    def _retry_later(self, batch: Backlog, error: StoreError) -> None:
+        """Put the batch back, and wait (longer after each failure in a row)."""
+        self._failures_in_a_row += 1
+        delay = min(FIRST_RETRY_SECONDS * 2 ** (self._failures_in_a_row - 1), MAX_RETRY_SECONDS)
+        logger.error("replay failed (%d time(s) in a row), trying again in %.1f s: %s",
+                     self._failures_in_a_row, delay, error)
+        with self._changed:
+            self._pending.add(batch.stores, batch.runs)
+            self._changed.wait_for(lambda: self._stopping, delay)
 
 
 def replay_stores(

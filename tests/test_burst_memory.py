@@ -87,6 +87,36 @@ def test_a_write_that_runs_out_of_memory_in_a_burst_is_stored_at_the_configured_
         store.close()
 
 
+def test_a_read_that_runs_out_of_memory_in_a_burst_is_answered_at_the_configured_limit(
+    tmp_path: Path,
+) -> None:
+    # Found by bench_ingest: /healthz answered 503 because its counts ran out of
+    # memory at a burst's lowered limit. Three 2 MiB resources fit in 128 MB, not 4 MB.
+    store = _store(tmp_path)
+    try:
+        trace_id = new_trace_id()
+        for marker in "abc":
+            request = plain_request(trace_id, [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+            attribute = request.resource_spans[0].resource.attributes.add(key="big")
+            attribute.value.string_value = marker * (2 * 1024 * 1024)
+            store.write([batch_from_export(request.SerializeToString())])
+        store.limit_memory("4MB")  # a limit set as the configured one would be
+        with pytest.raises(StoreOutOfMemory):
+            store.spans_of_trace(trace_id.hex())
+        store.limit_memory()
+        burst = BurstMemory(store, "4MB")
+        burst.enter()
+        assert burst.lowered
+        assert len(store.spans_of_trace(trace_id.hex())) == 3
+        # Raised for that read only: the burst goes on at its own limit.
+        assert store.memory_limit() == "3.8 MiB"
+        assert store.counts()["spans"] == 3
+        burst.leave()
+        assert store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
 def test_without_a_burst_limit_nothing_changes(tmp_path: Path) -> None:
     store = _store(tmp_path)
     try:

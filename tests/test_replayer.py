@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,35 @@ def test_replays_wait_a_bounded_time_when_storing_stays_behind(
         assert _verdict(store, "run-r") == "verified"
     finally:
         replayer.close()
+        store.close()
+
+
+def test_a_replay_the_database_could_not_do_is_tried_again_until_it_is(
+    tmp_path: Path,
+) -> None:
+    # Seen in bench_ingest: DuckDB ran out of memory reading a batch's evidence,
+    # and those runs kept no verdict until some later commit touched their stores.
+    store = Store(tmp_path / "replayer.duckdb", memory_limit="128MB")
+    replayer = None
+    try:
+        execution, transitions = _run()
+        big_end = json.dumps({"n": 5, "padding": "x" * (4 * 2**20)})
+        execution = dataclasses.replace(execution, state_end=big_end)
+        evidence = Evidence([execution], transitions, {})
+        result = store.write([IngestBatch(spans=[], evidence=evidence)])
+        store.checkpoint()  # so that DuckDB can evict the rows to this limit
+        assert store.limit_memory("4MB")
+        replayer = Replayer(store)  # the run is stale: replayed (and refused) at once
+        replayer.notify(result)
+        assert not replayer.wait_idle(1.0)  # refused, and waiting to try again
+        assert _verdict(store, "run-r") is None
+
+        assert store.limit_memory()
+        assert replayer.wait_idle(30)
+        assert _verdict(store, "run-r") == "failed"  # its end state is not what replay made
+    finally:
+        if replayer is not None:
+            replayer.close()
         store.close()
 
 

@@ -14,36 +14,29 @@ from contextlib import contextmanager
 
 import duckdb
 
-from collector.store.errors import StoreError
+from collector.store.errors import StoreError, StoreOutOfMemory
 
 
 @contextmanager
-def transaction(
-    cursor: duckdb.DuckDBPyConnection,
-    failure: str,
-    *,
-    out_of_memory: type[StoreError] = StoreError,
-) -> Iterator[None]:
+def transaction(cursor: duckdb.DuckDBPyConnection, failure: str) -> Iterator[None]:
     """The block in one transaction: BEGIN before it, COMMIT after it.
 
-    If DuckDB fails at BEGIN, in the block or at COMMIT, StoreError("<failure>:
-    <DuckDB's message>") is raised instead, or `out_of_memory` with that message
-    when DuckDB ran out of its memory limit (Store.commit passes
-    StoreOutOfMemory, which the extractor treats differently). Any other
-    exception propagates unchanged. Either way the transaction is rolled back,
-    and code after the `with` runs only once the block is committed.
+    If DuckDB fails at BEGIN, in the block or at COMMIT, `failure_of` its error
+    is raised instead. Any other exception propagates unchanged. Either way the
+    transaction is rolled back, and code after the `with` runs only once the
+    block is committed.
     """
     try:
         cursor.execute("BEGIN TRANSACTION")
     except duckdb.Error as exc:
-        raise _failed(failure, exc, out_of_memory) from exc
+        raise failure_of(exc, failure) from exc
     committed = False
     try:
         yield
         cursor.execute("COMMIT")
         committed = True
     except duckdb.Error as exc:
-        raise _failed(failure, exc, out_of_memory) from exc
+        raise failure_of(exc, failure) from exc
     finally:
         if not committed:
             _rollback_quietly(cursor)
@@ -74,13 +67,18 @@ def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
 
 # How DuckDB's buffer manager says it could not allocate. At COMMIT it comes
 # wrapped in a TransactionException ("Failed to commit: failed to pin block of
-# size 256.0 KiB (60.9 MiB/61.0 MiB used)"), seen while a burst ran at a lowered
-# limit; it is still running out of memory.
-_OUT_OF_MEMORY_TEXT = "failed to pin block"
+# size 256.0 KiB (60.9 MiB/61.0 MiB used)", or "... could not allocate block of
+# size ..."), seen while a burst ran at a lowered limit; it is still running
+# out of memory.
+_OUT_OF_MEMORY_TEXTS = ("failed to pin block", "could not allocate block")
 
 
-def _failed(failure: str, exc: duckdb.Error, out_of_memory: type[StoreError]) -> StoreError:
+def failure_of(exc: duckdb.Error, failure: str) -> StoreError:
+    """StoreError("<failure>: <DuckDB's message>"), StoreOutOfMemory when DuckDB
+    ran out of its memory limit (the store tries that again at its configured
+    limit, and the extractor sets aside an export that keeps running out)."""
     ran_out = isinstance(exc, duckdb.OutOfMemoryException) or (
-        isinstance(exc, duckdb.TransactionException) and _OUT_OF_MEMORY_TEXT in str(exc)
+        isinstance(exc, duckdb.TransactionException)
+        and any(text in str(exc) for text in _OUT_OF_MEMORY_TEXTS)
     )
-    return (out_of_memory if ran_out else StoreError)(f"{failure}: {exc}")
+    return (StoreOutOfMemory if ran_out else StoreError)(f"{failure}: {exc}")
