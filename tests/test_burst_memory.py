@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from collector import burst_memory
 from collector.burst_memory import BurstMemory
 from collector.encode.exports import batch_from_export
 from collector.model import Evidence
-from collector.replayer import Replayer
+from collector.replayer import Replayer, replay_stores
 from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
 
 CONFIGURED = "128MB"
@@ -113,6 +114,33 @@ def test_a_read_that_runs_out_of_memory_in_a_burst_is_answered_at_the_configured
         assert store.counts()["spans"] == 3
         burst.leave()
         assert store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def test_a_replay_save_that_runs_out_of_memory_in_a_burst_is_saved_at_the_configured_limit(
+    tmp_path: Path,
+) -> None:
+    # Found by bench_ingest: once the WAL passed the checkpoint threshold, every
+    # replay save's COMMIT (which then checkpoints) ran out at the burst's limit.
+    # Here an end state of 4 MiB is read at 8 MB, and its save is not.
+    store = _store(tmp_path)
+    try:
+        execution, transitions, _ = scenario(
+            {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, 6)]
+        )
+        big_end = json.dumps({"n": 5, "padding": "x" * (4 * 2**20)})
+        execution = dataclasses.replace(
+            execution, run_id="run-s", store_id="store-s", state_end=big_end
+        )
+        placed = [t._replace(store_id="store-s", event_index=i) for i, t in enumerate(transitions)]
+        store.write([IngestBatch(spans=[], evidence=Evidence([execution], placed, {}))])
+        store.checkpoint()
+        assert store.lower_memory("8MB")
+        assert replay_stores(store, ["store-s"]) == 1
+        row = store.execution_row("run-s")
+        assert row is not None and row.verdict == "failed"  # its end state is not replay's
+        assert store.memory_limit() == "7.6 MiB"  # raised for the save alone
     finally:
         store.close()
 

@@ -129,9 +129,9 @@ class Store:
         self._memory_limit = memory_limit
         # The limit lower_memory set, until the configured one is restored.
         self._lowered_to: str | None = None
-        # Reads running at the configured limit within a burst (`_read`), and
-        # the lock that keeps their raise and re-lowering in step.
-        self._raised_reads = 0
+        # Calls running at the configured limit within a burst (`_at_any_limit`),
+        # and the lock that keeps their raise and re-lowering in step.
+        self._raised = 0
         self._raise_lock = threading.Lock()
         self._threads = threads
         self._checkpoint_threshold = checkpoint_threshold
@@ -300,44 +300,50 @@ class Store:
             database.checkpoint(cursor)
 
     def _read(self, statement: Callable[[_Cursor], _T]) -> _T:
-        """`statement` on a cursor of its own.
-
-        A read that runs out of memory at a burst's lowered limit is tried
-        again at the configured one, which holds only while it runs: a read's
-        need passes (found by bench_ingest: /healthz's counts ran out at 91.5
-        of 91.5 MiB while a burst was stored, and answered 503), and a limit
-        raised for the rest of the burst put the server's peak RSS at 420 MB.
-        """
+        """`statement` on a cursor of its own (`_at_any_limit`)."""
         def read() -> _T:
             with self._cursor() as cursor:
                 return statement(cursor)
 
+        return self._at_any_limit(read)
+
+    def _at_any_limit(self, operation: Callable[[], _T]) -> _T:
+        """`operation`, once more at the configured memory limit, raised for it
+        alone, if it ran out of memory at a burst's lowered one.
+
+        For reads and replay saves, whose need passes. Found by bench_ingest:
+        /healthz's counts ran out at 91.5 of 91.5 MiB while a burst was stored
+        (and answered 503); once the WAL passed DuckDB's checkpoint threshold,
+        every replay save's COMMIT, which then checkpoints, ran out (verdicts
+        stayed pending for good). Raising the limit for the rest of the burst,
+        as an export's write does (`commit`), put serve's peak RSS at 405-420 MB.
+        """
         try:
-            return read()
+            return operation()
         except StoreOutOfMemory as exc:
             if self._lowered_to is None:
                 raise
-            logger.info("a read ran out of memory at the lowered limit; trying it again at "
-                        "the configured one: %s", exc)
-        with self._configured_limit_for_a_read():
-            return read()
+            logger.info("ran out of memory at the lowered limit; trying again at the "
+                        "configured one: %s", exc)
+        with self._configured_limit():
+            return operation()
 
     @contextmanager
-    def _configured_limit_for_a_read(self) -> Iterator[None]:
+    def _configured_limit(self) -> Iterator[None]:
         """The configured memory limit while the block runs, then the burst's again
-        (unless the burst ended, or a write gave its limit up, meanwhile)."""
+        (unless the burst ended, or an export's write gave its limit up, meanwhile)."""
         with self._raise_lock:
             lowered_to = self._lowered_to
-            if not self._raised_reads and not self._set_memory_limit(self._memory_limit):
+            if not self._raised and not self._set_memory_limit(self._memory_limit):
                 raise StoreError("could not restore DuckDB's configured memory limit")
-            self._raised_reads += 1
+            self._raised += 1
         try:
             yield
         finally:
             with self._raise_lock:
-                self._raised_reads -= 1
+                self._raised -= 1
                 burst_goes_on = lowered_to is not None and self._lowered_to == lowered_to
-                if not self._raised_reads and burst_goes_on:
+                if not self._raised and burst_goes_on:
                     self._set_memory_limit(lowered_to)
 
     @contextmanager
@@ -640,15 +646,19 @@ class Store:
         in collector/lineage.py, linked in the same transaction. `run_keys`
         (`ReplayBatch.run_keys`) spare the save looking the runs up by id.
         """
-        with (
-            self._field_index_lock,
-            self._write_lock,
-            self._cursor() as cursor,
-            transaction(cursor, "could not save replay results"),
-        ):
-            self._rewriter.note_writes([r.run_id for r in records] + [i.run_id for i in indexes])
-            replays.save(cursor, records, indexes, snapshots, run_keys)
-            lineage.link(cursor, parents)
+        def save() -> None:
+            with (
+                self._field_index_lock,
+                self._write_lock,
+                self._cursor() as cursor,
+                transaction(cursor, "could not save replay results"),
+            ):
+                run_ids = [r.run_id for r in records] + [i.run_id for i in indexes]
+                self._rewriter.note_writes(run_ids)
+                replays.save(cursor, records, indexes, snapshots, run_keys)
+                lineage.link(cursor, parents)
+
+        self._at_any_limit(save)
 
     def compact_field_index_if_due(
         self,
