@@ -56,10 +56,14 @@ def test_a_burst_lowers_the_limit_once_and_settling_restores_the_configured_one(
         store.close()
 
 
-def _export_with_a_big_attribute(mebibytes: int) -> IngestBatch:
-    request = plain_request(new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2)
+def _export_with_a_big_attribute(
+    mebibytes: int, trace_id: bytes | None = None, fill: str = "x"
+) -> IngestBatch:
+    request = plain_request(
+        trace_id or new_trace_id(), [new_span_id()], start_unix_nano=1, end_unix_nano=2
+    )
     attribute = request.resource_spans[0].resource.attributes.add(key="big")
-    attribute.value.string_value = "x" * (mebibytes * 1024 * 1024)
+    attribute.value.string_value = fill * (mebibytes * 1024 * 1024)
     return batch_from_export(request.SerializeToString())
 
 
@@ -97,10 +101,7 @@ def test_a_read_that_runs_out_of_memory_in_a_burst_is_answered_at_the_configured
     try:
         trace_id = new_trace_id()
         for marker in "abc":
-            request = plain_request(trace_id, [new_span_id()], start_unix_nano=1, end_unix_nano=2)
-            attribute = request.resource_spans[0].resource.attributes.add(key="big")
-            attribute.value.string_value = marker * (2 * 1024 * 1024)
-            store.write([batch_from_export(request.SerializeToString())])
+            store.write([_export_with_a_big_attribute(2, trace_id, marker)])
         store.limit_memory("4MB")  # a limit set as the configured one would be
         with pytest.raises(StoreOutOfMemory):
             store.spans_of_trace(trace_id.hex())
@@ -126,15 +127,7 @@ def test_a_replay_save_that_runs_out_of_memory_in_a_burst_is_saved_at_the_config
     # Here an end state of 4 MiB is read at 8 MB, and its save is not.
     store = _store(tmp_path)
     try:
-        execution, transitions, _ = scenario(
-            {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, 6)]
-        )
-        big_end = json.dumps({"n": 5, "padding": "x" * (4 * 2**20)})
-        execution = dataclasses.replace(
-            execution, run_id="run-s", store_id="store-s", state_end=big_end
-        )
-        placed = [t._replace(store_id="store-s", event_index=i) for i, t in enumerate(transitions)]
-        store.write([IngestBatch(spans=[], evidence=Evidence([execution], placed, {}))])
+        _stored_run(store, "s", state_end=json.dumps({"n": 5, "padding": "x" * (4 * 2**20)}))
         store.checkpoint()
         assert store.lower_memory("8MB")
         assert replay_stores(store, ["store-s"]) == 1
@@ -165,12 +158,17 @@ def test_a_limit_duckdb_refuses_leaves_the_limit_as_it_was(tmp_path: Path) -> No
         store.close()
 
 
-def _stored_run(store: Store) -> WriteResult:
+def _stored_run(store: Store, name: str = "b", state_end: str | None = None) -> WriteResult:
+    """Run `run-<name>` on store `store-<name>`, five steps; `state_end` replaces its end."""
     execution, transitions, _ = scenario(
         {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, 6)]
     )
-    execution = dataclasses.replace(execution, run_id="run-b", store_id="store-b")
-    placed = [t._replace(store_id="store-b", event_index=i) for i, t in enumerate(transitions)]
+    execution = dataclasses.replace(execution, run_id=f"run-{name}", store_id=f"store-{name}")
+    if state_end is not None:
+        execution = dataclasses.replace(execution, state_end=state_end)
+    placed = [
+        t._replace(store_id=f"store-{name}", event_index=i) for i, t in enumerate(transitions)
+    ]
     return store.write([IngestBatch(spans=[], evidence=Evidence([execution], placed, {}))])
 
 
