@@ -173,7 +173,13 @@ class Store:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """A connection to the file, with this store's settings."""
         try:
-            connection = duckdb.connect(str(self.path), read_only=self._read_only)
+            connection = duckdb.connect(
+                str(self.path),
+                read_only=self._read_only,
+                config=database.settings_at_open(
+                    memory_limit=self._memory_limit, threads=self._threads
+                ),
+            )
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
         database.configure(

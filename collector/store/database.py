@@ -11,6 +11,24 @@ _PRINTED_SIZE = re.compile(r"([0-9.]+)\s*(bytes|KiB|MiB|GiB|TiB)")
 _UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
+def settings_at_open(
+    *, memory_limit: str | None, threads: int | None
+) -> dict[str, str | bool | int | float | list[str]]:
+    """The settings DuckDB must have while it opens the file, before `configure`.
+
+    Opening replays the WAL a crash (or a fatal error's reopen) left behind
+    into memory, and it does so at DuckDB's default limit, 80% of RAM, unless
+    the limit comes with the connection: a 319 MB WAL opened at 426 MB RSS,
+    and at 148 MB with a 96 MB limit given here.
+    """
+    settings: dict[str, str | bool | int | float | list[str]] = {}
+    if memory_limit is not None:
+        settings["memory_limit"] = memory_limit
+    if threads is not None:
+        settings["threads"] = threads
+    return settings
+
+
 def configure(
     connection: duckdb.DuckDBPyConnection,
     *,
