@@ -59,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -676,6 +677,7 @@ class CatchUp:
     peak_backlog_mib: float
     cpu_stored: CpuSeconds | None = None
     cpu_replayed: CpuSeconds | None = None
+    unavailable: int = 0  # polls /healthz answered 503 (store unavailable: retry)
 
 
 def catch_up(server: Server, timeout: float) -> CatchUp:
@@ -686,10 +688,19 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
     replayed = float("nan")
     peak_backlog = 0
     cpu_stored = cpu_replayed = None
+    unavailable = 0
     while time.perf_counter() - started < timeout:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{server.http_port}/healthz",
-                                    timeout=60) as reply:
-            health = json.load(reply)
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{server.http_port}/healthz",
+                                        timeout=60) as reply:
+                health = json.load(reply)
+        except urllib.error.HTTPError as exc:
+            # 503 is the server's "retry": counted and reported, not fatal.
+            if exc.code != 503:
+                raise
+            unavailable += 1
+            time.sleep(0.2)
+            continue
         peak_backlog = max(peak_backlog, health["backlog_bytes"])
         elapsed = time.perf_counter() - started
         if health["backlog_bytes"] == 0 and stored is None:
@@ -701,7 +712,7 @@ def catch_up(server: Server, timeout: float) -> CatchUp:
             break
         time.sleep(0.2)
     return CatchUp(float("nan") if stored is None else stored, replayed, peak_backlog / MIB,
-                   cpu_stored, cpu_replayed)
+                   cpu_stored, cpu_replayed, unavailable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -916,7 +927,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"after the load: backlog peaked at {caught_up.peak_backlog_mib:.0f} MiB; every "
             f"acknowledged span was in DuckDB {caught_up.stored_seconds:.1f}s later and "
-            f"replayed {caught_up.replayed_seconds:.1f}s later"
+            f"replayed {caught_up.replayed_seconds:.1f}s later; /healthz answered 503 "
+            f"{caught_up.unavailable} time(s)"
         )
         print(
             f"sustained: acknowledged spans / (load + time to store them) = "

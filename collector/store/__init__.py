@@ -340,17 +340,24 @@ class Store:
         (unless the burst ended, or an export's write gave its limit up, meanwhile)."""
         with self._raise_lock:
             lowered_to = self._lowered_to
-            if not self._raised and not self._set_memory_limit(self._memory_limit):
-                raise StoreError("could not restore DuckDB's configured memory limit")
-            self._raised += 1
+            raised = bool(self._raised) or self._set_memory_limit(self._memory_limit)
+            if raised:
+                self._raised += 1
+            else:
+                # The try again runs at the limit there is: by now the other
+                # work that filled the pool may have let go of it. (Seen once in
+                # bench_ingest: /healthz answered 503 when this refusal raised.)
+                logger.warning("could not raise DuckDB's memory limit to %s for a "
+                               "try again", self._memory_limit)
         try:
             yield
         finally:
-            with self._raise_lock:
-                self._raised -= 1
-                burst_goes_on = lowered_to is not None and self._lowered_to == lowered_to
-                if not self._raised and burst_goes_on:
-                    self._set_memory_limit(lowered_to)
+            if raised:
+                with self._raise_lock:
+                    self._raised -= 1
+                    burst_goes_on = lowered_to is not None and self._lowered_to == lowered_to
+                    if not self._raised and burst_goes_on:
+                        self._set_memory_limit(lowered_to)
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
