@@ -260,8 +260,8 @@ def _field_ranges(conn: duckdb.DuckDBPyConnection) -> None:
     # What `insert_field_rows` writes next to the values: per run and numeric
     # path, the least and greatest number (compaction sorts it afterwards).
     conn.execute(
-        "INSERT INTO field_ranges (run_key, run_id, parent_key, path_key, path, lo, hi)"
-        " SELECT run_key, any_value(run_id), parent_key, path_key, path, min(num), max(num)"
+        "INSERT INTO field_ranges (run_key, parent_key, path_key, path, lo, hi)"
+        " SELECT run_key, parent_key, path_key, path, min(num), max(num)"
         " FROM field_values WHERE kind = 'number' GROUP BY run_key, parent_key, path_key, path"
     )
 
@@ -293,8 +293,8 @@ def _insert_rows(
 ) -> None:
     parent = pointer.rpartition("/")[0]
     conn.execute(
-        "INSERT INTO field_values (run_key, run_id, parent_key, path_key, kind, num, str_key,"
-        f" str, bool_val, is_final, path, parent) SELECT r.run_key, r.run_id, ?, ?, ?, {num},"
+        "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
+        f" str, bool_val, is_final, path, parent) SELECT r.run_key, ?, ?, ?, {num},"
         f" {str_key},"
         f" {text}, {flag}, {is_final}, ?, ? FROM runs r{tail}",
         [key64(parent), key64(pointer), kind, pointer, parent],

@@ -129,9 +129,9 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
     """
     with store._cursor() as cursor:
         cursor.execute(
-            "INSERT INTO field_values (run_id, run_key, parent_key, path_key, kind, num, str_key,"
+            "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
             " str, bool_val, is_final, path, parent)"
-            " SELECT 'run-0', (SELECT run_key FROM executions WHERE run_id = 'run-0')"
+            " SELECT (SELECT run_key FROM executions WHERE run_id = 'run-0')"
             " + (i * ? // ?) * 1000000,"
             " i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false, '/n', ''"
             " FROM range(?) r(i)",
@@ -184,12 +184,16 @@ def _stored_and_replayed(store: Store, count: int, first: int) -> None:
 
 
 def _rows_per_run(store: Store) -> dict[str, int]:
+    """Index rows by run id (a run no longer stored: "key:<run key>"; ranges: "ranges:...")."""
+    run = "coalesce(e.run_id, 'key:' || t.run_key)"
     with store._cursor() as cursor:
         rows = cursor.execute(
-            "SELECT run_id, count(*) FROM field_values GROUP BY run_id"
-            " UNION ALL SELECT 'ranges:' || run_id, count(*) FROM field_ranges GROUP BY run_id"
+            f"SELECT {run}, count(*) FROM field_values t"
+            f" LEFT JOIN executions e USING (run_key) GROUP BY {run}"
+            f" UNION ALL SELECT 'ranges:' || {run}, count(*) FROM field_ranges t"
+            f" LEFT JOIN executions e USING (run_key) GROUP BY {run}"
         ).fetchall()
-    return {str(run_id): int(count) for run_id, count in rows}
+    return {str(run): int(count) for run, count in rows}
 
 
 def _forget_execution(store: Store, run_id: str) -> None:

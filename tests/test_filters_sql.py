@@ -187,7 +187,9 @@ def test_compile_filter_binds_values_as_parameters() -> None:
 
 
 def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConnection) -> None:
-    delete_field_rows(conn, ["approved"])
+    approved = conn.execute("SELECT run_key FROM executions WHERE run_id = 'approved'").fetchone()
+    assert approved is not None
+    delete_field_rows(conn, [approved[0]])
     assert _matches(conn, "tags exists") == {"denied", "pending"}
 
 
@@ -311,7 +313,10 @@ def test_compile_filter_ever_numeric_ranges_read_the_ranges_table() -> None:
 def test_field_ranges_hold_one_row_per_run_and_numeric_path(
     counters: duckdb.DuckDBPyConnection,
 ) -> None:
-    rows = counters.execute("SELECT run_id, path, lo, hi FROM field_ranges ORDER BY run_id")
+    rows = counters.execute(
+        "SELECT e.run_id, r.path, r.lo, r.hi FROM field_ranges r JOIN executions e USING (run_key)"
+        " ORDER BY e.run_id"
+    )
     assert rows.fetchall() == [
         ("dipped", "/n", -3.0, 5.0),
         ("dropped", "/n", 8.0, 8.0),
@@ -349,8 +354,8 @@ def test_ever_ranges_agree_with_a_scan_of_every_value(
     connection = _index_connection(runs)
     try:
         scanned = connection.execute(
-            "SELECT DISTINCT run_id FROM field_values WHERE path = '/x' AND kind = 'number'"
-            f" AND num {op} ?",
+            "SELECT DISTINCT e.run_id FROM field_values v JOIN executions e USING (run_key)"
+            f" WHERE v.path = '/x' AND v.kind = 'number' AND v.num {op} ?",
             [float(bound)],
         ).fetchall()
         query = f"ever x {op} {json.dumps(bound)}"
@@ -391,7 +396,9 @@ def test_replaying_again_replaces_an_executions_ranges(tmp_path: Path) -> None:
     assert _store_matches(store, "ever n >= 9") == []
     assert _store_matches(store, "ever n >= 2") == ["late"]
     with store._cursor() as cursor:
-        rows = cursor.execute("SELECT run_id, lo, hi FROM field_ranges").fetchall()
+        rows = cursor.execute(
+            "SELECT e.run_id, r.lo, r.hi FROM field_ranges r JOIN executions e USING (run_key)"
+        ).fetchall()
     assert rows == [("late", 0.0, 2.0)]
     store.close()
 

@@ -75,10 +75,9 @@ def test_run_keys_migration_keys_existing_runs_and_their_index_rows(tmp_path: Pa
         keys = dict(connection.execute("SELECT run_id, run_key FROM executions").fetchall())
         assert set(keys) == {"old-a", "old-b"} and len(set(keys.values())) == 2
         assert None not in keys.values()
-        index_keys = connection.execute(
-            "SELECT DISTINCT run_id, run_key FROM field_values"
-        ).fetchall()
-        assert dict(index_keys) == keys
+        # The index names runs by key alone since m016.
+        index_keys = connection.execute("SELECT DISTINCT run_key FROM field_values").fetchall()
+        assert {key for (key,) in index_keys} == set(keys.values())
         replayed = connection.execute("SELECT run_id, run_key FROM execution_replays")
         assert replayed.fetchall() == [("old-b", keys["old-b"])]
         # A run added after the upgrade gets a key of its own.
@@ -107,11 +106,11 @@ def test_field_ranges_migration_fills_ranges_from_the_stored_index(tmp_path: Pat
     connection = duckdb.connect(str(path))
     try:
         ranges = connection.execute(
-            "SELECT r.run_id, r.path, r.lo, r.hi, r.run_key = e.run_key"
-            " FROM field_ranges r JOIN executions e USING (run_id) ORDER BY r.run_id"
+            "SELECT e.run_id, r.path, r.lo, r.hi"
+            " FROM field_ranges r JOIN executions e USING (run_key) ORDER BY e.run_id"
         ).fetchall()
-        assert ranges == [("old-a", "/attempts", 1.0, 1.0, True),
-                          ("old-b", "/attempts", 5.0, 5.0, True)]  # fmt: skip
+        assert ranges == [("old-a", "/attempts", 1.0, 1.0),
+                          ("old-b", "/attempts", 5.0, 5.0)]  # fmt: skip
         where, params = compile_filter(parse_query("ever attempts > 2"))
         found = connection.execute(f"SELECT e.run_id FROM executions e WHERE {where}", params)
         assert found.fetchall() == [("old-b",)]
@@ -267,3 +266,43 @@ def test_resource_bytes_migration_keeps_older_resources_beside_ones_kept_as_sent
         assert sent_under(new).recorded
     finally:
         store.close()
+
+
+def test_field_index_migration_names_runs_by_key_alone(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m016_field_index_without_run_ids")
+    connection = duckdb.connect(str(path))
+    try:
+        # A row of a run gone before it was keyed (m005 left it without a key),
+        # and the twin of a rewrite that never finished, in the old layout.
+        connection.execute(
+            "INSERT INTO field_values (run_id, parent_key, path_key, kind, num, is_final,"
+            " path, parent) VALUES ('gone', 0, 0, 'number', 1, TRUE, '/attempts', '')"
+        )
+        connection.execute("CREATE TABLE field_values_compacting AS FROM field_values")
+    finally:
+        connection.close()
+
+    Store(path).close()
+
+    connection = duckdb.connect(str(path))
+    try:
+        for table in ("field_values", "field_ranges"):
+            columns = connection.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]
+            ).fetchall()
+            assert ("run_key",) in columns and ("run_id",) not in columns
+        assert connection.execute(
+            "SELECT count(*) FROM field_values WHERE run_key IS NULL"
+        ).fetchall() == [(0,)]
+        assert connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'field_values_compacting'"
+        ).fetchall() == [(0,)]
+        for query, expected in (("attempts > 2", [("old-b",)]), ("attempts < 2", [("old-a",)])):
+            where, params = compile_filter(parse_query(query))
+            found = connection.execute(
+                f"SELECT e.run_id FROM executions e WHERE {where}", params
+            ).fetchall()
+            assert found == expected
+    finally:
+        connection.close()

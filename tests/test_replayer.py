@@ -174,15 +174,19 @@ def test_odd_but_valid_pointers_get_a_verdict_and_are_not_stale_again(tmp_path: 
 
 
 def _stored_rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """Replay and index rows, each index row named by its run's id ("orphan": none)."""
+    run = "coalesce(e.run_id, 'orphan')"
     with store._cursor() as cursor:
-        return {
-            table: cursor.execute(f"SELECT * EXCLUDE ({skip}) FROM {table} ORDER BY ALL").fetchall()
-            for table, skip in (
-                ("execution_replays", "replayed_unix_nano"),
-                ("field_values", "run_key"),
-                ("field_ranges", "run_key"),
-            )
-        }
+        replays = cursor.execute(
+            "SELECT * EXCLUDE (replayed_unix_nano) FROM execution_replays ORDER BY ALL"
+        )
+        stored = {"execution_replays": replays.fetchall()}
+        for table in ("field_values", "field_ranges"):
+            stored[table] = cursor.execute(
+                f"SELECT {run}, t.* EXCLUDE (run_key) FROM {table} t"
+                " LEFT JOIN executions e USING (run_key) ORDER BY ALL"
+            ).fetchall()
+        return stored
 
 
 def test_replays_saved_a_few_at_a_time_store_what_one_save_stores(tmp_path: Path) -> None:
@@ -202,8 +206,8 @@ def test_replays_saved_a_few_at_a_time_store_what_one_save_stores(tmp_path: Path
         assert store.stale_store_ids() == []
         with store._cursor() as cursor:
             mismatched = cursor.execute(
-                "SELECT count(*) FROM field_values v JOIN executions e USING (run_id)"
-                " WHERE v.run_key IS DISTINCT FROM e.run_key"
+                "SELECT count(*) FROM field_values v"
+                " WHERE NOT EXISTS (SELECT 1 FROM executions e WHERE e.run_key = v.run_key)"
             ).fetchall()
         assert mismatched == [(0,)]
         stored[save_every] = _stored_rows(store)

@@ -53,19 +53,20 @@ def _table_counts(db: Path, cutoff: int) -> dict[str, tuple[int, int]]:
         "SELECT trace_id FROM spans GROUP BY trace_id HAVING max(end_unix_nano) < $cutoff"
     )
     old_runs = f"SELECT run_id FROM executions WHERE trace_id IN ({old_traces})"
+    old_run_keys = f"SELECT run_key FROM executions WHERE trace_id IN ({old_traces})"
     queries = {
         "traces": ("SELECT count(DISTINCT trace_id) FROM spans", "trace_id"),
         "spans": ("SELECT count(*) FROM spans", "trace_id"),
         "executions": ("SELECT count(*) FROM executions", "trace_id"),
         "transitions": ("SELECT count(*) FROM transitions", "trace_id"),
         "replays": ("SELECT count(*) FROM execution_replays", "run_id"),
-        "field_values": ("SELECT count(*) FROM field_values", "run_id"),
-        "field_ranges": ("SELECT count(*) FROM field_ranges", "run_id"),
+        "field_values": ("SELECT count(*) FROM field_values", "run_key"),
+        "field_ranges": ("SELECT count(*) FROM field_ranges", "run_key"),
     }
     counts = {}
     with duckdb.connect(str(db), read_only=True) as connection:
         for table, (select, column) in queries.items():
-            subquery = old_traces if column == "trace_id" else old_runs
+            subquery = {"trace_id": old_traces, "run_id": old_runs, "run_key": old_run_keys}[column]
             old_count = connection.execute(
                 f"{select} WHERE {column} IN ({subquery})", {"cutoff": cutoff}
             ).fetchone()

@@ -666,9 +666,9 @@ class Store:
                 self._cursor() as cursor,
                 transaction(cursor, "could not save replay results"),
             ):
-                run_ids = [r.run_id for r in records] + [i.run_id for i in indexes]
-                self._rewriter.note_writes(run_ids)
-                replays.save(cursor, records, indexes, snapshots, run_keys)
+                self._rewriter.note_writes(
+                    replays.save(cursor, records, indexes, snapshots, run_keys)
+                )
                 lineage.link(cursor, parents)
 
         self._at_any_limit(save)
@@ -769,7 +769,7 @@ class Store:
         def statement(cursor: _Cursor) -> retention.PruneCounts:
             trace_ids = retention.old_traces(cursor, cutoff_unix_nano, max_spans)
             if self._rewriter.in_progress:
-                self._rewriter.note_writes(retention.runs_of_traces(cursor, trace_ids))
+                self._rewriter.note_writes(retention.runs_of_traces(cursor, trace_ids).values())
             return retention.delete_traces(cursor, trace_ids)
 
         return self._retention_write(statement)

@@ -29,7 +29,7 @@ from typing import Final
 
 import duckdb
 
-from collector.store.filters import RANGES, RANGES_SORT_KEY, SORT_KEY, TABLE
+from collector.store.filters import RANGES, RANGES_SORT_KEY, SORT_KEY, TABLE, without_execution
 
 LAYOUT_TABLE: Final = "field_index_layout"
 # Rows sorted at once (a piece). One sort of a whole 32.5M-row index ran out of
@@ -271,25 +271,27 @@ def _boundaries(
     return bounds
 
 
-def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_ids: set[str], sweep: bool) -> int:
-    """Give these runs their live rows in the twins; return the field_values rows copied.
+def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_keys: set[int], sweep: bool) -> int:
+    """Give the runs with these keys their live rows in the twins; return the
+    field_values rows copied.
 
     With `sweep`, also drop the twins' rows of runs no longer stored, as the
     orphan sweep did to the live tables (collector/store/retention.py).
     Each statement scans its table, so none runs without a reason to.
     """
     copied = 0
-    listed = sorted(run_ids)
+    listed = sorted(run_keys)
     for table in (TABLE, RANGES):
         if listed:
             cursor.execute(
-                f"DELETE FROM {twin(table)} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                f"DELETE FROM {twin(table)} WHERE run_key IN (SELECT unnest(?::BIGINT[]))",
                 [listed],
             )
             cursor.execute(
                 f"INSERT INTO {twin(table)} BY NAME SELECT * FROM {table}"
-                f" WHERE run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY {SORT_KEYS[table]}",
-                [listed],
+                f" WHERE run_key BETWEEN ? AND ? AND run_key IN (SELECT unnest(?::BIGINT[]))"
+                f" ORDER BY {SORT_KEYS[table]}",
+                [listed[0], listed[-1], listed],
             )
             # DuckDB answers an INSERT with one row holding the number of rows inserted.
             inserted = cursor.fetchone()
@@ -297,7 +299,7 @@ def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_ids: set[str], sweep: bo
                 copied = int(inserted[0])
         if sweep:
             cursor.execute(
-                f"DELETE FROM {twin(table)} WHERE run_id NOT IN (SELECT run_id FROM executions)"
+                f"DELETE FROM {twin(table)} WHERE {without_execution(twin(table))}"
             )
     return copied
 

@@ -126,8 +126,10 @@ def insert_field_rows(
     if runs is None:
         runs = stored_runs(conn, {index.run_id for index in listed})
     batch = _arrow_batch(listed)
-    insert_with_run_keys(conn, TABLE, batch, runs, sort_by=SORT_COLUMNS)
-    insert_with_run_keys(conn, RANGES, _ranges(batch), runs, sort_by=RANGES_SORT_COLUMNS)
+    insert_with_run_keys(conn, TABLE, batch, runs, sort_by=SORT_COLUMNS, keep_run_id=False)
+    insert_with_run_keys(
+        conn, RANGES, _ranges(batch), runs, sort_by=RANGES_SORT_COLUMNS, keep_run_id=False
+    )
     written: int = batch.num_rows
     return written
 
@@ -173,24 +175,35 @@ def _keys(texts: pa.Array) -> pa.Array:
 
 
 def delete_field_rows(
-    conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str]
+    conn: duckdb.DuckDBPyConnection, run_keys: Iterable[int]
 ) -> tuple[int, int]:
-    """Remove every row of the given executions; return (values, ranges) deleted.
+    """Remove every row of the executions with these run keys; return (values, ranges) deleted.
 
-    No run ids, no statements: each DELETE scans its whole table (run ids are
-    not in the sort key), and a batch of pruned traces may hold no execution.
+    No keys, no statements: a batch of pruned traces may hold no execution.
+    Keys grow with arrival, so the bounds let zone maps skip the row groups
+    appended before the oldest of them (a rewritten index is ordered by path,
+    and is scanned).
     """
-    listed = list(run_ids)
-    if not listed:
+    keys = sorted(run_keys)
+    if not keys:
         return 0, 0
-    return _delete_runs(conn, TABLE, listed), _delete_runs(conn, RANGES, listed)
+    return _delete_runs(conn, TABLE, keys), _delete_runs(conn, RANGES, keys)
 
 
-def _delete_runs(conn: duckdb.DuckDBPyConnection, table: str, run_ids: list[str]) -> int:
-    conn.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
+def _delete_runs(conn: duckdb.DuckDBPyConnection, table: str, keys: list[int]) -> int:
+    conn.execute(
+        f"DELETE FROM {table} WHERE run_key BETWEEN ? AND ?"
+        " AND run_key IN (SELECT unnest(?::BIGINT[]))",
+        [keys[0], keys[-1], keys],
+    )
     # DuckDB answers a DELETE with one row holding the number of rows deleted.
     row = conn.fetchone()
     return int(row[0]) if row else 0
+
+
+def without_execution(table: str) -> str:
+    """SQL true for a row of `table` (the field index or a twin of it) whose run is not stored."""
+    return f"NOT EXISTS (SELECT 1 FROM executions e WHERE e.run_key = {table}.run_key)"
 
 
 # --- filter compiler -----------------------------------------------------------
@@ -344,18 +357,19 @@ def final_values(
     if not run_ids or not paths:
         return {}
     runs = ", ".join("?" for _ in run_ids)
-    keys = [
-        row[0]
-        for row in conn.execute(
-            f"SELECT run_key FROM executions WHERE run_id IN ({runs})", list(run_ids)
+    run_ids_by_key = {
+        int(key): run_id
+        for run_id, key in conn.execute(
+            f"SELECT run_id, run_key FROM executions WHERE run_id IN ({runs})", list(run_ids)
         ).fetchall()
-        if row[0] is not None
-    ]
-    if not keys:
+        if key is not None
+    }
+    if not run_ids_by_key:
         return {}
+    keys = list(run_ids_by_key)
     in_keys = ", ".join("?" for _ in keys)
     branch = (
-        f"SELECT v.run_id, v.path, v.kind, v.num, v.str, v.bool_val FROM {TABLE} v "
+        f"SELECT v.run_key, v.path, v.kind, v.num, v.str, v.bool_val FROM {TABLE} v "
         f"WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
         f"AND v.run_key IN ({in_keys})"
     )
@@ -364,9 +378,9 @@ def final_values(
         params.extend([key64(path.parent.pointer), key64(path.pointer), path.pointer, *keys])
     rows = conn.execute(" UNION ALL ".join(branch for _ in paths), params).fetchall()
     found: dict[tuple[str, str], FieldValue] = {}
-    for run_id, pointer, kind, num, text, flag in rows:
+    for run_key, pointer, kind, num, text, flag in rows:
         scalar = num if kind == "number" else text if kind == "string" else flag
-        found[(run_id, pointer)] = (kind, scalar)
+        found[(run_ids_by_key[run_key], pointer)] = (kind, scalar)
     return found
 
 

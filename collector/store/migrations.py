@@ -425,3 +425,21 @@ def m015_resource_bytes(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("ALTER TABLE resources ADD COLUMN resource_schema_url VARCHAR")
     connection.execute("ALTER TABLE resources ADD COLUMN scope_raw BLOB")
     connection.execute("ALTER TABLE resources ADD COLUMN scope_schema_url VARCHAR")
+
+
+@migration
+def m016_field_index_without_run_ids(connection: duckdb.DuckDBPyConnection) -> None:
+    # The field index names its execution by run key alone (m005 copied it on),
+    # as every filter and list already joined. The run id string was the
+    # widest column of the widest table: 40 of the ~190 bytes a row held in
+    # DuckDB's memory until a checkpoint, and of the bytes each row added to
+    # the WAL (bench/README.md). Rows whose run was gone when m005 ran have no
+    # key and no execution: no filter could reach them. Twins of a rewrite that
+    # never finished (collector/store/field_layout.py) are remade from the
+    # tables' new definitions by the next one. (DuckDB refuses to commit an
+    # ALTER after a DELETE of the same table in one transaction, not the reverse.)
+    for table in ("field_values", "field_ranges"):
+        for leftover in (f"{table}_compacting", f"{table}_staged"):
+            connection.execute(f"DROP TABLE IF EXISTS {leftover}")
+        connection.execute(f"ALTER TABLE {table} DROP COLUMN run_id")
+        connection.execute(f"DELETE FROM {table} WHERE run_key IS NULL")

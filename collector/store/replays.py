@@ -304,8 +304,10 @@ def save(
     indexes: Sequence[FieldIndex],
     snapshots: Sequence[Snapshot] = (),
     run_keys: Mapping[str, int] | None = None,
-) -> None:
+) -> set[int]:
     """Replace the stored replay of each record's run id (the caller owns the transaction).
+
+    Returns the keys of the runs whose field-index rows it may have changed.
 
     `run_keys` are the runs' keys as read with their evidence (`ReplayBatch`):
     then the runs are found by key, which zone maps make cheap however many
@@ -325,7 +327,7 @@ def save(
             "DELETE FROM execution_replays WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
             [replayed_before],
         )
-        delete_field_rows(cursor, replayed_before)
+        delete_field_rows(cursor, [runs[run_id].run_key for run_id in replayed_before])
         cursor.execute(
             "DELETE FROM replay_snapshots WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
             [replayed_before],
@@ -334,6 +336,7 @@ def save(
     field_layout.note_appended(cursor, insert_field_rows(cursor, indexes, runs))
     if snapshots:
         insert_with_run_keys(cursor, "replay_snapshots", _snapshots_table(snapshots), runs)
+    return {run.run_key for run in runs.values()}
 
 
 def _records_table(records: Sequence[ReplayRecord]) -> pa.Table:

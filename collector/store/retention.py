@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 import duckdb
 
-from collector.store.filters import delete_field_rows
+from collector.store.filters import RANGES, TABLE, delete_field_rows, without_execution
 
 DEFAULT_BATCH_SPANS = 5_000
 
@@ -78,8 +78,9 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
     """Delete these traces and what derives from them (the caller owns the transaction)."""
     if not trace_ids:
         return PruneCounts()
-    run_ids = runs_of_traces(cursor, trace_ids)
-    field_values, field_ranges = delete_field_rows(cursor, run_ids)
+    runs = runs_of_traces(cursor, trace_ids)
+    run_ids = list(runs)
+    field_values, field_ranges = delete_field_rows(cursor, runs.values())
     replays = _delete(cursor, "DELETE FROM execution_replays WHERE list_contains(?, run_id)",
                       run_ids)
     _delete(cursor, "DELETE FROM replay_snapshots WHERE list_contains(?, run_id)", run_ids)
@@ -99,14 +100,14 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
     )
 
 
-def runs_of_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> list[str]:
-    """The run ids of the executions in these traces."""
+def runs_of_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, int]:
+    """The executions in these traces: their run keys by run id."""
     if not trace_ids:
-        return []
+        return {}
     rows = cursor.execute(
-        "SELECT run_id FROM executions WHERE list_contains(?, trace_id)", [trace_ids]
+        "SELECT run_id, run_key FROM executions WHERE list_contains(?, trace_id)", [trace_ids]
     ).fetchall()
-    return [row[0] for row in rows]
+    return {run_id: int(run_key) for run_id, run_key in rows}
 
 
 def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
@@ -115,12 +116,12 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     A replay that read an execution just before its trace was pruned may save
     its result just after; this sweeps such leftovers once a prune pass ends.
     """
-    field_values = _count(cursor.execute(
-        "DELETE FROM field_values WHERE run_id NOT IN (SELECT run_id FROM executions)"
-    ))
-    field_ranges = _count(cursor.execute(
-        "DELETE FROM field_ranges WHERE run_id NOT IN (SELECT run_id FROM executions)"
-    ))
+    field_values = _count(
+        cursor.execute(f"DELETE FROM {TABLE} WHERE {without_execution(TABLE)}")
+    )
+    field_ranges = _count(
+        cursor.execute(f"DELETE FROM {RANGES} WHERE {without_execution(RANGES)}")
+    )
     replays = _count(cursor.execute(
         "DELETE FROM execution_replays WHERE run_id NOT IN (SELECT run_id FROM executions)"
     ))

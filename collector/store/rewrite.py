@@ -91,11 +91,11 @@ class Rewrite:
     merge_planned: bool = False
     copied: int = 0  # pieces copied
     preempted: int = 0  # times in a row an export interrupted the next piece
-    touched: set[str] = field(default_factory=set)  # runs whose rows changed since
+    touched: set[int] = field(default_factory=set)  # keys of runs whose rows changed since
     swept: bool = False  # orphaned rows were deleted since
     refreshed_rows: int = 0  # field_values rows copied out of sort order
 
-    def take_changes(self) -> tuple[set[str], bool]:
+    def take_changes(self) -> tuple[set[int], bool]:
         """The changes noted so far, forgetting them (a caller that fails puts them back)."""
         changes = self.touched, self.swept
         self.touched, self.swept = set(), False
@@ -159,8 +159,8 @@ class Rewriter:
                 if len(rewrite.touched) <= SWAP_REFRESH_RUNS and not rewrite.swept:
                     self._swap(host, rewrite)
                     return True
-                run_ids, sweep = rewrite.take_changes()
-            self._catch_up(host, rewrite, run_ids, sweep)
+                run_keys, sweep = rewrite.take_changes()
+            self._catch_up(host, rewrite, run_keys, sweep)
             if pause() or self._stopping:
                 return False
         # Still busy after every catch-up: what changed during the last one is
@@ -169,12 +169,12 @@ class Rewriter:
             self._swap(host, rewrite)
         return True
 
-    def note_writes(self, run_ids: Iterable[str] = (), swept: bool = False) -> None:
-        """Note runs whose field-index rows change, for a rewrite in progress
-        (the caller holds the field-index lock)."""
+    def note_writes(self, run_keys: Iterable[int] = (), swept: bool = False) -> None:
+        """Note the keys of runs whose field-index rows change, for a rewrite in
+        progress (the caller holds the field-index lock)."""
         rewrite = self._rewrite
         if rewrite is not None:
-            rewrite.touched.update(run_ids)
+            rewrite.touched.update(run_keys)
             rewrite.swept |= swept
 
     def preempt(self) -> None:
@@ -244,15 +244,15 @@ class Rewriter:
         with suppress(StoreError):
             host.checkpoint()
 
-    def _catch_up(self, host: Host, rewrite: Rewrite, run_ids: set[str], sweep: bool) -> None:
+    def _catch_up(self, host: Host, rewrite: Rewrite, run_keys: set[int], sweep: bool) -> None:
         """Bring the runs changed so far up to date in the copy, holding no lock."""
         try:
             rewrite.refreshed_rows += self._step(
-                host, functools.partial(field_layout.refresh_runs, run_ids=run_ids, sweep=sweep)
+                host, functools.partial(field_layout.refresh_runs, run_keys=run_keys, sweep=sweep)
             )
         except StoreError:
             with host.field_index_lock:
-                rewrite.touched |= run_ids
+                rewrite.touched |= run_keys
                 rewrite.swept |= sweep
             raise
 

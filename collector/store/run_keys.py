@@ -64,11 +64,13 @@ def insert_with_run_keys(
     runs: Mapping[str, StoredRun],
     *,
     sort_by: tuple[str, ...] = (),
+    keep_run_id: bool = True,
 ) -> None:
     """Insert `batch` (which has a `run_id` column) into `table` with each row's run key.
 
     Rows of runs not in `runs` are dropped. `sort_by` orders the rows (ascending,
-    nulls last, as DuckDB's ORDER BY does) before they are written.
+    nulls last, as DuckDB's ORDER BY does) before they are written. Without
+    `keep_run_id` the key alone is written (the field index has no run id column).
     """
     if batch.num_rows == 0:
         return
@@ -81,6 +83,8 @@ def insert_with_run_keys(
         keyed = keyed.filter(pc.is_valid(keys))
     if keyed.num_rows == 0:
         return
+    if not keep_run_id:
+        keyed = keyed.drop_columns(["run_id"])
     if sort_by:
         keyed = keyed.sort_by([(name, "ascending") for name in sort_by])
     view = f"_{table}_batch"
