@@ -294,10 +294,10 @@ def _insert_rows(
     parent = pointer.rpartition("/")[0]
     conn.execute(
         "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
-        f" str, bool_val, is_final, path, parent) SELECT r.run_key, ?, ?, ?, {num},"
+        f" str, bool_val, is_final, path) SELECT r.run_key, ?, ?, ?, {num},"
         f" {str_key},"
-        f" {text}, {flag}, {is_final}, ?, ? FROM runs r{tail}",
-        [key64(parent), key64(pointer), kind, pointer, parent],
+        f" {text}, {flag}, {is_final}, ? FROM runs r{tail}",
+        [key64(parent), key64(pointer), kind, pointer],
     )
 
 

@@ -15,12 +15,15 @@ from hypothesis import strategies as st
 
 from collector.fieldindex import ABSENT, Absent, JsonValue, index_rows
 from collector.query import parse_query
+from collector.query_ast import Path as FieldPath
 from collector.store import Store, field_layout, listing
 from collector.store.filters import (
     SORT_KEY,
+    child_paths,
     compile_filter,
     delete_field_rows,
     insert_field_rows,
+    key64,
 )
 from collector.store.migrations import apply_migrations
 from collector.store.replays import ReplayRecord
@@ -184,6 +187,29 @@ def test_compile_filter_binds_values_as_parameters() -> None:
     assert "b'c" not in sql
     assert hostile in params
     assert sql.count("?") == len(params)
+
+
+def test_a_row_filed_under_a_colliding_parent_key_is_no_child(
+    conn: duckdb.DuckDBPyConnection,
+) -> None:
+    """The index keeps no parent column: the path itself tells children from the rest."""
+    # "collided" has an array at /tags and, under /tags's parent key as a 64-bit
+    # collision would file it, a grandchild "eu". "slashed" has a true child
+    # whose key holds a "/" (RFC 6901 "~1").
+    _add_execution(conn, "collided")
+    insert_field_rows(conn, [index_rows("collided", ABSENT, {"tags": ["us"]})])
+    conn.execute(
+        "INSERT INTO field_values (run_key, parent_key, path_key, kind, str_key, str, is_final,"
+        " path) SELECT run_key, ?, ?, 'string', ?, 'eu', TRUE, '/tags/0/x' FROM executions"
+        " WHERE run_id = 'collided'",
+        [key64("/tags"), key64("/tags/0/x"), key64("eu")],
+    )
+    _add_execution(conn, "slashed")
+    insert_field_rows(conn, [index_rows("slashed", ABSENT, {"tags": {"e/u": "eu"}})])
+
+    assert "collided" not in _matches(conn, 'tags contains "eu"')
+    assert "/tags/0/x" not in child_paths(conn, FieldPath(("tags",)), 100)
+    assert "/tags/e~1u" in child_paths(conn, FieldPath(("tags",)), 100)
 
 
 def test_delete_field_rows_removes_only_that_execution(conn: duckdb.DuckDBPyConnection) -> None:

@@ -268,9 +268,9 @@ def test_resource_bytes_migration_keeps_older_resources_beside_ones_kept_as_sent
         store.close()
 
 
-def test_field_index_migration_names_runs_by_key_alone(tmp_path: Path) -> None:
+def test_field_index_migration_drops_run_ids_and_parents(tmp_path: Path) -> None:
     path = tmp_path / "old.duckdb"
-    _file_before(path, "m016_field_index_without_run_ids")
+    _file_before(path, "m016_slimmer_field_index")
     connection = duckdb.connect(str(path))
     try:
         # A row of a run gone before it was keyed (m005 left it without a key),
@@ -292,16 +292,21 @@ def test_field_index_migration_names_runs_by_key_alone(tmp_path: Path) -> None:
                 "SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]
             ).fetchall()
             assert ("run_key",) in columns and ("run_id",) not in columns
+            assert ("parent",) not in columns
         assert connection.execute(
             "SELECT count(*) FROM field_values WHERE run_key IS NULL"
         ).fetchall() == [(0,)]
         assert connection.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'field_values_compacting'"
         ).fetchall() == [(0,)]
-        for query, expected in (("attempts > 2", [("old-b",)]), ("attempts < 2", [("old-a",)])):
+        for query, expected in (
+            ("attempts > 2", [("old-b",)]),
+            ("attempts < 2", [("old-a",)]),
+            ("attempts exists", [("old-a",), ("old-b",)]),
+        ):
             where, params = compile_filter(parse_query(query))
             found = connection.execute(
-                f"SELECT e.run_id FROM executions e WHERE {where}", params
+                f"SELECT e.run_id FROM executions e WHERE {where} ORDER BY e.run_id", params
             ).fetchall()
             assert found == expected
     finally:

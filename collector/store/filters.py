@@ -21,7 +21,7 @@ parent pointer and the string value. Integer min/max are exact, whereas
 DuckDB keeps only an 8-byte prefix of string min/max, which cannot tell
 `/refund/amount` from `/refund/eligible`. An equality filter therefore
 touches one row group or two; a numeric range on one path reads only that
-path's slice. The exact `path`/`parent`/`str` columns are still compared, so
+path's slice. The exact `path` and `str` columns are still compared, so
 a hash collision can cost time but never a wrong answer. Rows appended in
 small batches lose the global order; collector/store/field_layout.py restores it.
 
@@ -126,7 +126,9 @@ def insert_field_rows(
     if runs is None:
         runs = stored_runs(conn, {index.run_id for index in listed})
     batch = _arrow_batch(listed)
-    insert_with_run_keys(conn, TABLE, batch, runs, sort_by=SORT_COLUMNS, keep_run_id=False)
+    # The parent pointer only made its key: the stored path implies it (`_children_of`).
+    rows = batch.drop_columns(["parent"])
+    insert_with_run_keys(conn, TABLE, rows, runs, sort_by=SORT_COLUMNS, keep_run_id=False)
     insert_with_run_keys(
         conn, RANGES, _ranges(batch), runs, sort_by=RANGES_SORT_COLUMNS, keep_run_id=False
     )
@@ -315,11 +317,25 @@ def _rows_under(
     path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
 ) -> str:
     """`e` has a direct child of `path`, in scope, satisfying `condition`."""
-    pointer = path.pointer
-    params.extend([key64(pointer), pointer, *values])
+    under, under_params = _children_of(path.pointer)
+    params.extend([*under_params, *values])
     return (
-        f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE v.parent_key = ? "
-        f"AND v.parent = ?{_scope_sql(scope)} AND ({condition}))"
+        f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE {under}"
+        f"{_scope_sql(scope)} AND ({condition}))"
+    )
+
+
+def _children_of(pointer: str) -> tuple[str, list[object]]:
+    """SQL over `v` true exactly where the row's path is a direct child of `pointer`.
+
+    A node's parent is its pointer up to the last "/" (RFC 6901 writes a "/"
+    inside a key as "~1"), so the index stores no parent column: the hashed
+    key finds the rows, and the prefix test makes the answer exact.
+    """
+    prefix = pointer + "/"
+    return (
+        "v.parent_key = ? AND starts_with(v.path, ?) AND NOT contains(substr(v.path, ?), '/')",
+        [key64(pointer), prefix, len(prefix) + 1],
     )
 
 
@@ -396,9 +412,9 @@ def kinds_at(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
 
 def child_paths(conn: duckdb.DuckDBPyConnection, parent: Path, limit: int) -> list[str]:
     """Up to `limit` distinct pointers directly under `parent`, in any run and state."""
+    under, params = _children_of(parent.pointer)
     rows = conn.execute(
-        f"SELECT DISTINCT v.path FROM {TABLE} v WHERE v.parent_key = ? AND v.parent = ? "
-        "ORDER BY v.path LIMIT ?",
-        [key64(parent.pointer), parent.pointer, limit],
+        f"SELECT DISTINCT v.path FROM {TABLE} v WHERE {under} ORDER BY v.path LIMIT ?",
+        [*params, limit],
     ).fetchall()
     return [row[0] for row in rows]

@@ -428,12 +428,14 @@ def m015_resource_bytes(connection: duckdb.DuckDBPyConnection) -> None:
 
 
 @migration
-def m016_field_index_without_run_ids(connection: duckdb.DuckDBPyConnection) -> None:
+def m016_slimmer_field_index(connection: duckdb.DuckDBPyConnection) -> None:
     # The field index names its execution by run key alone (m005 copied it on),
-    # as every filter and list already joined. The run id string was the
-    # widest column of the widest table: 40 of the ~190 bytes a row held in
-    # DuckDB's memory until a checkpoint, and of the bytes each row added to
-    # the WAL (bench/README.md). Rows whose run was gone when m005 ran have no
+    # as every filter and list already joined, and keeps no parent pointer: a
+    # path implies its parent (collector/store/filters.py, `_children_of`).
+    # field_values is the widest table by far, and these were two of its
+    # widest columns: ~55 of the ~190 bytes a row held in DuckDB's memory
+    # until a checkpoint, and a like share of the bytes each row added to the
+    # WAL (bench/README.md). Rows whose run was gone when m005 ran have no
     # key and no execution: no filter could reach them. Twins of a rewrite that
     # never finished (collector/store/field_layout.py) are remade from the
     # tables' new definitions by the next one. (DuckDB refuses to commit an
@@ -442,4 +444,6 @@ def m016_field_index_without_run_ids(connection: duckdb.DuckDBPyConnection) -> N
         for leftover in (f"{table}_compacting", f"{table}_staged"):
             connection.execute(f"DROP TABLE IF EXISTS {leftover}")
         connection.execute(f"ALTER TABLE {table} DROP COLUMN run_id")
+        if table == "field_values":
+            connection.execute(f"ALTER TABLE {table} DROP COLUMN parent")
         connection.execute(f"DELETE FROM {table} WHERE run_key IS NULL")
