@@ -367,8 +367,9 @@ def build_request(spans_per_request: int) -> ExportRequestPB2:
 class RequestTemplate:
     """A serialized request whose ids are made unique to each send by `render`."""
 
-    def __init__(self, request: ExportRequestPB2) -> None:
+    def __init__(self, request: ExportRequestPB2, *, scatter_ids: bool = False) -> None:
         body = request.SerializeToString()
+        self._scatter_ids = scatter_ids
         self.size: Final = len(body)
         self.span_count: Final = sum(
             len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
@@ -381,8 +382,24 @@ class RequestTemplate:
             )
 
     def render(self, number: int) -> bytes:
-        """The request with every id stamped with `number` (1 <= number < 62**5)."""
-        return request_token(number).join(self._pieces)
+        """The request with every id stamped with `number` (1 <= number < 62**5).
+
+        With `scatter_ids`, numbers in a row give tokens far apart, as random
+        trace and span ids are: each send's ids then land in a different part of
+        the store's key indexes, where consecutive tokens keep to one end of them.
+        """
+        token = scattered(number) if self._scatter_ids else number
+        return request_token(token).join(self._pieces)
+
+
+# Odd and not a multiple of 31, so coprime to 62**5: multiplying by it permutes the tokens.
+SCATTER_MULTIPLIER: Final = 0x9E3779B1
+
+
+def scattered(number: int) -> int:
+    """`number` moved to a distinct, far-off token (a bijection of 1 .. 62**5 - 1)."""
+    token_count: int = len(TOKEN_ALPHABET) ** len(MARK)
+    return number * SCATTER_MULTIPLIER % token_count
 
 
 def request_token(number: int) -> bytes:
@@ -835,6 +852,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="seconds to wait after the load for statetrail to store and "
                         "replay everything it acknowledged")
     parser.add_argument("--keep-db", action="store_true", help="leave the DuckDB file behind")
+    parser.add_argument("--scatter-ids", action="store_true",
+                        help="stamp each send's ids with a token far from the last one's, as "
+                        "random ids are (default: consecutive tokens)")
     parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -861,7 +881,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_baseline()
 
     built = time.perf_counter()
-    template = RequestTemplate(build_request(args.spans_per_request))
+    template = RequestTemplate(build_request(args.spans_per_request), scatter_ids=args.scatter_ids)
     render_seconds = min(_timed(template.render, n) for n in range(1, 6))
     print(
         f"request: {template.span_count} spans, {template.size / MIB:.2f} MiB "
