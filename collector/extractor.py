@@ -15,7 +15,8 @@ is read and handed to the worker, and the run commits while the worker
 prepares the next. The next round takes those rows if it starts where the
 run read ahead starts; a retry, or a run stored record by record, drops them
 (their records are still in the spool, and are read again). A run whose commit
-will likely checkpoint is not read ahead (CHECKPOINT_MARGIN_RUNS).
+will likely checkpoint is not read ahead, and the worker is stopped while it
+commits (CHECKPOINT_MARGIN_RUNS).
 
 Failures:
 - The store refused the write (StoreError: disk, lock, WAL): nothing was
@@ -82,7 +83,10 @@ ISOLATED_MEMORY_LIMIT: Final = "1GB"
 # that commit, for seconds, and meanwhile a worker preparing the next run holds
 # its whole working set, blocked on a reply the extractor reads only afterwards.
 # The checkpoints are where serve's memory peaks while it stores a burst
-# (bench/README.md): 25-47 MB of the worker's on top of them.
+# (bench/README.md): 25-47 MB of the worker's on top of them. Even idle, the
+# worker holds ~25 MB there, so it is stopped for that commit, and the runs
+# after it are prepared in the server until another has started (~1 s; its
+# imports cost ~0.25 s of CPU, once a checkpoint, every 10-15 s of a burst).
 CHECKPOINT_MARGIN_RUNS: Final = 1.5
 # The preparer rests once the spool has held nothing new for this long: an
 # extraction worker with nothing to do still holds ~25 MB. Long enough that a
@@ -285,7 +289,9 @@ class Extractor:
             # rows are built, not held through the commit, where DuckDB's own
             # memory peaks.
             rows = self._prepared(records)
-            if read_ahead and not self._checkpoint_comes_next():
+            if self._checkpoint_comes_next():
+                self._rest_preparer()
+            elif read_ahead:
                 self._submit_ahead(after)
             # The worker's preparing and this commit would keep both cores
             # busy while a studio page is served (collector/foreground.py).
@@ -302,6 +308,12 @@ class Extractor:
             self._refuse(records[0])
             return
         self._advance(result, after)
+
+    def _rest_preparer(self) -> None:
+        """Stop the worker, idle until this commit ends, for its checkpoint's sake
+        (CHECKPOINT_MARGIN_RUNS); the next run starts another."""
+        if self._preparer is not None and self._ahead is None:
+            self._preparer.rest()
 
     def _checkpoint_comes_next(self) -> bool:
         """Whether the next commit will likely checkpoint (CHECKPOINT_MARGIN_RUNS)."""

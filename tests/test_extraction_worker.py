@@ -372,4 +372,8 @@ def test_a_run_whose_commit_will_checkpoint_is_not_read_ahead(
     after_first = log[log.index("commit") + 1:]
     assert log.count("commit") == len(good)
     assert ("submit", "commit") not in itertools.pairwise(after_first), log
+    # Nor an idle one: the worker is stopped before each of those commits.
+    assert all(
+        before == "rest" for before, step in itertools.pairwise(after_first) if step == "commit"
+    ), log
 
