@@ -173,22 +173,15 @@ class Store:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """A connection to the file, with this store's settings."""
         try:
-            connection = duckdb.connect(
+            return database.connect(
                 str(self.path),
                 read_only=self._read_only,
-                config=database.settings_at_open(
-                    memory_limit=self._memory_limit, threads=self._threads
-                ),
+                memory_limit=self._memory_limit,
+                threads=self._threads,
+                checkpoint_threshold=None if self._read_only else self._checkpoint_threshold,
             )
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
-        database.configure(
-            connection,
-            memory_limit=self._memory_limit,
-            threads=self._threads,
-            checkpoint_threshold=None if self._read_only else self._checkpoint_threshold,
-        )
-        return connection
 
     def _checkpoint_on_open(self) -> None:
         """Start from a checkpointed file: whatever an earlier crash left in the

@@ -11,39 +11,28 @@ _PRINTED_SIZE = re.compile(r"([0-9.]+)\s*(bytes|KiB|MiB|GiB|TiB)")
 _UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
-def settings_at_open(
-    *, memory_limit: str | None, threads: int | None
-) -> dict[str, str | bool | int | float | list[str]]:
-    """The settings DuckDB must have while it opens the file, before `configure`.
+def connect(
+    path: str,
+    *,
+    read_only: bool,
+    memory_limit: str | None,
+    threads: int | None,
+    checkpoint_threshold: str | None,
+) -> duckdb.DuckDBPyConnection:
+    """A connection to the file with this process's settings; None keeps DuckDB's default.
 
-    Opening replays the WAL a crash (or a fatal error's reopen) left behind
-    into memory, and it does so at DuckDB's default limit, 80% of RAM, unless
-    the limit comes with the connection: a 319 MB WAL opened at 426 MB RSS,
-    and at 148 MB with a 96 MB limit given here.
+    `checkpoint_threshold` is None for a read-only connection, which never checkpoints.
+    The memory limit and threads come with the connection rather than a SET
+    after it: opening replays the WAL a crash (or a fatal error's reopen) left
+    behind into memory, at DuckDB's default limit (80% of RAM) unless given
+    here. A 319 MB WAL opened at 426 MB RSS, and at 148 MB with a 96 MB limit.
     """
     settings: dict[str, str | bool | int | float | list[str]] = {}
     if memory_limit is not None:
         settings["memory_limit"] = memory_limit
     if threads is not None:
         settings["threads"] = threads
-    return settings
-
-
-def configure(
-    connection: duckdb.DuckDBPyConnection,
-    *,
-    memory_limit: str | None,
-    threads: int | None,
-    checkpoint_threshold: str | None,
-) -> None:
-    """This process's settings for a connection just opened; None keeps DuckDB's default.
-
-    `checkpoint_threshold` is None for a read-only connection, which never checkpoints.
-    """
-    if memory_limit is not None:
-        set_memory_limit(connection, memory_limit)
-    if threads is not None:
-        connection.execute("SET threads = ?", [threads])
+    connection = duckdb.connect(path, read_only=read_only, config=settings)
     # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
     # default) for reuse, outside memory_limit. Replay's queries left a
     # serve at 460-500 MB RSS through bench_ingest's catch-up; flushing
@@ -57,6 +46,7 @@ def configure(
     connection.execute("SET enable_progress_bar = false")
     if checkpoint_threshold is not None:
         connection.execute("SET checkpoint_threshold = ?", [checkpoint_threshold])
+    return connection
 
 
 def set_memory_limit(cursor: duckdb.DuckDBPyConnection, limit: str) -> None:
