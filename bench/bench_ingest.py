@@ -402,6 +402,18 @@ def scattered(number: int) -> int:
     return number * SCATTER_MULTIPLIER % token_count
 
 
+def log_levels(log: str) -> str:
+    """How many WARNING, ERROR and CRITICAL lines the server logged (serve's log format
+    starts each record with its level), and how many quote an error that invalidates
+    DuckDB's database (FATAL or INTERNAL)."""
+    lines = log.splitlines()
+    counts = {level: sum(line.startswith(f"{level} ") for line in lines)
+              for level in ("WARNING", "ERROR", "CRITICAL")}
+    fatal = sum("FATAL Error" in line or "INTERNAL Error" in line for line in lines)
+    return (", ".join(f"{count} {level}" for level, count in counts.items())
+            + f"; {fatal} quoting DuckDB's FATAL or INTERNAL error")
+
+
 def request_token(number: int) -> bytes:
     """`number` as 5 base-62 characters: valid in ids of both kinds, and never all zero."""
     if not 0 < number < len(TOKEN_ALPHABET) ** len(MARK):
@@ -918,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept = Path(tempfile.gettempdir()) / f"statetrail-bench-{os.getpid()}.duckdb"
             db_path.rename(kept)
             print(f"kept the DuckDB file at {kept}")
-        log_tail = log_path.read_text(errors="replace")[-2000:]
+        log = log_path.read_text(errors="replace")
 
     print_report(measurements)
     baseline, statetrail = measurements
@@ -959,8 +971,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"durability: {acked} spans acknowledged, {stored} in the DB after SIGTERM: "
         f"{_verdict(acked == stored)}"
     )
-    if log_tail.strip():
-        print(f"statetrail log (tail):\n{log_tail}")
+    print(f"statetrail log: {log_levels(log)}")
+    if log.strip():
+        print(f"statetrail log (tail):\n{log[-2000:]}")
     return 0
 
 

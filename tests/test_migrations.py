@@ -43,8 +43,19 @@ def _file_before(path: Path, migration_name: str) -> None:
             " warning_count, received_transitions, index_truncated, replayed_unix_nano)"
             " VALUES ('old-b', 'verified', '[]', 0, 0, 0, FALSE, 0)"
         )
+        earlier = names[: names.index(migration_name)]
         for run_id, attempts in (("old-a", 1), ("old-b", 5)):
             for row in index_rows(run_id, ABSENT, {"attempts": attempts}).rows:
+                if "m016_slimmer_field_index" in earlier:
+                    # Rows name their run by key alone, and keep no parent.
+                    connection.execute(
+                        "INSERT INTO field_values (run_key, parent_key, path_key, kind, num,"
+                        " is_final, path) SELECT run_key, ?, ?, ?, ?, ?, ? FROM executions"
+                        " WHERE run_id = ?",
+                        [key64(row.parent), key64(row.path), row.kind, row.num, row.is_final,
+                         row.path, run_id],
+                    )
+                    continue
                 connection.execute(
                     "INSERT INTO field_values (run_id, parent_key, path_key, kind, num,"
                     " is_final, path, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -53,7 +64,7 @@ def _file_before(path: Path, migration_name: str) -> None:
                         row.is_final, row.path, row.parent,
                     ],
                 )
-        if "m005_run_keys" in names[: names.index(migration_name)]:
+        if "m005_run_keys" in earlier and "m016_slimmer_field_index" not in earlier:
             # As that release's writer did: index rows carry their run's key.
             connection.execute(
                 "UPDATE field_values f SET run_key = e.run_key FROM executions e"
@@ -309,5 +320,52 @@ def test_field_index_migration_drops_run_ids_and_parents(tmp_path: Path) -> None
                 f"SELECT e.run_id FROM executions e WHERE {where} ORDER BY e.run_id", params
             ).fetchall()
             assert found == expected
+    finally:
+        connection.close()
+
+
+def test_spans_migration_drops_the_key_index_and_keeps_every_span(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m017_spans_without_key_index")
+    connection = duckdb.connect(str(path))
+    try:
+        for number in range(3):
+            connection.execute(
+                "INSERT INTO spans (trace_id, span_id, parent_span_id, name, kind,"
+                " start_unix_nano, end_unix_nano, status_code, status_message, resource_key,"
+                " service_name, scope_name, dropped_attributes_count, dropped_events_count,"
+                " dropped_links_count, event_count, received_unix_nano, raw)"
+                " VALUES (?, ?, '', ?, 1, ?, ?, 0, '', 'r', 's', 'scope', 0, 0, 0, 0, 0, ?)",
+                [f"{number:032x}", f"{number:016x}", f"span {number}", number, number + 1,
+                 bytes([number])],
+            )
+        before = connection.execute("SELECT * FROM spans").fetchall()
+    finally:
+        connection.close()
+
+    store = Store(path)
+    # The rows are those of before; a stored span delivered again is still found.
+    (body, _), *_ = fixture_requests("a_linear")
+    batch = batch_from_export(body)
+    store.write([batch])
+    store.write([batch])
+    assert store.counts()["spans"] == len(before) + len(batch.spans)
+    store.close()
+
+    connection = duckdb.connect(str(path))
+    try:
+        assert connection.execute(
+            "SELECT * FROM spans WHERE resource_key = 'r'"
+        ).fetchall() == before
+        assert connection.execute(
+            "SELECT constraint_type FROM duckdb_constraints() WHERE table_name = 'spans'"
+            " AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
+        ).fetchall() == []
+        # The columns keep their NOT NULLs: a span without ids is still refused.
+        with pytest.raises(duckdb.ConstraintException):
+            connection.execute("UPDATE spans SET trace_id = NULL WHERE resource_key = 'r'")
+        assert connection.execute(
+            "SELECT index_name FROM duckdb_indexes() ORDER BY index_name"
+        ).fetchall() == [("executions_by_store",)]
     finally:
         connection.close()

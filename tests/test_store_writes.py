@@ -8,10 +8,12 @@ spans a write actually added, so nothing is counted twice.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import (
@@ -29,6 +31,7 @@ from collector import junjo
 from collector.encode.exports import batch_from_export
 from collector.replayer import replay_stores
 from collector.store import Store, StoreError
+from collector.store.prepared import start_ranges
 
 
 def test_store_write_mixing_a_redelivery_with_new_spans_stores_each_once(tmp_path: Path) -> None:
@@ -254,6 +257,67 @@ def test_a_span_sent_twice_with_different_content_keeps_its_first_copy_whole(
     other.write([batch_from_export(alone.SerializeToString()), batch_from_export(body)])
     assert stored(other) == ("copy B", 1)
     other.close()
+
+
+def test_a_span_delivered_again_after_later_writes_and_a_checkpoint_is_stored_once(
+    tmp_path: Path,
+) -> None:
+    # An exporter's persistent queue can deliver a span again long after it
+    # was stored, past spans that started later and a checkpoint, where only
+    # the zone maps of its start time lead to the stored copy.
+    store = Store(tmp_path / "w.duckdb")
+    early = plain_request(new_trace_id(), [new_span_id(), new_span_id()],
+                          start_unix_nano=DAY_NANOS, end_unix_nano=DAY_NANOS + 5)
+    store.write([batch_from_export(early.SerializeToString())])
+    for day in range(2, 6):
+        later = plain_request(new_trace_id(), [new_span_id() for _ in range(50)],
+                              start_unix_nano=day * DAY_NANOS, end_unix_nano=day * DAY_NANOS + 5)
+        store.write([batch_from_export(later.SerializeToString())])
+    store.checkpoint()
+    spans_before = store.counts()["spans"]
+
+    # Again alone, and again beside a new span that starts days later, which
+    # widens the write's start times over every row group in between.
+    store.write([batch_from_export(early.SerializeToString())])
+    newest = plain_request(new_trace_id(), [new_span_id()],
+                           start_unix_nano=9 * DAY_NANOS, end_unix_nano=9 * DAY_NANOS + 5)
+    store.write([batch_from_export(early.SerializeToString()),
+                 batch_from_export(newest.SerializeToString())])
+
+    assert store.counts()["spans"] == spans_before + 1
+    assert len(store.spans_of_trace(early.resource_spans[0].scope_spans[0].spans[0]
+                                    .trace_id.hex())) == 2
+    store.close()
+
+
+@pytest.mark.parametrize("most", [1, 2, 3, 8])
+def test_start_ranges_hold_every_start_in_at_most_that_many_ranges(most: int) -> None:
+    starts = [5, 1, 2, 3, 100, 101, 1000, 7, 3, 2 * DAY_NANOS]
+    spans = pa.table({"start_unix_nano": pa.array(starts, pa.int64())})
+    ranges = start_ranges(spans, most, min_gap=50)
+    # Cut at most at the three gaps of 50 or more.
+    assert len(ranges) == min(most, 4)
+    assert all(any(first <= start <= last for first, last in ranges) for start in starts)
+    # Sorted and apart, and what is left out between them is the widest gaps.
+    assert all(last < first for (_, last), (first, _) in itertools.pairwise(ranges))
+    if most == 3:
+        assert ranges == [(1, 101), (1000, 1000), (2 * DAY_NANOS, 2 * DAY_NANOS)]
+    if most == 8:
+        assert ranges == [(1, 7), (100, 101), (1000, 1000), (2 * DAY_NANOS, 2 * DAY_NANOS)]
+
+
+def test_the_same_ids_with_another_start_time_are_another_span(tmp_path: Path) -> None:
+    # A redelivery repeats the span's start time. Ids alone, with a new start,
+    # come from a producer reusing them: both are kept, as they arrived.
+    trace_id, span_id = new_trace_id(), new_span_id()
+    store = Store(tmp_path / "w.duckdb")
+    for start in (DAY_NANOS, 2 * DAY_NANOS, DAY_NANOS):
+        request = plain_request(trace_id, [span_id], start_unix_nano=start,
+                                end_unix_nano=start + 5)
+        store.write([batch_from_export(request.SerializeToString())])
+    starts = sorted(span.start for span in store.spans_of_trace(trace_id.hex()))
+    assert starts == [DAY_NANOS, 2 * DAY_NANOS]
+    store.close()
 
 
 def _store_of(span: trace_pb2.Span) -> str:

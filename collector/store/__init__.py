@@ -137,7 +137,7 @@ class Store:
         self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
         # Resource keys committed by this store and not deleted since, so that a
-        # write naming only those skips their INSERT (writes.insert_new). Emptied
+        # write naming only those skips their INSERT (writes.insert_write). Emptied
         # whenever that may no longer hold: a failure, a reopen, a retention write.
         self._stored_resources: set[str] = set()
         # Reentrant: a writer that finds the database invalidated reopens it
@@ -449,13 +449,8 @@ class Store:
         with self._storing(), self._cursor() as cursor:
             chunks_used = write.span_chunks.num_rows
             write = prepared.numbered_from(write, self._next_chunk_id)
-            try:
-                with transaction(cursor, failure):
-                    writes.insert_new(cursor, write, progress, self._stored_resources)
-            except writes.KeyStored:
-                # Rolled back: a span or run id is stored already (a redelivery).
-                with transaction(cursor, failure):
-                    write = writes.insert_write(cursor, write, progress)
+            with transaction(cursor, failure):
+                write = writes.insert_write(cursor, write, progress, self._stored_resources)
             # Reached only after COMMIT: a failed write hands out no chunk ids.
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used

@@ -447,3 +447,28 @@ def m016_slimmer_field_index(connection: duckdb.DuckDBPyConnection) -> None:
         if table == "field_values":
             connection.execute(f"ALTER TABLE {table} DROP COLUMN parent")
         connection.execute(f"DELETE FROM {table} WHERE run_key IS NULL")
+
+
+@migration
+def m017_spans_without_key_index(connection: duckdb.DuckDBPyConnection) -> None:
+    # Neither index paid for its memory. DuckDB keeps an index as an ART that
+    # it never evicts, and random ids (what exporters send) spread inserts
+    # over all of it: ~70 bytes a stored span for the spans key
+    # (bench/bench_key_index.py), as much again for transitions_by_store. A
+    # write now finds its spans stored already by their start time's zone
+    # maps (collector/store/writes.py, `stored_copies`), and DuckDB never
+    # used a two-column index to read (it scans with a filter either way).
+    # DuckDB cannot drop a primary key, so the table is copied without one
+    # (columns, types and NOT NULLs as they are), in the order it was
+    # written, which is what keeps its zone maps narrow.
+    connection.execute("DROP INDEX IF EXISTS transitions_by_store")
+    connection.execute("CREATE TABLE spans_unkeyed AS FROM spans WITH NO DATA")
+    not_null = connection.execute(
+        "SELECT column_name FROM duckdb_columns()"
+        " WHERE table_name = 'spans' AND NOT is_nullable ORDER BY column_index"
+    ).fetchall()
+    for (column,) in not_null:
+        connection.execute(f'ALTER TABLE spans_unkeyed ALTER COLUMN "{column}" SET NOT NULL')
+    connection.execute("INSERT INTO spans_unkeyed FROM spans")
+    connection.execute("DROP TABLE spans")
+    connection.execute("ALTER TABLE spans_unkeyed RENAME TO spans")

@@ -7,7 +7,7 @@ pyarrow.compute (~6 MB of its private memory). No SQL here.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -41,21 +41,47 @@ def numbered_from(write: PreparedWrite, first_chunk_id: int) -> PreparedWrite:
     )
 
 
-def keeping_spans(write: PreparedWrite, stored: Mapping[tuple[str, str], int]) -> PreparedWrite:
-    """The same write with only the evidence and chunks of the spans it stored.
+def without_spans(write: PreparedWrite, repeated: Collection[tuple[str, str]]) -> PreparedWrite:
+    """The same write without these spans (trace id, span id), nor their chunks and evidence.
 
-    `stored` maps each stored span's (trace id, span id) to its chunk id:
-    a chunk of an export delivered again is not kept twice.
+    A chunk stays while any span it holds stays: a chunk of an export
+    delivered again is not kept twice.
     """
-    kept_chunks = pa.array(list(set(stored.values())), pa.int64())
+    spans = write.spans
+    kept = spans.filter(_of_spans(spans, repeated, keep=False))
+    chunk_ids = pa.array(kept.column("chunk_id").unique().to_pylist(), pa.int64())
+    stored = set(zip(kept.column("trace_id").to_pylist(), kept.column("span_id").to_pylist(),
+                     strict=True))
     return replace(
         write,
+        spans=kept,
         span_chunks=write.span_chunks.filter(
-            pc.is_in(write.span_chunks.column("chunk_id"), value_set=kept_chunks)
+            pc.is_in(write.span_chunks.column("chunk_id"), value_set=chunk_ids)
         ),
-        executions=_rows_of_spans(write.executions, stored),
-        transitions=_rows_of_spans(write.transitions, stored),
+        executions=write.executions.filter(_of_spans(write.executions, stored)),
+        transitions=write.transitions.filter(_of_spans(write.transitions, stored)),
     )
+
+
+def start_ranges(spans: pa.Table, most: int, min_gap: int) -> list[tuple[int, int]]:
+    """At most `most` ranges (first, last) that hold every start time of `spans`.
+
+    The widest gaps between start times, of at least `min_gap`, are left out:
+    a redelivered old span beside new ones then costs a look at the row groups
+    of its own time, not at every one written since. Narrower gaps are not
+    worth a range: each one costs every row the lookup reads a comparison.
+    """
+    starts = sorted(pc.unique(spans.column("start_unix_nano")).to_pylist())
+    if not starts:
+        return []
+    gaps = sorted(
+        (i for i in range(1, len(starts)) if starts[i] - starts[i - 1] >= min_gap),
+        key=lambda i: starts[i] - starts[i - 1],
+    )
+    cuts = sorted(gaps[max(len(gaps) - (most - 1), 0):]) if most > 1 else []
+    firsts = [0, *cuts]
+    lasts = [cut - 1 for cut in cuts] + [len(starts) - 1]
+    return [(starts[first], starts[last]) for first, last in zip(firsts, lasts, strict=True)]
 
 
 def result_of(write: PreparedWrite) -> WriteResult:
@@ -72,10 +98,13 @@ def result_of(write: PreparedWrite) -> WriteResult:
     )
 
 
-def _rows_of_spans(table: pa.Table, stored: Collection[tuple[str, str]]) -> pa.Table:
+def _of_spans(
+    table: pa.Table, spans: Collection[tuple[str, str]], *, keep: bool = True
+) -> pa.Array:
+    """Which rows of `table` belong to these spans (or, with keep=False, to others)."""
     trace_ids, span_ids = table.column("trace_id").to_pylist(), table.column("span_id").to_pylist()
     keys = zip(trace_ids, span_ids, strict=True)
-    return table.filter(pa.array([key in stored for key in keys], pa.bool_()))
+    return pa.array([(key in spans) is keep for key in keys], pa.bool_())
 
 
 def _shifted(table: pa.Table, column: str, by: int) -> pa.Table:
