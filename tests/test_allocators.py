@@ -104,3 +104,50 @@ def test_what_a_duckdb_query_freed_goes_back_to_the_system_when_released() -> No
 
     after_query, later = _duckdb_probe("released")
     assert later < after_query - 200
+
+
+# The same query, then the peak and RSS right after it with no release at all;
+# with `return_duckdb_pages_at_once` jemalloc gives the pages back as it frees them.
+AT_ONCE_PROBE = textwrap.dedent(
+    """
+    import sys
+    import duckdb
+
+    def status_mb(field):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) // 1024
+
+    connection = duckdb.connect()
+    connection.execute("SET threads = 1")
+    connection.execute("SET enable_progress_bar = false")
+    if sys.argv[1] == "at_once":
+        from collector.allocators import return_duckdb_pages_at_once
+        return_duckdb_pages_at_once()
+    connection.execute(
+        "SELECT count(DISTINCT s) FROM "
+        "(SELECT repeat('x', 100) || range::VARCHAR AS s FROM range(2000000))"
+    ).fetchall()
+    print(status_mb("VmHWM"), status_mb("VmRSS"))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DuckDB has jemalloc on Linux")
+def test_duckdb_gives_freed_pages_back_at_once_when_told_to() -> None:
+    env = {**os.environ, "DUCKDB_JE_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+
+    def peak_and_after(mode: str) -> tuple[int, int]:
+        result = subprocess.run(
+            [sys.executable, "-c", AT_ONCE_PROBE, mode],
+            env=env, capture_output=True, text=True, check=True,
+        )
+        peak, after = (int(word) for word in result.stdout.split())
+        return peak, after
+
+    peak, after = peak_and_after("kept")
+    assert after > peak - 50, "with decay off jemalloc keeps what the query freed"
+
+    peak, after = peak_and_after("at_once")
+    assert after < peak - 200
