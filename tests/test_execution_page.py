@@ -889,13 +889,27 @@ def _run_in_flight(server: Server) -> tuple[dict[str, Any], tuple[bytes, list[tu
 
 def _age_spans(server: Server, nanos: int, *, producer_times_too: bool = False) -> None:
     """Restart the server with every stored span received `nanos` earlier (and, if
-    asked, started and ended that much earlier too)."""
-    moved = ["received_unix_nano"] + (
-        ["start_unix_nano", "end_unix_nano"] if producer_times_too else [])
+    asked, started and ended as if sent then).
+
+    A fixture's spans carry the times of its capture, so "as if sent then" first
+    moves them to the receiving clock (the last span ends when the last was
+    received); moving them by `nanos` alone would make the test's outcome depend
+    on the fixture's age.
+    """
     server.stop()
     with duckdb.connect(str(server.db)) as db:
-        db.execute("UPDATE spans SET " + ", ".join(f"{c} = {c} - $nanos" for c in moved),
-                   {"nanos": nanos})
+        producer_offset = 0
+        if producer_times_too:
+            row = db.execute(
+                "SELECT max(end_unix_nano) - max(received_unix_nano) FROM spans").fetchone()
+            assert row is not None and row[0] is not None
+            producer_offset = int(row[0]) + nanos
+        db.execute(
+            "UPDATE spans SET received_unix_nano = received_unix_nano - $received,"
+            " start_unix_nano = start_unix_nano - $produced,"
+            " end_unix_nano = end_unix_nano - $produced",
+            {"received": nanos, "produced": producer_offset},
+        )
     server.start()
 
 
