@@ -35,8 +35,10 @@ back. Three allocators keep it:
   next purge (the server at 370-373 MB in those moments; above 355 MB in 50
   samples). With jemalloc's decay set to 0 in the server (pages freed are
   given back at once) the gap stayed within 11 MB and 3 samples passed 355 MB;
-  bench_ingest's peak fell from 402 to 388 MB in the next run, on a day when
-  CPU a span was about the same against the baseline's.
+  bench_ingest's peak was 388 and 386 MB in the next two runs (402 before).
+  The cost is a system call per freed extent: the server's CPU a span was
+  109-112 us in those runs against 76 before, on days when the baseline ran
+  25-35% slower, so most of that rise is the machine's.
 
 The arena settings must be made before the threads they affect first
 allocate, so `serve` calls `tune_for_server` first thing.
