@@ -148,12 +148,13 @@ def return_duckdb_pages_at_once() -> None:
     if mallctl is None:
         return
     at_once = ctypes.c_ssize_t(0)
+    arenas = _duckdb_arena_count(mallctl)
     for kind in ("dirty", "muzzy"):
         # The default for arenas made later, then each made so far; an index
         # not made yet answers EFAULT and takes the default when it is.
         mallctl(f"arenas.{kind}_decay_ms".encode(), None, None,
                 ctypes.byref(at_once), ctypes.sizeof(at_once))
-        for index in range(_duckdb_arena_count(mallctl)):
+        for index in range(arenas):
             mallctl(f"arena.{index}.{kind}_decay_ms".encode(), None, None,
                     ctypes.byref(at_once), ctypes.sizeof(at_once))
 
