@@ -28,7 +28,8 @@ What is measured, and why:
   and its child processes at once (the server's VmHWM from /proc/<pid>/status, plus the
   private memory its children, statetrail's extraction worker, held around that moment,
   sampled every 0.1 s: see ChildMemory in bench/servers.py; the two peaks simply added
-  are printed too) and failed RPCs. Then the statetrail/baseline
+  are printed too, and how much of the server's peak was library files it mapped,
+  which varies from run to run with the page cache) and failed RPCs. Then the statetrail/baseline
   ratio against the targets (durable ingest >= 25% of the baseline's spans/s; peak RSS
   <= 400 MB), printed as PASS/FAIL; this script never asserts on them.
 - After statetrail is stopped with SIGTERM, its DuckDB file is opened read-only and the
@@ -1010,6 +1011,11 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
               f"included: {children.peak_hwm_mb:.0f} MB); held with the server's at once: "
               f"{together:.0f} MB, the two peaks added: "
               f"{server_peak + children.peak_private_mb:.0f} MB", flush=True)
+    if children.server_files_at_peak_mb:
+        print(f"  {server.name}: library files mapped at the server's last rise "
+              f"(RssFile, which varies with the page cache): "
+              f"{children.server_files_at_peak_mb:.0f} MB of its {server_peak:.0f} MB",
+              flush=True)
     if stopped.killed:
         print(f"  {server.name} was still running {stopped.seconds:.0f}s after SIGTERM: killed")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete.

@@ -82,6 +82,13 @@ class ChildMemory:
     child's while the load runs, the server's while it catches up, so adding the two
     peaks counts memory that was never held at once). Each child's own VmHWM (files
     included) is kept too, as an upper bound.
+
+    `server_files_at_peak_mb` is the server's RssFile in the sample where its VmHWM
+    last rose: the library files it maps (DuckDB, Arrow, gRPC: ~100 MB of its peak).
+    How much of a library a process maps depends on the page cache, not on the
+    process: the same `serve` mapped 72-98 MB of files in some runs and 124-136 MB in
+    others (December 2026; the latter right after the venv was installed), so the
+    peak is printed with that part beside it.
     """
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
@@ -90,6 +97,7 @@ class ChildMemory:
         self.peak_private_mb = 0.0
         self.peak_hwm_mb = 0.0
         self.peak_together_mb = 0.0
+        self.server_files_at_peak_mb = 0.0
         self._server_hwm_mb = 0.0
         self._last_private_mb = 0.0
         self._stopping = threading.Event()
@@ -127,6 +135,7 @@ class ChildMemory:
         if server_hwm > self._server_hwm_mb:
             together = max(together, server_hwm + max(private, self._last_private_mb))
             self._server_hwm_mb = server_hwm
+            self.server_files_at_peak_mb = server.get("RssFile", 0) * 1024 / 1_000_000
         self.peak_together_mb = max(self.peak_together_mb, together)
         self._last_private_mb = private
 

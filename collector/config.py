@@ -51,8 +51,16 @@ class Config:
     # What is not checkpointed yet stays in DuckDB's buffer pool (its indexes
     # pinned there). With span bytes in compressed chunks a span adds about half
     # as much WAL, so 128 MB holds about two thirds as many spans between
-    # checkpoints as 256 MB did; bench_ingest measured the two alike.
-    checkpoint_threshold: str = "128MB"
+    # checkpoints as 256 MB did; bench_ingest measured the two alike. At 64 MB
+    # those rows (55-76 MB of the burst's limit at 128 MB) leave the burst's
+    # reads and replay saves more of the pool: in one default bench_ingest run
+    # each (December 2026), 5 replay saves ran out of memory at the burst's
+    # limit and were run again at the configured one, against 64 at 128 MB
+    # (reads: 39 and 48). Each such retry raises the pool to the configured
+    # limit for its call: the highest peak of two runs came in such a retry,
+    # whose COMMIT checkpointed. Everything was stored 112 s after the burst and
+    # replayed 537 s after it at 64 MB, 94 and 527 s at 128 MB.
+    checkpoint_threshold: str = "64MB"
     # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
     # This limit trades ingest RSS against field-filter latency, so it has two
     # values (collector/burst_memory.py): the first while the server is idle
@@ -60,7 +68,10 @@ class Config:
     # equality p50 over 1M executions, target 50 ms: 39-43 ms at 128 MB, 48-70
     # ms at 96 MB); the second while a burst is stored and replayed, where
     # bench_ingest's peak RSS comes (403-430 MB at 128 MB, 364-410 MB at 96 MB,
-    # storing and replay as fast). None keeps one limit throughout.
+    # storing and replay as fast). 72 MB with the 64 MB checkpoint threshold
+    # was tried: 66 calls had run out of memory and been run again at the
+    # configured limit 400 s into a run (18 of them replay saves), against 44
+    # in a whole run at 96 MB. None keeps one limit throughout.
     memory_limit: str = "128MB"
     burst_memory_limit: str | None = "96MB"
     # DuckDB's worker threads. On two cores its own threads competed with the
