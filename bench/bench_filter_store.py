@@ -74,6 +74,8 @@ TARGET_EVER_P50_MS = 200.0
 TARGET_INSPECT_MS = 500.0
 START_NANO = 1_700_000_000_000_000_000
 CUSTOMERS = 200_000
+# duckdb.connect's `config`, as its stubs type it.
+DuckDBSettings = dict[str, str | bool | int | float | list[str]]
 LONG_RUN_ID = "bench"  # bench_replay's run id for the long history
 
 
@@ -330,9 +332,18 @@ def _scalar(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(row[0])
 
 
-def sample_customers(path: Path, count: int) -> list[str]:
+def shared_connection(path: Path, settings: DuckDBSettings) -> duckdb.DuckDBPyConnection:
+    """Another connection to the store's DuckDB instance in this process.
+
+    DuckDB hands out the open instance only to a connection asking for the same
+    settings the store opened it with (collector/store/database.py passes them).
+    """
+    return duckdb.connect(str(path), config=settings)
+
+
+def sample_customers(path: Path, count: int, settings: DuckDBSettings) -> list[str]:
     """Customer ids that some run has, spread over the vocabulary."""
-    conn = duckdb.connect(str(path))  # same process: shares the store's instance
+    conn = shared_connection(path, settings)
     try:
         rows = conn.execute(
             "SELECT DISTINCT str FROM field_values WHERE path = '/customer/id'"
@@ -602,7 +613,8 @@ def main() -> None:
     parser.add_argument("--executions", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=50)
     # Timed at the server's own settings: DuckDB's memory limit bounds what a
-    # query may hold before it spills, and `serve` runs with one thread.
+    # query may hold before it spills, `serve` runs with one thread, and its
+    # checkpoint threshold decides when the trickle's commits checkpoint.
     server = Config()
     parser.add_argument("--memory-limit", default=server.memory_limit,
                         help="DuckDB memory_limit for the timed store (serve's default)")
@@ -619,7 +631,11 @@ def main() -> None:
         print(f"loaded in {time.perf_counter() - began:.1f} s: "
               + ", ".join(f"{n:,} {table}" for table, n in counts.items()))  # fmt: skip
 
-        store = Store(path, memory_limit=args.memory_limit, threads=server.duckdb_threads)
+        store = Store(path, memory_limit=args.memory_limit, threads=server.duckdb_threads,
+                      checkpoint_threshold=server.checkpoint_threshold)
+        settings: DuckDBSettings = {
+            "memory_limit": args.memory_limit, "threads": server.duckdb_threads,
+        }
         print(f"store at memory_limit={args.memory_limit}, threads={server.duckdb_threads}")
         try:
             if args.layout == "sorted":
@@ -627,7 +643,7 @@ def main() -> None:
                 sort_under_trickle(store)
             run_id = write_long_history(store, replayed=True)
             unreplayed_id = write_long_history(store, replayed=False)
-            baseline_conn = duckdb.connect(str(path))  # same process: shares the instance
+            baseline_conn = shared_connection(path, settings)
             baseline = [
                 time_ms(lambda: _scalar(baseline_conn, "SELECT count(*) FROM executions"))
                 for _ in range(20)
@@ -635,7 +651,7 @@ def main() -> None:
             baseline_conn.close()
             final_eq = [
                 time_ms(search(store, f'customer.id = "{customer}"', True))
-                for customer in sample_customers(path, args.queries)
+                for customer in sample_customers(path, args.queries, settings)
             ]
             misses = [
                 time_ms(search(store, f'customer.id = "nobody-{n}"', False)) for n in range(10)
