@@ -104,6 +104,8 @@ FAILURE_BACKOFF_SECONDS: Final = 0.05
 
 TARGET_RATIO: Final = 0.25
 TARGET_RSS_MB: Final = 400.0
+# What serve logs when a call ran out of memory at a burst's lowered limit.
+RETRIED_AT_CONFIGURED_LIMIT: Final = "ran out of memory at the lowered limit"
 
 # A placeholder stamped with the request's own token on every send: the first 5 bytes of
 # every trace id and span id and the first 5 characters of every Junjo run/store/event id.
@@ -405,14 +407,24 @@ def scattered(number: int) -> int:
 
 def log_levels(log: str) -> str:
     """How many WARNING, ERROR and CRITICAL lines the server logged (serve's log format
-    starts each record with its level), and how many quote an error that invalidates
-    DuckDB's database (FATAL or INTERNAL)."""
+    starts each record with its level), how many quote an error that invalidates
+    DuckDB's database (FATAL or INTERNAL), and how many reads and replay saves ran out
+    of memory at a burst's lowered limit and were run again at the configured one
+    (logged at INFO: collector/store `_at_any_limit`)."""
     lines = log.splitlines()
     counts = {level: sum(line.startswith(f"{level} ") for line in lines)
               for level in ("WARNING", "ERROR", "CRITICAL")}
     fatal = sum("FATAL Error" in line or "INTERNAL Error" in line for line in lines)
+    retried = sum(RETRIED_AT_CONFIGURED_LIMIT in line for line in lines)
     return (", ".join(f"{count} {level}" for level, count in counts.items())
-            + f"; {fatal} quoting DuckDB's FATAL or INTERNAL error")
+            + f"; {fatal} quoting DuckDB's FATAL or INTERNAL error; {retried} call(s) "
+            "out of memory at the burst's limit, run again at the configured one")
+
+
+def warnings_and_worse(log: str) -> str:
+    """The log without its INFO lines (serve runs at INFO here, to count the retries;
+    uvicorn's lines start "INFO:")."""
+    return "\n".join(line for line in log.splitlines() if not line.startswith("INFO"))
 
 
 def request_token(number: int) -> bytes:
@@ -509,7 +521,7 @@ def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Serv
         process = subprocess.Popen(
             [*command, "serve", "--db", str(db_path), "--host", LOOPBACK,
              "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-             "--log-level", "warning"],
+             "--log-level", "info"],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -861,6 +873,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="do not set MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_")
     parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_SECONDS,
                         help="seconds a server gets to exit after SIGTERM before it is killed")
+    parser.add_argument("--idle-after", type=float, default=0.0, metavar="SECONDS",
+                        help="keep statetrail running this long once caught up, before "
+                        "SIGTERM, so that the peak covers the idle-time work that follows "
+                        "a burst (the field index's sort)")
     parser.add_argument("--catch-up-timeout", type=float, default=900.0,
                         help="seconds to wait after the load for statetrail to store and "
                         "replay everything it acknowledged")
@@ -973,9 +989,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{_verdict(acked == stored)}"
     )
     print(f"statetrail log: {log_levels(log)}")
-    if log.strip():
-        print(f"statetrail log (tail):\n{log[-2000:]}")
+    worse = warnings_and_worse(log)
+    if worse.strip():
+        print(f"statetrail log, warnings and worse (tail):\n{worse[-2000:]}")
     return 0
+
+
+def peak_phase(after_load: float, caught_up: CatchUp | None, idle_seconds: float) -> str:
+    """When a peak came, `after_load` seconds from the load's end: which work was going on.
+
+    `idle_seconds` is how long the server ran on once caught up (`--idle-after`)."""
+    if after_load <= 0:
+        return f"during the load ({-after_load:.0f} s before its end)"
+    if caught_up is None:
+        return f"{after_load:.0f} s after the load"
+    if after_load <= caught_up.stored_seconds:
+        phase = "while storing the backlog"
+    elif after_load <= caught_up.replayed_seconds:
+        phase = "while replaying it"
+    elif after_load <= caught_up.replayed_seconds + idle_seconds:
+        phase = "once caught up, before SIGTERM (idle-time work: the field index's sort)"
+    else:
+        phase = "once caught up, at shutdown"
+    return (f"{after_load:.0f} s after the load, {phase} (stored at "
+            f"{caught_up.stored_seconds:.0f} s, replayed at {caught_up.replayed_seconds:.0f} s)")
 
 
 def _run_target(server: Server, template: RequestTemplate, args: argparse.Namespace) -> Measurement:
@@ -993,6 +1030,7 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
             warmup_requests=args.warmup_requests,
         )
         cpu_at_end = cpu_seconds(server.process.pid)
+        load_ended = time.monotonic()
         rss_during_load = peak_rss_mb(server.process.pid)
         caught_up = (
             catch_up(server, args.catch_up_timeout) if server.http_port is not None else None
@@ -1000,6 +1038,12 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
         rss = peak_rss_mb(server.process.pid)
         print(f"  {server.name}: peak RSS {rss_during_load:.0f} MB by the end of the load, "
               f"{rss:.0f} MB after catching up", flush=True)
+        idle_seconds = args.idle_after if caught_up is not None else 0.0
+        if idle_seconds:
+            time.sleep(idle_seconds)
+            rss = peak_rss_mb(server.process.pid)
+            print(f"  {server.name}: peak RSS {rss:.0f} MB after {idle_seconds:.0f} s more "
+                  "(idle-time work: the field index's sort)", flush=True)
     finally:
         stopped = stop(server, args.stop_timeout)
         children.stop()
@@ -1016,6 +1060,9 @@ def _run_target(server: Server, template: RequestTemplate, args: argparse.Namesp
               f"(RssFile, which varies with the page cache): "
               f"{children.server_files_at_peak_mb:.0f} MB of its {server_peak:.0f} MB",
               flush=True)
+    if children.server_peak_at is not None:
+        when = peak_phase(children.server_peak_at - load_ended, caught_up, idle_seconds)
+        print(f"  {server.name}: its high-water mark last rose {when}", flush=True)
     if stopped.killed:
         print(f"  {server.name} was still running {stopped.seconds:.0f}s after SIGTERM: killed")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete.

@@ -88,7 +88,9 @@ class ChildMemory:
     How much of a library a process maps depends on the page cache, not on the
     process: the same `serve` mapped 72-98 MB of files in some runs and 124-136 MB in
     others (December 2026; the latter right after the venv was installed), so the
-    peak is printed with that part beside it.
+    peak is printed with that part beside it. `server_peak_at` is when that sample was
+    taken (`time.monotonic()`), so a run can say whether the server peaked during the
+    load, while storing its backlog or while replaying it.
     """
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
@@ -98,6 +100,7 @@ class ChildMemory:
         self.peak_hwm_mb = 0.0
         self.peak_together_mb = 0.0
         self.server_files_at_peak_mb = 0.0
+        self.server_peak_at: float | None = None
         self._server_hwm_mb = 0.0
         self._last_private_mb = 0.0
         self._stopping = threading.Event()
@@ -136,6 +139,7 @@ class ChildMemory:
             together = max(together, server_hwm + max(private, self._last_private_mb))
             self._server_hwm_mb = server_hwm
             self.server_files_at_peak_mb = server.get("RssFile", 0) * 1024 / 1_000_000
+            self.server_peak_at = time.monotonic()
         self.peak_together_mb = max(self.peak_together_mb, together)
         self._last_private_mb = private
 

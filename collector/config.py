@@ -48,32 +48,35 @@ class Config:
     max_backlog_bytes: int = 1024 * MIB
     grpc_workers: int = 16
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
-    # What is not checkpointed yet stays in DuckDB's buffer pool (its indexes
-    # pinned there). With span bytes in compressed chunks a span adds about half
-    # as much WAL, so 128 MB holds about two thirds as many spans between
-    # checkpoints as 256 MB did; bench_ingest measured the two alike. At 64 MB
-    # those rows (55-76 MB of the burst's limit at 128 MB) leave the burst's
-    # reads and replay saves more of the pool: in one default bench_ingest run
-    # each (December 2026), 5 replay saves ran out of memory at the burst's
-    # limit and were run again at the configured one, against 64 at 128 MB
-    # (reads: 39 and 48). Each such retry raises the pool to the configured
-    # limit for its call: the highest peak of two runs came in such a retry,
-    # whose COMMIT checkpointed. Everything was stored 112 s after the burst and
-    # replayed 537 s after it at 64 MB, 94 and 527 s at 128 MB.
-    checkpoint_threshold: str = "64MB"
+    # What is not checkpointed yet stays in DuckDB's buffer pool, and the rows
+    # a replay appends (field-index rows, hundreds an execution) are most of it:
+    # they held 55-76 MB of the burst's limit at a 128 MB threshold. Whatever
+    # runs out of memory at the burst's limit is run again at the configured one
+    # (store `_at_any_limit`), so each such retry lifts the pool for its call;
+    # the highest peaks came in those retries, whose COMMIT checkpointed, and
+    # DuckDB's fatal "misaligned count" error followed some. In default
+    # bench_ingest runs (December 2026, a 96 MB burst limit) 112 calls ran out in
+    # a run at 128 MB, 44 and 84 in two at 64 MB (5 and 36 of them replay saves),
+    # and none in two at 32 MB. The cost is more checkpoints: the server's CPU a
+    # span while it stored the burst was 85-93 us against 70 at 64 MB, and
+    # storing it took 151-153 s against 115 (replaying it, 547-576 s against 564).
+    checkpoint_threshold: str = "32MB"
     # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
     # This limit trades ingest RSS against field-filter latency, so it has two
     # values (collector/burst_memory.py): the first while the server is idle
     # or keeping up, for the studio's queries (bench_filter_store's `final`
     # equality p50 over 1M executions, target 50 ms: 39-43 ms at 128 MB, 48-70
-    # ms at 96 MB); the second while a burst is stored and replayed, where
-    # bench_ingest's peak RSS comes (403-430 MB at 128 MB, 364-410 MB at 96 MB,
-    # storing and replay as fast). 72 MB with the 64 MB checkpoint threshold
-    # was tried: 66 calls had run out of memory and been run again at the
-    # configured limit 400 s into a run (18 of them replay saves), against 44
-    # in a whole run at 96 MB. None keeps one limit throughout.
+    # ms at 96 MB); the second while a burst is stored and replayed, and while
+    # the field index is rewritten after it, where bench_ingest's peak RSS
+    # comes (403-430 MB at 128 MB, 364-410 MB at 96 MB, storing and replay as
+    # fast). 72 MB with the 64 MB checkpoint threshold was tried: 66 calls had
+    # run out of memory and been run again at the configured limit 400 s into a
+    # run (18 of them replay saves), against 44 in a whole run at 96 MB. With
+    # the 32 MB threshold no call ran out at 80 MB either, and serve peaked at
+    # 369-387 MB storing and replaying (399 at 96 MB), in December 2026 runs.
+    # None keeps one limit throughout.
     memory_limit: str = "128MB"
-    burst_memory_limit: str | None = "96MB"
+    burst_memory_limit: str | None = "80MB"
     # DuckDB's worker threads. On two cores its own threads competed with the
     # receivers, the extractor and the replayer, and a checkpoint that ran on
     # both cores held more memory at once: bench_ingest peaked at 415 MB RSS

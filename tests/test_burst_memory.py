@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,8 @@ from collector.burst_memory import BurstMemory
 from collector.encode.exports import batch_from_export
 from collector.model import Evidence
 from collector.replayer import Replayer, replay_stores
-from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
+from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult, field_layout
+from collector.store.field_layout import CompactionPolicy, IndexLayout
 
 CONFIGURED = "128MB"
 BURST = "64MB"
@@ -93,7 +95,7 @@ def test_a_write_that_runs_out_of_memory_in_a_burst_is_stored_at_the_configured_
 
 
 def test_a_read_that_runs_out_of_memory_in_a_burst_is_answered_at_the_configured_limit(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Found by bench_ingest: /healthz answered 503 because its counts ran out of
     # memory at a burst's lowered limit. Three 2 MiB resources fit in 128 MB, not 4 MB.
@@ -109,7 +111,10 @@ def test_a_read_that_runs_out_of_memory_in_a_burst_is_answered_at_the_configured
         burst = BurstMemory(store, "4MB")
         burst.enter()
         assert burst.lowered
-        assert len(store.spans_of_trace(trace_id.hex())) == 3
+        with caplog.at_level(logging.INFO, logger="collector.store"):
+            assert len(store.spans_of_trace(trace_id.hex())) == 3
+        # The log names the read that needed more.
+        assert "Store.spans_of_trace ran out of memory at the lowered limit" in caplog.text
         # Raised for that read only: the burst goes on at its own limit.
         assert store.memory_limit() == "3.8 MiB"
         assert store.counts()["spans"] == 3
@@ -196,6 +201,50 @@ def test_the_replayer_holds_the_lower_limit_until_the_burst_is_stored_and_replay
     finally:
         replayer.close()
         store.close()
+
+
+def test_the_field_index_rewrite_after_a_burst_runs_at_the_lower_limit(tmp_path: Path) -> None:
+    # Found with bench_ingest --idle-after: serve peaked at 369 MB storing and
+    # replaying a burst at the lower limit, then at 411 MB in the rewrite at 128 MB.
+    store = _store(tmp_path)
+    limits: list[str] = []
+    rewrites = [True]
+
+    class Recording(CompactionPolicy):
+        """Due on any appended row while `rewrites` says so; notes DuckDB's limit
+        whenever it is asked."""
+
+        def due(self, layout: IndexLayout) -> bool:
+            limits.append(store.memory_limit())
+            return rewrites[0] and super().due(layout)
+
+    replayer = Replayer(
+        store,
+        burst=BurstMemory(store, BURST),
+        compaction=Recording(min_appended_rows=1, appended_share=0.0),
+    )
+    try:
+        replayer.notify(_stored_run(store))
+        assert _until(lambda: _layout(store).sorted_rows > 0)
+        assert _layout(store).appended_rows == 0
+        # Asked at the configured limit whether to lower it; begun at the lower one.
+        assert limits[-2:] == [CONFIGURED_SHOWN, BURST_SHOWN], limits
+        assert _until(lambda: store.memory_limit() == CONFIGURED_SHOWN)
+        # Once nothing is due, an idle moment leaves the limit (and the cache) alone.
+        rewrites[0] = False
+        limits.clear()
+        replayer.notify(_stored_run(store, "c"))
+        assert replayer.wait_idle(10)
+        assert _until(lambda: bool(limits))
+        assert set(limits) == {CONFIGURED_SHOWN}
+    finally:
+        replayer.close()
+        store.close()
+
+
+def _layout(store: Store) -> IndexLayout:
+    with store._cursor() as cursor:
+        return field_layout.layout(cursor)
 
 
 def test_closing_during_a_burst_still_folds_the_wal_in(tmp_path: Path) -> None:

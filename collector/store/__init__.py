@@ -304,11 +304,11 @@ class Store:
             with self._cursor() as cursor:
                 return statement(cursor)
 
-        return self._at_any_limit(read)
+        return self._at_any_limit(read, _name_of(statement))
 
-    def _at_any_limit(self, operation: Callable[[], _T]) -> _T:
+    def _at_any_limit(self, operation: Callable[[], _T], what: str) -> _T:
         """`operation`, once more at the configured memory limit, raised for it
-        alone, if it ran out of memory at a burst's lowered one.
+        alone, if it ran out of memory at a burst's lowered one (logged, as `what`).
 
         For reads and replay saves, whose need passes. Found by bench_ingest:
         /healthz's counts ran out at 91.5 of 91.5 MiB while a burst was stored
@@ -322,8 +322,8 @@ class Store:
         except StoreOutOfMemory as exc:
             if self._lowered_to is None:
                 raise
-            logger.info("ran out of memory at the lowered limit; trying again at the "
-                        "configured one: %s", exc)
+            logger.info("%s ran out of memory at the lowered limit; trying again at the "
+                        "configured one: %s", what, exc)
         with self._configured_limit():
             return operation()
 
@@ -659,7 +659,7 @@ class Store:
                 )
                 lineage.link(cursor, parents)
 
-        self._at_any_limit(save)
+        self._at_any_limit(save, "a replay save")
 
     def compact_field_index_if_due(
         self,
@@ -691,6 +691,15 @@ class Store:
         with suppress(StoreError):
             self.checkpoint()
         return True
+
+    def field_index_rewrite_wanted(
+        self, policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION
+    ) -> bool:
+        """Whether `compact_field_index_if_due` would work now: a rewrite is in
+        progress, or one is due. Raises StoreError."""
+        if self._rewriter.in_progress:
+            return True
+        return self._read(lambda cursor: policy.due(field_layout.layout(cursor)))
 
     @property
     def rewriting_field_index(self) -> bool:
@@ -782,3 +791,9 @@ class Store:
             self._stored_resources.clear()
             return statement(cursor)
 
+
+def _name_of(statement: Callable[..., object]) -> str:
+    """The store method a read was made for, for the log: `Store.replay_batch` from
+    its lambda's qualified name, `counts` from a function of a SQL module."""
+    qualname = getattr(statement, "__qualname__", repr(statement))
+    return qualname.split(".<locals>", 1)[0]
