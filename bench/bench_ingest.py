@@ -106,6 +106,7 @@ TARGET_RATIO: Final = 0.25
 TARGET_RSS_MB: Final = 400.0
 # What serve logs when a call ran out of memory at a burst's lowered limit.
 RETRIED_AT_CONFIGURED_LIMIT: Final = "ran out of memory at the lowered limit"
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # A placeholder stamped with the request's own token on every send: the first 5 bytes of
 # every trace id and span id and the first 5 characters of every Junjo run/store/event id.
@@ -422,9 +423,17 @@ def log_levels(log: str) -> str:
 
 
 def warnings_and_worse(log: str) -> str:
-    """The log without its INFO lines (serve runs at INFO here, to count the retries;
-    uvicorn's lines start "INFO:")."""
-    return "\n".join(line for line in log.splitlines() if not line.startswith("INFO"))
+    """The log without its INFO records (serve runs at INFO here, to count the retries;
+    uvicorn's lines start "INFO:"), continuation lines included: a record goes on until
+    a line starts with a level's name."""
+    kept: list[str] = []
+    keeping = True
+    for line in log.splitlines():
+        if line.startswith(LOG_LEVELS):
+            keeping = not line.startswith(("DEBUG", "INFO"))
+        if keeping:
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def request_token(number: int) -> bytes:

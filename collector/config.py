@@ -66,14 +66,16 @@ class Config:
     # values (collector/burst_memory.py): the first while the server is idle
     # or keeping up, for the studio's queries (bench_filter_store's `final`
     # equality p50 over 1M executions, target 50 ms: 39-43 ms at 128 MB, 48-70
-    # ms at 96 MB); the second while a burst is stored and replayed, and while
-    # the field index is rewritten after it, where bench_ingest's peak RSS
-    # comes (403-430 MB at 128 MB, 364-410 MB at 96 MB, storing and replay as
-    # fast). 72 MB with the 64 MB checkpoint threshold was tried: 66 calls had
-    # run out of memory and been run again at the configured limit 400 s into a
-    # run (18 of them replay saves), against 44 in a whole run at 96 MB. With
-    # the 32 MB threshold no call ran out at 80 MB either, and serve peaked at
-    # 369-387 MB storing and replaying (399 at 96 MB), in December 2026 runs.
+    # ms at 96 MB); the second while a burst is stored and replayed, where
+    # bench_ingest's peak RSS came (403-430 MB at 128 MB, 364-410 MB at 96 MB,
+    # storing and replay as fast). 72 MB with the 64 MB checkpoint threshold was
+    # tried: 66 calls had run out of memory and been run again at the configured
+    # limit 400 s into a run (18 of them replay saves), against 44 in a whole
+    # run at 96 MB. With the 32 MB threshold no call ran out at 80 MB either,
+    # and serve peaked at 369-387 MB storing and replaying (399 at 96 MB), in
+    # December 2026 runs. The field index's idle-time rewrite that follows a
+    # burst runs at the configured limit and peaked at 411-417 MB (bench_ingest
+    # --idle-after 120); at this lower limit 376 of its steps ran out of memory.
     # None keeps one limit throughout.
     memory_limit: str = "128MB"
     burst_memory_limit: str | None = "80MB"
