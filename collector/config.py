@@ -72,7 +72,7 @@ class Config:
     # tried: 66 calls had run out of memory and been run again at the configured
     # limit 400 s into a run (18 of them replay saves), against 44 in a whole
     # run at 96 MB. With the 32 MB threshold no call ran out at 80 MB either,
-    # and serve peaked at 369-387 MB storing and replaying (399 at 96 MB), in
+    # and serve peaked at 369-387 MB storing and replaying (387-399 at 96 MB), in
     # December 2026 runs. The field index's idle-time rewrite that follows a
     # burst runs at the configured limit and peaked at 411-417 MB (bench_ingest
     # --idle-after 120); at this lower limit 376 of its steps ran out of memory.
