@@ -6,8 +6,9 @@ fresh store's own tables with vectorised `INSERT ... SELECT` over DuckDB
 (about 20 leaves per final state, a nested `refund.eligible` bool, and an
 `attempts` counter whose earlier values are `ever`-only history rows), with
 `field_ranges` aggregated from it as the store's writes would, then sorts the
-index as `serve`'s idle replayer does (`Store.compact_field_index_if_due`;
-`--layout arrival` times it before that, as replay appended it). Synthetic rows
+index as `serve`'s idle replayer does (`Store.compact_field_index_if_due`, at
+`serve`'s burst memory limit, as its replayer holds it for a rewrite:
+`BurstMemory.held`; `--layout arrival` times it before that, as replay appended it). Synthetic rows
 carry no state JSON on `executions`: lists and filters never read it.
 
 The sort runs under a trickle of exports (`sort_under_trickle`): one small run
@@ -56,6 +57,7 @@ import pyarrow as pa
 
 from bench.bench_replay import TRANSITIONS, _execution, _transition
 from bench.bench_replay import build as build_long_history
+from collector.burst_memory import BurstMemory
 from collector.config import Config
 from collector.model import Evidence
 from collector.query import parse_query
@@ -532,7 +534,7 @@ class Trickle:
                 self.failures.append(f"replay: {exc}")
 
 
-def sort_under_trickle(store: Store) -> bool:
+def sort_under_trickle(store: Store, sort_limit: str | None) -> bool:
     """The idle-time sort while an exporter sends a run every TRICKLE_PAUSE_S; print figures.
 
     The store's locks are timed (HoldTimer), and each export's commit, both
@@ -563,7 +565,9 @@ def sort_under_trickle(store: Store) -> bool:
     preemptions, forced = rewriter.preemptions, rewriter.forced_pieces
     began = time.perf_counter()
     try:
-        done = store.compact_field_index_if_due()
+        # At serve's burst limit, as its replayer sorts (None: at the store's limit).
+        with BurstMemory(store, sort_limit).held():
+            done = store.compact_field_index_if_due()
     finally:
         took = time.perf_counter() - began
         stop.set()
@@ -640,7 +644,8 @@ def main() -> None:
         try:
             if args.layout == "sorted":
                 # What the idle replayer does; too few rows are left as they arrived.
-                sort_under_trickle(store)
+                print(f"sorting the field index at memory_limit={server.burst_memory_limit}")
+                sort_under_trickle(store, server.burst_memory_limit)
             run_id = write_long_history(store, replayed=True)
             unreplayed_id = write_long_history(store, replayed=False)
             baseline_conn = shared_connection(path, settings)

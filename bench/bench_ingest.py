@@ -106,6 +106,8 @@ TARGET_RATIO: Final = 0.25
 TARGET_RSS_MB: Final = 400.0
 # What serve logs when a call ran out of memory at a burst's lowered limit.
 RETRIED_AT_CONFIGURED_LIMIT: Final = "ran out of memory at the lowered limit"
+# ... and when a step of the field index's rewrite did (collector/replayer.py).
+REWRITE_STEP_RETRIED: Final = "rewrite ran out of memory at the lower limit"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # A placeholder stamped with the request's own token on every send: the first 5 bytes of
@@ -417,9 +419,11 @@ def log_levels(log: str) -> str:
               for level in ("WARNING", "ERROR", "CRITICAL")}
     fatal = sum("FATAL Error" in line or "INTERNAL Error" in line for line in lines)
     retried = sum(RETRIED_AT_CONFIGURED_LIMIT in line for line in lines)
+    rewrite_steps = sum(REWRITE_STEP_RETRIED in line for line in lines)
     return (", ".join(f"{count} {level}" for level, count in counts.items())
             + f"; {fatal} quoting DuckDB's FATAL or INTERNAL error; {retried} call(s) "
-            "out of memory at the burst's limit, run again at the configured one")
+            "out of memory at the burst's limit, run again at the configured one; "
+            f"{rewrite_steps} step(s) of the field index's rewrite likewise")
 
 
 def warnings_and_worse(log: str) -> str:
@@ -889,7 +893,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--catch-up-timeout", type=float, default=900.0,
                         help="seconds to wait after the load for statetrail to store and "
                         "replay everything it acknowledged")
-    parser.add_argument("--keep-db", action="store_true", help="leave the DuckDB file behind")
+    parser.add_argument("--keep-db", action="store_true",
+                        help="leave the DuckDB file and the server's log behind")
     parser.add_argument("--scatter-ids", action="store_true",
                         help="stamp each send's ids with a token far from the last one's, as "
                         "random ids are (default: consecutive tokens)")
@@ -957,6 +962,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             db_path.rename(kept)
             print(f"kept the DuckDB file at {kept}")
         log = log_path.read_text(errors="replace")
+        if args.keep_db:
+            kept_log = kept.with_suffix(".log")
+            kept_log.write_text(log)
+            print(f"kept the server's log at {kept_log}")
 
     print_report(measurements)
     baseline, statetrail = measurements

@@ -20,12 +20,23 @@ noise (6.9-10.6 s and 31-47 s). The burst's WAL is
 folded in at the lower limit before the restore: otherwise the next checkpoint,
 often the closing one, folds a whole WAL on top of a full cache, which added
 15-35 MB at shutdown.
+
+The field index's rewrite, which follows a burst once the server is idle, runs
+at the lower limit too (`held`): each of its pieces is a sort that takes what
+the limit allows. Stopped 120 s after catching up (`bench_ingest --idle-after
+120`), serve had peaked at 369 MB while it stored and replayed a burst at the
+lower limit, and then at 411 MB in the rewrite at 128 MB (415 MB with pieces
+half as big). At the lower limit, with pieces of 100,000 rows
+(field_layout.CHUNK_ROWS), two runs peaked at 387 and 391 MB in the rewrite,
+and a third at 402 MB while replaying, before the rewrite began.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from collector.store import Store, StoreError
 
@@ -70,3 +81,13 @@ class BurstMemory:
                 # What was committed is in the WAL; DuckDB checkpoints it later.
                 logger.warning("checkpoint after a burst failed: %s", exc)
             self._lowered = not self._store.limit_memory()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The lower limit for the block, then `leave`: for the field index's
+        rewrite, whose sorts fill whatever pool they are given."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()

@@ -18,7 +18,8 @@ from collector.burst_memory import BurstMemory
 from collector.encode.exports import batch_from_export
 from collector.model import Evidence
 from collector.replayer import Replayer, replay_stores
-from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
+from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult, field_layout
+from collector.store.field_layout import CompactionPolicy, IndexLayout
 
 CONFIGURED = "128MB"
 BURST = "64MB"
@@ -200,6 +201,50 @@ def test_the_replayer_holds_the_lower_limit_until_the_burst_is_stored_and_replay
     finally:
         replayer.close()
         store.close()
+
+
+def test_the_field_index_rewrite_after_a_burst_runs_at_the_lower_limit(tmp_path: Path) -> None:
+    # Found with bench_ingest --idle-after: serve peaked at 369 MB storing and
+    # replaying a burst at the lower limit, then at 411 MB in the rewrite at 128 MB.
+    store = _store(tmp_path)
+    limits: list[str] = []
+    rewrites = [True]
+
+    class Recording(CompactionPolicy):
+        """Due on any appended row while `rewrites` says so; notes DuckDB's limit
+        whenever it is asked."""
+
+        def due(self, layout: IndexLayout) -> bool:
+            limits.append(store.memory_limit())
+            return rewrites[0] and super().due(layout)
+
+    replayer = Replayer(
+        store,
+        burst=BurstMemory(store, BURST),
+        compaction=Recording(min_appended_rows=1, appended_share=0.0),
+    )
+    try:
+        replayer.notify(_stored_run(store))
+        assert _until(lambda: _layout(store).sorted_rows > 0)
+        assert _layout(store).appended_rows == 0
+        # Asked at the configured limit whether to lower it; begun at the lower one.
+        assert limits[-2:] == [CONFIGURED_SHOWN, BURST_SHOWN], limits
+        assert _until(lambda: store.memory_limit() == CONFIGURED_SHOWN)
+        # Once nothing is due, an idle moment leaves the limit (and the cache) alone.
+        rewrites[0] = False
+        limits.clear()
+        replayer.notify(_stored_run(store, "c"))
+        assert replayer.wait_idle(10)
+        assert _until(lambda: bool(limits))
+        assert set(limits) == {CONFIGURED_SHOWN}
+    finally:
+        replayer.close()
+        store.close()
+
+
+def _layout(store: Store) -> IndexLayout:
+    with store._cursor() as cursor:
+        return field_layout.layout(cursor)
 
 
 def test_closing_during_a_burst_still_folds_the_wal_in(tmp_path: Path) -> None:

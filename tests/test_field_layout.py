@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from history_records import scenario
 
+from collector.burst_memory import BurstMemory
 from collector.model import Evidence, Execution, Transition
 from collector.query import parse_query
 from collector.replayer import Replayer, replay_stores
@@ -138,6 +140,32 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
             [run_keys, rows, rows],
         )
         cursor.execute("UPDATE field_index_layout SET appended_rows = appended_rows + ?", [rows])
+
+
+def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configured_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The replayer rewrites at the burst's lower limit (BurstMemory.held); found by
+    # bench_ingest: a piece's sort ran out there, and the rewrite stopped for good.
+    store = Store(tmp_path / "layout.duckdb", memory_limit="128MB")
+    _write(store, 1)
+    _ballast(store, 1_000_000)
+    store.checkpoint()  # else DuckDB cannot evict enough to lower its limit that far
+    replayer = Replayer(store, burst=BurstMemory(store, "16MB"), compaction=EVERY_APPEND)
+    try:
+        with caplog.at_level(logging.INFO, logger="collector.replayer"):
+            replayer.notify(_write(store, 1, first=1))
+            # (Watched in the log: a read beside the rewrite would run out at 16 MB too.)
+            deadline = time.monotonic() + 60
+            while "finished sorting" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert "rewrite ran out of memory at the lower limit" in caplog.text
+        assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+        assert _layout(store) == IndexLayout(sorted_rows=_index_rows(store), appended_rows=0)
+        assert store.memory_limit() == "122.0 MiB"  # the configured limit once done
+    finally:
+        replayer.close()
+        store.close()
 
 
 def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: Path) -> None:

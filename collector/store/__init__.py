@@ -692,6 +692,15 @@ class Store:
             self.checkpoint()
         return True
 
+    def field_index_rewrite_wanted(
+        self, policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION
+    ) -> bool:
+        """Whether `compact_field_index_if_due` would work now: a rewrite is in
+        progress, or one is due. Raises StoreError."""
+        if self._rewriter.in_progress:
+            return True
+        return self._read(lambda cursor: policy.due(field_layout.layout(cursor)))
+
     @property
     def rewriting_field_index(self) -> bool:
         """A field-index rewrite began and has not finished (it resumes on the next call)."""
