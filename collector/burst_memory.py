@@ -27,8 +27,9 @@ the limit allows. Stopped 120 s after catching up (`bench_ingest --idle-after
 120`), serve had peaked at 369 MB while it stored and replayed a burst at the
 lower limit, and then at 411 MB in the rewrite at 128 MB (415 MB with pieces
 half as big). At the lower limit, with pieces of 100,000 rows
-(field_layout.CHUNK_ROWS), two runs peaked at 387 and 391 MB in the rewrite,
-and a third at 402 MB while replaying, before the rewrite began.
+(field_layout.CHUNK_ROWS), three runs peaked at 387-401 MB in the rewrite, and
+a fourth at 402 MB while replaying, before the rewrite began. After a burst ~50
+MB of table blocks stay pinned (bench/README.md), so many pieces still run out.
 """
 
 from __future__ import annotations
