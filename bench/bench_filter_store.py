@@ -8,8 +8,9 @@ fresh store's own tables with vectorised `INSERT ... SELECT` over DuckDB
 `field_ranges` aggregated from it as the store's writes would, then sorts the
 index as `serve`'s idle replayer does (`Store.compact_field_index_if_due`, at
 `serve`'s burst memory limit, as its replayer holds it for a rewrite:
-`BurstMemory.held`; `--layout arrival` times it before that, as replay appended it). Synthetic rows
-carry no state JSON on `executions`: lists and filters never read it.
+`BurstMemory.held`; `--layout arrival` times it before that, as replay appended
+it). Synthetic rows carry no state JSON on `executions`: lists and filters never
+read it.
 
 The sort runs under a trickle of exports (`sort_under_trickle`): one small run
 every 0.2 s, stored on one thread and replayed on another, so the index changes

@@ -411,9 +411,10 @@ def scattered(number: int) -> int:
 def log_levels(log: str) -> str:
     """How many WARNING, ERROR and CRITICAL lines the server logged (serve's log format
     starts each record with its level), how many quote an error that invalidates
-    DuckDB's database (FATAL or INTERNAL), and how many reads and replay saves ran out
+    DuckDB's database (FATAL or INTERNAL), how many reads and replay saves ran out
     of memory at a burst's lowered limit and were run again at the configured one
-    (logged at INFO: collector/store `_at_any_limit`)."""
+    (logged at INFO: collector/store `_at_any_limit`), and how many of the field
+    index rewrite's steps did (collector/replayer.py)."""
     lines = log.splitlines()
     counts = {level: sum(line.startswith(f"{level} ") for line in lines)
               for level in ("WARNING", "ERROR", "CRITICAL")}
@@ -957,15 +958,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         measurements.append(measured)
         acked = measured.load.acked_spans + measured.load.warmup_acked_spans
         stored = _count_stored_spans(db_path)
+        log = log_path.read_text(errors="replace")
         if args.keep_db:
             kept = Path(tempfile.gettempdir()) / f"statetrail-bench-{os.getpid()}.duckdb"
             db_path.rename(kept)
-            print(f"kept the DuckDB file at {kept}")
-        log = log_path.read_text(errors="replace")
-        if args.keep_db:
-            kept_log = kept.with_suffix(".log")
-            kept_log.write_text(log)
-            print(f"kept the server's log at {kept_log}")
+            log_path.rename(kept.with_suffix(".log"))
+            print(f"kept the DuckDB file at {kept}, and the server's log beside it")
 
     print_report(measurements)
     baseline, statetrail = measurements

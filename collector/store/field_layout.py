@@ -42,9 +42,9 @@ LAYOUT_TABLE: Final = "field_index_layout"
 # three (each then copied again at 128 MB; December 2026; not in a freshly
 # started serve on the same file, which never ran out there). At 128 MB,
 # halving the pieces did not lower serve's peak (415 MB): the cache fills the
-# limit either way. Pieces are copied under the write lock
-# (no write beside them competes for that memory), so their size is also how
-# long storing can wait for one that may not be preempted.
+# limit either way. Pieces are copied under the write lock (no write beside
+# them competes for that memory), so their size is also how long storing can
+# wait for one that may not be preempted.
 CHUNK_ROWS: Final = 100_000
 
 
