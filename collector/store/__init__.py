@@ -69,6 +69,7 @@ from collector.store import (
     writes,
 )
 from collector.store import spans as span_reads
+from collector.store.cursor_gate import CursorGate
 from collector.store.errors import StoreError as StoreError
 from collector.store.errors import StoreLocked as StoreLocked
 from collector.store.errors import StoreOutOfMemory as StoreOutOfMemory
@@ -110,6 +111,13 @@ MAX_REMEMBERED_RESOURCES = 4096
 # (which rolls back, to be copied again: rewrite.MAX_PREEMPTIONS), repeating
 # this often until it has the lock.
 PREEMPT_POLL_SECONDS = 0.05
+# How long `release_memory` waits for the maintenance lock, and then for the
+# cursors in use to close, before it gives up (a reopen itself takes ~15 ms).
+REOPEN_WAIT_SECONDS = 2.0
+# Rows appended after which an idle server opens its file again
+# (`release_memory_if_grown`): ~10 MB of DuckDB's memory pinned by then, and a
+# reopen empties DuckDB's cache, which the studio's next queries fill again.
+RELEASE_AFTER_ROWS = 5_000_000
 
 
 class Store:
@@ -141,11 +149,16 @@ class Store:
         # whenever that may no longer hold: a failure, a reopen, a retention write.
         self._stored_resources: set[str] = set()
         # Reentrant: a writer that finds the database invalidated reopens it
-        # (`_reopen`) while it holds this lock, as every other thread does.
+        # (`_reopen_invalidated`) while it holds this lock, as every other thread does.
         self._write_lock = threading.RLock()
         self._closed = False
         # Set when DuckDB invalidated the connection (`_note_failure`).
         self._invalidated = False
+        # Every cursor open on the connection, which `release_memory` waits to see closed.
+        self._cursors = CursorGate()
+        # Rows appended since the file was opened, roughly: what DuckDB pins grows
+        # with them (`release_memory`).
+        self._rows_since_open = 0
         self._connection = self._connect()
         # The WAL size at which a commit checkpoints, as DuckDB reads the setting.
         self._checkpoint_at: int | None = None
@@ -354,10 +367,17 @@ class Store:
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._invalidated:
+            # Before the gate: this waits for the write lock, which `release_memory`
+            # holds while it waits for the gate's cursors to close.
+            self._reopen_invalidated()
+        with self._cursors.admit(), self._connection_cursor() as cursor:
+            yield cursor
+
+    @contextmanager
+    def _connection_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         # Every failure leaves as StoreError, so callers (receivers, studio
         # pages, /healthz) answer "unavailable, retry" without knowing DuckDB.
-        if self._invalidated:
-            self._reopen()
         connection = self._connection
         try:
             cursor = connection.cursor()
@@ -390,7 +410,7 @@ class Store:
         if isinstance(error, duckdb.FatalException) and connection is self._connection:
             self._invalidated = True
 
-    def _reopen(self) -> None:
+    def _reopen_invalidated(self) -> None:
         """Open the invalidated database again. Raises StoreError (and stays
         marked, so that the next use tries again)."""
         with self._write_lock:
@@ -411,6 +431,66 @@ class Store:
             except duckdb.Error as exc:
                 raise StoreError(f"could not open the database again: {exc}") from exc
             self._invalidated = False
+
+    def release_memory(self) -> bool:
+        """Close the file and open it again, to let go of memory DuckDB keeps
+        for as long as a database is open, and never evicts.
+
+        Rows appended in commits that do not fill whole vectors keep version
+        information pinned in DuckDB's buffer pool, ~2 bytes a row of every
+        table written since the file was opened (measured with duckdb 1.5.5:
+        December 2026). A checkpoint does not free it; dropping the table or
+        closing the database does. After bench_ingest's burst ~50 MB of the
+        pool was pinned so, most of it the field index's rows appended by
+        replay, and a field-index rewrite at the burst's 80 MB limit ran out
+        of memory in hundreds of its pieces.
+
+        Waits for the write lock, and up to REOPEN_WAIT_SECONDS for open
+        cursors to close, while cursors asked for meanwhile wait. Returns
+        whether the file was opened again: not if cursors stayed open, the
+        memory limit is lowered (`lower_memory`), or the checkpoint that comes
+        first failed (opening would then replay the WAL into memory).
+        """
+        if self._read_only or not self._maintenance_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
+            return False
+        try:
+            with self._write_lock, self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
+                # Not within a burst: the new connection starts at the configured limit.
+                if not idle or self._closed or self._invalidated or self._lowered_to is not None:
+                    return False
+                return self._open_again()
+        finally:
+            self._maintenance_lock.release()
+
+    def _open_again(self) -> bool:
+        """Checkpoint, close and connect (the caller holds every cursor back)."""
+        started = time.monotonic()
+        try:
+            database.checkpoint(self._connection)
+        except duckdb.Error as exc:
+            self._note_failure(self._connection, exc)
+            logger.warning("kept %s open: the checkpoint before reopening it failed: %s",
+                           self.path, exc)
+            return False
+        self._connection.close()
+        try:
+            self._connection = self._connect()
+        except (duckdb.Error, StoreError) as exc:
+            # Marked like a fatal error: the next cursor tries to open it again.
+            self._invalidated = True
+            logger.error("could not open %s again: %s", self.path, exc)
+            return False
+        logger.info("opened %s again to release DuckDB's pinned memory, %d rows after "
+                    "opening it (%.0f ms)", self.path, self._rows_since_open,
+                    1000 * (time.monotonic() - started))
+        self._rows_since_open = 0
+        return True
+
+    def release_memory_if_grown(self) -> bool:
+        """`release_memory` once RELEASE_AFTER_ROWS rows were appended since the
+        file was opened: a server storing a steady trickle, which never settles
+        a burst (collector/burst_memory.py), would pin more the longer it ran."""
+        return self._rows_since_open >= RELEASE_AFTER_ROWS and self.release_memory()
 
     # -- writes -------------------------------------------------------------
 
@@ -454,6 +534,7 @@ class Store:
             # Reached only after COMMIT: a failed write hands out no chunk ids.
             # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
             self._next_chunk_id += chunks_used
+            self._rows_since_open += prepared.row_count(write)
             self._remember_resources(writes.resource_keys(write))
         return prepared.result_of(write)
 
@@ -658,6 +739,7 @@ class Store:
                     replays.save(cursor, records, indexes, snapshots, run_keys)
                 )
                 lineage.link(cursor, parents)
+            self._rows_since_open += len(records) + sum(len(index.nodes) for index in indexes)
 
         self._at_any_limit(save, "a replay save")
 

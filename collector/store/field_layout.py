@@ -38,9 +38,10 @@ LAYOUT_TABLE: Final = "field_index_layout"
 # rows (a single path's, on an index sorted before) ran out; at 100,000 rows
 # the sort took 34-38 MB. serve sorts at a burst's lower limit (80 MB:
 # collector/replayer.py), where pieces of 200,000 rows ran out of memory 376
-# times in one bench_ingest run, and pieces of 100,000 3, 412 and 438 times in
-# three (each then copied again at 128 MB; December 2026; not in a freshly
-# started serve on the same file, which never ran out there). At 128 MB,
+# times in one bench_ingest run, and pieces of 100,000 3-442 times in four
+# (each then copied again at 128 MB; December 2026): the burst had left ~50 MB
+# of the pool pinned. Let go of since (Store.release_memory), none ran out in
+# two runs. At 128 MB,
 # halving the pieces did not lower serve's peak (415 MB): the cache fills the
 # limit either way. Pieces are copied under the write lock (no write beside
 # them competes for that memory), so their size is also how long storing can

@@ -84,6 +84,12 @@ def start_ranges(spans: pa.Table, most: int, min_gap: int) -> list[tuple[int, in
     return [(starts[first], starts[last]) for first, last in zip(firsts, lasts, strict=True)]
 
 
+def row_count(write: PreparedWrite) -> int:
+    """Rows of every table that the write appends."""
+    tables = (write.resources, write.spans, write.span_chunks, write.executions, write.transitions)
+    return sum(table.num_rows for table in tables)
+
+
 def result_of(write: PreparedWrite) -> WriteResult:
     """The stores and runs a committed write touched."""
     executions = write.executions
