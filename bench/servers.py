@@ -119,9 +119,18 @@ class ChildMemory:
         return self.peak_together_mb
 
     def _watch(self) -> None:
+        server_command = _command_line(self._pid)
         while not self._stopping.wait(self._interval):
             private = hwm = 0.0
             for child in _children(self._pid):
+                # A child between fork and exec still runs the server's program
+                # (vfork: in the server's own memory), and /proc shows the
+                # server's memory for it. The extractor starts a worker after
+                # every checkpoint; a sample taken in that moment showed one
+                # with 113 MB private, and a full run counted 187 MB (VmHWM
+                # 366 MB, the server's own peak) as the children's.
+                if _command_line(child) == server_command:
+                    continue
                 status = _status_kib(child)
                 private += status.get("RssAnon", 0) * 1024 / 1_000_000
                 hwm += status.get("VmHWM", 0) * 1024 / 1_000_000
@@ -157,6 +166,14 @@ def _children(pid: int) -> set[int]:
         except OSError:
             continue
     return children
+
+
+def _command_line(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as command:
+            return command.read()
+    except OSError:
+        return None
 
 
 def _status_kib(pid: int) -> dict[str, int]:
