@@ -32,8 +32,8 @@ a fourth at 402 MB while replaying, before the rewrite began: after the burst
 ~50 MB of the pool stayed pinned, the version information of the 60M rows it
 appended (Store.release_memory), and 3-442 of a rewrite's pieces ran out of
 memory at 80 MB and were copied again at 128 MB. So `leave` now opens the file
-again, which lets go of it (~300 ms): no piece ran out in two runs, which
-peaked at 382 and 387 MB, both while replaying, before the rewrite.
+again, which lets go of it (~300 ms): no piece ran out in five runs, which
+peaked at 370-387 MB, all while replaying, before the rewrite.
 """
 
 from __future__ import annotations

@@ -275,7 +275,7 @@ class Replayer:
         alone, and the rest at the lower one again: the pieces are sized to fit it
         (field_layout.CHUNK_ROWS), but 3-442 steps of a rewrite after a burst ran
         out at 76 MiB in four bench_ingest runs, before the burst's pinned memory
-        was let go (BurstMemory.leave; none since, in two). Raises StoreError if a
+        was let go (BurstMemory.leave; none since, in five). Raises StoreError if a
         step fails at the configured limit too.
         """
         while True:
