@@ -75,8 +75,9 @@ class Config:
     # and serve peaked at 369-387 MB storing and replaying (387-399 at 96 MB), in
     # December 2026 runs. The field index's idle-time rewrite that follows a
     # burst runs at this lower limit too: at the configured one it peaked at
-    # 411-415 MB (bench_ingest --idle-after 120), here at 387-401 MB once its
-    # pieces were halved to fit (collector/store/field_layout.py CHUNK_ROWS).
+    # 411-415 MB (bench_ingest --idle-after 120). Here, in pieces halved to fit
+    # (collector/store/field_layout.py CHUNK_ROWS) and after the burst's pinned
+    # memory is let go (Store.release_memory), it no longer sets the peak.
     # None keeps one limit throughout.
     memory_limit: str = "128MB"
     burst_memory_limit: str | None = "80MB"

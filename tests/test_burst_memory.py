@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from history_records import scenario
 from otlp_craft import new_span_id, new_trace_id, plain_request
+from test_field_layout import _layout
 
 from collector import burst_memory
 from collector.burst_memory import BurstMemory
 from collector.encode.exports import batch_from_export
 from collector.model import Evidence
 from collector.replayer import Replayer, replay_stores
-from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult, field_layout
+from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
 from collector.store.field_layout import CompactionPolicy, IndexLayout
 
 CONFIGURED = "128MB"
@@ -240,11 +241,6 @@ def test_the_field_index_rewrite_after_a_burst_runs_at_the_lower_limit(tmp_path:
     finally:
         replayer.close()
         store.close()
-
-
-def _layout(store: Store) -> IndexLayout:
-    with store._cursor() as cursor:
-        return field_layout.layout(cursor)
 
 
 def test_closing_during_a_burst_still_folds_the_wal_in(tmp_path: Path) -> None:

@@ -454,11 +454,13 @@ class Store:
         if self._read_only or not self._maintenance_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
             return False
         try:
-            with self._write_lock, self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
+            with self._write_lock:
                 # Not within a burst: the new connection starts at the configured limit.
-                if not idle or self._closed or self._invalidated or self._lowered_to is not None:
+                # Asked before the gate shuts, which holds every reader back.
+                if self._closed or self._invalidated or self._lowered_to is not None:
                     return False
-                return self._open_again()
+                with self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
+                    return idle and self._open_again()
         finally:
             self._maintenance_lock.release()
 

@@ -1,5 +1,5 @@
 """Counting the cursors a store has handed out, so that its database can be
-opened again (Store.reopen) with none of them in use.
+opened again (Store.release_memory) with none of them in use.
 
 No SQL here. Every cursor of a Store comes from Store._cursor, which passes
 through `admit` while the cursor is open. `drained` shuts the gate: cursors
