@@ -217,6 +217,11 @@ class Replayer:
                 # Before "idle" is reported: a server stopped once idle then
                 # has little WAL left to fold at its closing checkpoint.
                 self._burst.leave()
+            else:
+                # Within a burst, let go of what its appends pinned so far: a
+                # whole burst's would leave the replay's own work less and less
+                # of the pool (Store.release_memory).
+                self._store.release_memory_if_grown()
             with self._changed:
                 idle = not self._pending
                 if idle:

@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_burst_memory import BURST, _stored_run, _until
+from test_burst_memory import BURST, BURST_SHOWN, CONFIGURED_SHOWN, _stored_run, _until
 
 import collector.store as store_module
 from collector import burst_memory
+from collector import replayer as replayer_module
 from collector.burst_memory import BurstMemory
 from collector.replayer import Replayer
-from collector.store import Store
+from collector.store import Store, WriteResult
 from collector.store.listing import ExecutionQuery
 
 # What DuckDB pins below: ~16 KiB of version information for each vector of
@@ -106,12 +107,34 @@ def test_a_reopen_gives_up_while_a_cursor_stays_open(
         store.close()
 
 
-def test_no_reopen_while_the_limit_is_lowered_for_a_burst(tmp_path: Path) -> None:
+def test_a_reopen_within_a_burst_keeps_the_bursts_limit(tmp_path: Path) -> None:
     store = Store(tmp_path / "lowered.duckdb", memory_limit="128MB")
     try:
         assert store.lower_memory(BURST)
-        assert not store.release_memory()
+        _stored_run(store)
+        _pin_memory(store)
+        assert not store.limit_memory(PINNED_BELOW)
+
+        assert store.release_memory()
+        assert store.memory_limit() == BURST_SHOWN
+        assert store.counts()["executions"] == 1
+        # Still a burst: the configured limit comes back when it ends.
         assert store.limit_memory()
+        assert store.memory_limit() == CONFIGURED_SHOWN
+    finally:
+        store.close()
+
+
+def test_no_reopen_while_a_call_runs_at_the_configured_limit(tmp_path: Path) -> None:
+    # A read that ran out of memory at the burst's limit runs again at the
+    # configured one (Store._at_any_limit); a new connection would lose that.
+    store = Store(tmp_path / "raised.duckdb", memory_limit="128MB")
+    try:
+        assert store.lower_memory(BURST)
+        with store._configured_limit():
+            assert not store.release_memory()
+            assert store.memory_limit() == CONFIGURED_SHOWN
+        assert store.memory_limit() == BURST_SHOWN
         assert store.release_memory()
     finally:
         store.close()
@@ -155,6 +178,47 @@ def test_an_idle_server_reopens_once_enough_rows_were_appended(
             # Counted again from the reopen.
             assert not store.release_memory_if_grown()
         assert {"run-b", "run-c"} <= {row.run_id for row in store.search(ExecutionQuery())}
+    finally:
+        replayer.close()
+        store.close()
+
+
+def test_a_long_burst_opens_the_file_again_as_it_goes_at_the_bursts_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Three stores, replayed one a batch: a burst (more wait than a save takes),
+    # with a reopen due after every batch, and the burst settled after the last.
+    monkeypatch.setattr(replayer_module, "READ_BATCH_STORES", 1)
+    monkeypatch.setattr(replayer_module, "REPLAY_BATCH_STORES", 1)
+    monkeypatch.setattr(store_module, "RELEASE_AFTER_ROWS", 2)
+    store = Store(tmp_path / "long-burst.duckdb", memory_limit="128MB")
+    limits_at_reopen: list[str] = []
+    open_again = store._open_again
+
+    def recording_open_again() -> bool:
+        opened = open_again()
+        # On the new connection itself: every cursor waits until this returns.
+        row = store._connection.execute("SELECT current_setting('memory_limit')").fetchone()
+        assert row is not None
+        limits_at_reopen.append(row[0])
+        return opened
+
+    monkeypatch.setattr(store, "_open_again", recording_open_again)
+    results = [_stored_run(store, name) for name in "bcd"]
+    replayer = Replayer(store, burst=BurstMemory(store, BURST))
+    try:
+        replayer.notify(
+            WriteResult(
+                frozenset().union(*(r.store_ids for r in results)),
+                frozenset().union(*(r.storeless_run_ids for r in results)),
+            )
+        )
+        assert replayer.wait_idle(10)
+        # Two within the burst, at its limit, then the one once it settled.
+        assert limits_at_reopen == [BURST_SHOWN, BURST_SHOWN, CONFIGURED_SHOWN], limits_at_reopen
+        assert store.memory_limit() == CONFIGURED_SHOWN
+        rows = {row.run_id: row.verdict for row in store.search(ExecutionQuery())}
+        assert rows == {"run-b": "verified", "run-c": "verified", "run-d": "verified"}
     finally:
         replayer.close()
         store.close()

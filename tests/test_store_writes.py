@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from history_records import scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import (
     DAY_NANOS,
@@ -29,9 +30,11 @@ from support import fixture_requests
 
 from collector import junjo
 from collector.encode.exports import batch_from_export
+from collector.model import Evidence
 from collector.replayer import replay_stores
-from collector.store import Store, StoreError
+from collector.store import IngestBatch, Store, StoreError
 from collector.store.prepared import start_ranges
+from collector.store.replays import ARROW_BATCH_ROWS
 
 
 def test_store_write_mixing_a_redelivery_with_new_spans_stores_each_once(tmp_path: Path) -> None:
@@ -340,3 +343,28 @@ def test_a_slow_query_draws_no_progress_bar_on_stdout(tmp_path: Path) -> None:
         finally:
             store.close()
         assert row == (False,), read_only
+
+
+def test_a_history_longer_than_an_arrow_batch_is_read_whole_and_in_order(
+    tmp_path: Path,
+) -> None:
+    # Transitions are read through Arrow in batches of ARROW_BATCH_ROWS rows:
+    # the reads must join the batches, in replay order, across both reads.
+    steps = ARROW_BATCH_ROWS + 7
+    execution, transitions, _ = scenario(
+        {"n": 0}, [[{"op": "replace", "path": "/n", "value": i}] for i in range(1, steps + 1)]
+    )
+    transitions = [t._replace(event_index=i) for i, t in enumerate(transitions)]
+    store = Store(tmp_path / "long.duckdb")
+    try:
+        # Stored in reverse: the order read back is the query's, not the insert's.
+        evidence = Evidence([execution], transitions[::-1], {})
+        store.write([IngestBatch(spans=[], evidence=evidence)])
+        read = store.transitions_for_store(execution.store_id or "")
+        assert [(t.sequence, t.patch_json) for t in read] == [
+            (t.sequence, t.patch_json) for t in transitions
+        ]
+        tail = store.store_transitions_between(execution.store_id or "", 5, steps)
+        assert [t.sequence for t in tail] == [t.sequence for t in transitions[5:]]
+    finally:
+        store.close()

@@ -114,9 +114,9 @@ PREEMPT_POLL_SECONDS = 0.05
 # How long `release_memory` waits for the maintenance lock, and then for the
 # cursors in use to close, before it gives up (a reopen itself takes ~15 ms).
 REOPEN_WAIT_SECONDS = 2.0
-# Rows appended after which an idle server opens its file again
-# (`release_memory_if_grown`): ~10 MB of DuckDB's memory pinned by then, and a
-# reopen empties DuckDB's cache, which the studio's next queries fill again.
+# Rows appended after which the replayer opens the file again, idle or within
+# a burst (`release_memory_if_grown`): ~10 MB of DuckDB's memory pinned by then,
+# and a reopen empties DuckDB's cache, which the next queries fill again.
 RELEASE_AFTER_ROWS = 5_000_000
 
 
@@ -138,7 +138,8 @@ class Store:
         # The limit lower_memory set, until the configured one is restored.
         self._lowered_to: str | None = None
         # Calls running at the configured limit within a burst (`_at_any_limit`),
-        # and the lock that keeps their raise and re-lowering in step.
+        # and the lock that keeps DuckDB's limit, `_lowered_to` and the raises
+        # in step (a reopen within a burst reads them to set the new connection's).
         self._raised = 0
         self._raise_lock = threading.Lock()
         self._threads = threads
@@ -183,13 +184,14 @@ class Store:
             with self._cursor() as cursor:
                 self._next_chunk_id = span_reads.next_chunk_id(cursor)
 
-    def _connect(self) -> duckdb.DuckDBPyConnection:
-        """A connection to the file, with this store's settings."""
+    def _connect(self, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+        """A connection to the file, with this store's settings (and `memory_limit`
+        rather than the configured one, if given)."""
         try:
             return database.connect(
                 str(self.path),
                 read_only=self._read_only,
-                memory_limit=self._memory_limit,
+                memory_limit=memory_limit or self._memory_limit,
                 threads=self._threads,
                 checkpoint_threshold=None if self._read_only else self._checkpoint_threshold,
             )
@@ -243,10 +245,11 @@ class Store:
         Lowering it evicts cached blocks. Returns False, changing nothing, if
         DuckDB cannot free that much or the database is not available.
         """
-        if not self._set_memory_limit(limit if limit is not None else self._memory_limit):
-            return False
-        if limit is None:
-            self._lowered_to = None
+        with self._raise_lock:
+            if not self._set_memory_limit(limit if limit is not None else self._memory_limit):
+                return False
+            if limit is None:
+                self._lowered_to = None
         return True
 
     def _set_memory_limit(self, target: str | None) -> bool:
@@ -267,9 +270,10 @@ class Store:
         The lower limit only saves memory; it must never be why an export is
         refused, so `commit` gives it up when a write runs out of memory.
         """
-        lowered = self.limit_memory(limit)
-        if lowered:
-            self._lowered_to = limit
+        with self._raise_lock:
+            lowered = self._set_memory_limit(limit)
+            if lowered:
+                self._lowered_to = limit
         return lowered
 
     @contextmanager
@@ -445,22 +449,34 @@ class Store:
         replay, and a field-index rewrite at the burst's 80 MB limit ran out
         of memory in hundreds of its pieces.
 
+        Within a burst (`lower_memory`) the file is opened at the burst's
+        limit, so that a long replay does not keep less and less of the pool
+        for its own work (bench_ingest's replay appends ~60M rows).
+
         Waits for the write lock, and up to REOPEN_WAIT_SECONDS for open
         cursors to close, while cursors asked for meanwhile wait. Returns
-        whether the file was opened again: not if cursors stayed open, the
-        memory limit is lowered (`lower_memory`), or the checkpoint that comes
-        first failed (opening would then replay the WAL into memory).
+        whether the file was opened again: not if cursors stayed open, a call
+        runs at the configured limit within a burst (`_at_any_limit`), or the
+        checkpoint that comes first failed (opening would then replay the WAL
+        into memory).
         """
         if self._read_only or not self._maintenance_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
             return False
         try:
             with self._write_lock:
-                # Not within a burst: the new connection starts at the configured limit.
-                # Asked before the gate shuts, which holds every reader back.
-                if self._closed or self._invalidated or self._lowered_to is not None:
+                # With a timeout: whoever holds it may be waiting for the write
+                # lock (a cursor on an invalidated store reopens it first).
+                if not self._raise_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
                     return False
-                with self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
-                    return idle and self._open_again()
+                try:
+                    # Asked before the gate shuts, which holds every reader back.
+                    # A raised call would lose its raise to the new connection.
+                    if self._closed or self._invalidated or self._raised:
+                        return False
+                    with self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
+                        return idle and self._open_again()
+                finally:
+                    self._raise_lock.release()
         finally:
             self._maintenance_lock.release()
 
@@ -476,7 +492,7 @@ class Store:
             return False
         self._connection.close()
         try:
-            self._connection = self._connect()
+            self._connection = self._connect(self._lowered_to or self._memory_limit)
         except (duckdb.Error, StoreError) as exc:
             # Marked like a fatal error: the next cursor tries to open it again.
             self._invalidated = True
