@@ -217,11 +217,11 @@ class Replayer:
                 # Before "idle" is reported: a server stopped once idle then
                 # has little WAL left to fold at its closing checkpoint.
                 self._burst.leave()
-            else:
-                # Within a burst, let go of what its appends pinned so far: a
-                # whole burst's would leave the replay's own work less and less
-                # of the pool (Store.release_memory).
-                self._store.release_memory_if_grown()
+            # Let go of what appends pinned so far (Store.release_memory): within
+            # a burst, a whole burst's would leave the replay's own work less and
+            # less of the pool; idle, a long trickle would pin more and more. (A
+            # burst that just settled was let go of by `leave`.)
+            self._store.release_memory_if_grown()
             with self._changed:
                 idle = not self._pending
                 if idle:
@@ -230,10 +230,7 @@ class Replayer:
             if idle:
                 if settled:
                     # Every verdict is current and nothing waits to be stored:
-                    # let go of what DuckDB pinned for a long trickle of rows (a
-                    # burst's is let go as it settles), then keep the field
-                    # index sorted.
-                    self._store.release_memory_if_grown()
+                    # now keep the field index sorted.
                     self._compact_field_index()
                 continue
             with self._changed:

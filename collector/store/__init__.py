@@ -492,7 +492,7 @@ class Store:
             return False
         self._connection.close()
         try:
-            self._connection = self._connect(self._lowered_to or self._memory_limit)
+            self._connection = self._connect(self._lowered_to)
         except (duckdb.Error, StoreError) as exc:
             # Marked like a fatal error: the next cursor tries to open it again.
             self._invalidated = True
