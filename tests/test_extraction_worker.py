@@ -65,7 +65,7 @@ def _comparable(table: pa.Table) -> pa.Table:
 
 
 def _assert_same_write(left: PreparedWrite, right: PreparedWrite) -> None:
-    for name in ("resources", "spans", "span_chunks", "executions", "transitions"):
+    for name in ("resources", "spans", "span_chunk_pieces", "executions", "transitions"):
         assert _comparable(getattr(left, name)).equals(_comparable(getattr(right, name))), name
 
 

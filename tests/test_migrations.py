@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
 import pytest
 from support import fixture_requests
 
+from collector.encode import span_bytes
 from collector.encode.exports import batch_from_export
 from collector.fieldindex import ABSENT, index_rows
 from collector.query import parse_query
@@ -367,5 +369,62 @@ def test_spans_migration_drops_the_key_index_and_keeps_every_span(tmp_path: Path
         assert connection.execute(
             "SELECT index_name FROM duckdb_indexes() ORDER BY index_name"
         ).fetchall() == [("executions_by_store",)]
+    finally:
+        connection.close()
+
+
+def test_chunk_pieces_migration_cuts_stored_chunks_and_keeps_their_spans_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m018_span_chunk_pieces")
+    # Three chunks, one span each; incompressible bytes, so bodies of several pieces.
+    raws = [os.urandom(size) for size in (10_000, 100, 9_000)]
+    connection = duckdb.connect(str(path))
+    try:
+        for chunk_id, raw in enumerate(raws, start=1):
+            body, size = span_bytes.pack([raw])
+            connection.execute(
+                "INSERT INTO span_chunks VALUES (?, ?, ?, ?)",
+                [chunk_id, span_bytes.CODEC, size, body],
+            )
+            connection.execute(
+                "INSERT INTO spans (trace_id, span_id, parent_span_id, name, kind,"
+                " start_unix_nano, end_unix_nano, status_code, status_message, resource_key,"
+                " service_name, scope_name, dropped_attributes_count, dropped_events_count,"
+                " dropped_links_count, event_count, received_unix_nano, raw, chunk_id,"
+                " chunk_offset, chunk_length) VALUES (?, 'aa', '', 'old', 1, 1, 2, 0, '', 'r',"
+                " 's', 'scope', 0, 0, 0, 0, 0, '', ?, 0, ?)",
+                [f"{chunk_id:032x}", chunk_id, len(raw)],
+            )
+    finally:
+        connection.close()
+
+    # Slices of ~one chunk, so that the migration reads them in several.
+    monkeypatch.setattr(migrations, "_CUT_SLICE_BYTES", 9_500)
+    store = Store(path)
+    try:
+        for chunk_id, raw in enumerate(raws, start=1):
+            assert [row.raw for row in store.spans_of_trace(f"{chunk_id:032x}")] == [raw]
+        # A new export's chunk takes the next id.
+        (body, _), *_ = fixture_requests("a_linear")
+        batch = batch_from_export(body)
+        store.write([batch])
+        trace_id = batch.spans[0].trace_id
+        expected = {s.span_id: s.raw for s in batch.spans if s.trace_id == trace_id}
+        assert {r.span_id: r.raw for r in store.spans_of_trace(trace_id)} == expected
+    finally:
+        store.close()
+
+    connection = duckdb.connect(str(path), read_only=True)
+    try:
+        assert connection.execute(
+            "SELECT chunk_id, count(*), max(octet_length(body)) <= ?"
+            " FROM span_chunk_pieces GROUP BY ALL ORDER BY chunk_id",
+            [span_bytes.PIECE_BYTES],
+        ).fetchall() == [(1, 3, True), (2, 1, True), (3, 3, True), (4, 1, True)]
+        assert connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'span_chunks'"
+        ).fetchone() == (0,)
     finally:
         connection.close()

@@ -84,11 +84,11 @@ def _chunk_counts(db: Path, cutoff: int) -> dict[str, int]:
     with duckdb.connect(str(db), read_only=True) as connection:
         row = connection.execute(
             f"""
-            SELECT (SELECT count(*) FROM span_chunks),
-                   (SELECT count(*) FROM span_chunks WHERE chunk_id IN
+            SELECT (SELECT count(DISTINCT chunk_id) FROM span_chunk_pieces),
+                   (SELECT count(DISTINCT chunk_id) FROM span_chunk_pieces WHERE chunk_id IN
                         (SELECT chunk_id FROM spans GROUP BY chunk_id
                          HAVING bool_and(trace_id IN ({old_traces})))),
-                   (SELECT count(*) FROM span_chunks WHERE chunk_id NOT IN
+                   (SELECT count(DISTINCT chunk_id) FROM span_chunk_pieces WHERE chunk_id NOT IN
                         (SELECT chunk_id FROM spans WHERE chunk_id IS NOT NULL))
             """,
             [cutoff],

@@ -8,7 +8,9 @@ spans a write actually added, so nothing is counted twice.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from history_records import scenario
+from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import (
     DAY_NANOS,
@@ -82,24 +85,73 @@ def test_every_span_reads_back_as_the_bytes_it_arrived_in(tmp_path: Path) -> Non
         store.close()
 
 
-def test_a_damaged_chunk_is_a_store_error_not_wrong_bytes(tmp_path: Path) -> None:
-    (batch, *_) = (batch_from_export(body) for body, _ in fixture_requests("a_linear"))
+def _chunk_count(store: Store) -> int:
+    with store._cursor() as cursor:
+        row = cursor.execute("SELECT count(DISTINCT chunk_id) FROM span_chunk_pieces").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _text_heavy_export(n: int, spans: int = 4, text_bytes: int = 192 * 1024) -> IngestBatch:
+    """One trace whose spans each carry LLM-like text that zstd barely shrinks."""
+    start = DAY_NANOS + n
+    request = plain_request(
+        new_trace_id(), [new_span_id() for _ in range(spans)],
+        start_unix_nano=start, end_unix_nano=start + 1,
+    )
+    for span in spans_of([request]):
+        text = base64.b64encode(os.urandom(text_bytes * 3 // 4)).decode()
+        span.attributes.add(key="llm.output", value=common_pb2.AnyValue(string_value=text))
+    return batch_from_export(request.SerializeToString())
+
+
+def test_exports_of_incompressible_text_outgrowing_the_memory_limit_store_and_read_back(
+    tmp_path: Path,
+) -> None:
+    # ~1 MB chunks, 100 of them, at a 48 MB limit. Kept whole as one BLOB each,
+    # ~65 of them in a row group made every checkpoint run out of memory, a
+    # fatal error: the commit was durable but raised, and the file could not
+    # be checkpointed again, not even on close.
+    path = tmp_path / "text.duckdb"
+    store = Store(path, memory_limit="48MB", checkpoint_threshold="16MB", threads=1)
+    batches = [_text_heavy_export(n) for n in range(100)]
+    try:
+        for batch in batches:
+            store.write([batch])
+    finally:
+        store.close()
+    assert not path.with_name(path.name + ".wal").exists()  # the closing checkpoint ran
+    store = Store(path, memory_limit="48MB", threads=1)
+    try:
+        assert store.counts()["spans"] == 400
+        for batch in batches[::9]:
+            stored = {row.span_id: row.raw for row in store.spans_of_trace(batch.spans[0].trace_id)}
+            assert stored == {s.span_id: s.raw for s in batch.spans}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE span_chunk_pieces SET body = 'not zstd'::BLOB",
+        "DELETE FROM span_chunk_pieces WHERE piece = 1",
+    ],
+    ids=["not zstd", "a piece missing"],
+)
+def test_a_damaged_chunk_is_a_store_error_not_wrong_bytes(tmp_path: Path, damage: str) -> None:
+    batch = _text_heavy_export(0, spans=1, text_bytes=16 * 1024)
     store = Store(tmp_path / "w.duckdb")
     store.write([batch])
     with store._cursor() as cursor:
-        cursor.execute("UPDATE span_chunks SET body = 'not zstd'::BLOB")
+        row = cursor.execute("SELECT count(*) FROM span_chunk_pieces").fetchone()
+        assert row is not None and row[0] > 2  # the chunk was cut
+        cursor.execute(damage)
     try:
         with pytest.raises(StoreError, match="cannot be read"):
             store.spans_of_trace(batch.spans[0].trace_id)
     finally:
         store.close()
-
-
-def _chunk_count(store: Store) -> int:
-    with store._cursor() as cursor:
-        row = cursor.execute("SELECT count(*) FROM span_chunks").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_checkpoints_keep_up_while_replays_run_beside_ingest(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ decoded, extracted batches (dedupe, then one Arrow column per table column),
 and `Store.commit` the database half. Between the two the decoded batches can
 be let go: only the Arrow tables are held while DuckDB commits
 (collector/extractor.py). Each batch's span bytes become one compressed chunk
-(collector/encode/span_bytes.py), numbered from 0 within the write; the store
-numbers them for good when it commits (collector/store/prepared.py). No Arrow
+(collector/encode/span_bytes.py), numbered from 0 within the write and stored
+as a row per piece; the store numbers them for good when it commits
+(collector/store/prepared.py). No Arrow
 compute function is needed here: the extraction worker, which runs this, then
 never loads pyarrow.compute (~6 MB of its private memory).
 """
@@ -50,7 +51,7 @@ class PreparedWrite:
 
     resources: pa.Table
     spans: pa.Table
-    span_chunks: pa.Table
+    span_chunk_pieces: pa.Table
     executions: pa.Table
     transitions: pa.Table
 
@@ -89,7 +90,10 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     return PreparedWrite(
         resources=_resources_table(resources),
         spans=_spans_table(spans, places, roles, now),
-        span_chunks=_chunks_table(chunks),
+        span_chunk_pieces=chunk_pieces_table(
+            [(chunk_id, span_bytes.CODEC, size, body)
+             for chunk_id, (body, size) in enumerate(chunks)]
+        ),
         executions=_executions_table(list(executions.values()), now),
         transitions=_transitions_table(list(transitions.values()), now),
     )
@@ -158,13 +162,21 @@ def _resources_table(resources: list[ResourceRecord]) -> pa.Table:
     )
 
 
-def _chunks_table(chunks: list[tuple[bytes, int]]) -> pa.Table:
+def chunk_pieces_table(chunks: Sequence[tuple[int, str, int, bytes]]) -> pa.Table:
+    """The `span_chunk_pieces` rows of chunks given as (id, codec, raw size, body)."""
+    rows = [
+        (chunk_id, number, codec, raw_size, piece)
+        for chunk_id, codec, raw_size, body in chunks
+        for number, piece in enumerate(span_bytes.pieces(body))
+    ]
+    column = _transposed(rows, ("chunk_id", "piece", "codec", "raw_size", "body"))
     return pa.table(
         {
-            "chunk_id": pa.array(range(len(chunks)), pa.int64()),
-            "codec": pa.array([span_bytes.CODEC] * len(chunks), pa.string()),
-            "raw_size": pa.array([size for _, size in chunks], pa.int64()),
-            "body": pa.array([body for body, _ in chunks], pa.binary()),
+            "chunk_id": pa.array(column["chunk_id"], pa.int64()),
+            "piece": pa.array(column["piece"], pa.int32()),
+            "codec": pa.array(column["codec"], pa.string()),
+            "raw_size": pa.array(column["raw_size"], pa.int64()),
+            "body": pa.array(column["body"], pa.binary()),
         }
     )
 

@@ -10,6 +10,20 @@ times: OTLP repeats its attribute keys and Junjo its state shapes, span after
 span. A span row keeps where its bytes are: (chunk_id, offset, length) in the
 chunk's uncompressed bytes.
 
+A chunk is stored as pieces of at most PIECE_BYTES, one row each
+(`span_chunk_pieces`, migration m018), not as one BLOB. DuckDB keeps a longer
+string in overflow blocks, and a checkpoint rewrites the last row group of
+every table appended to, reading all of that row group's overflow strings
+back: outside its memory limit, or pinned within it. In a one-process copy
+of bench_ingest's chunks (~25 KB, ~2,000 to a row group) that took ~50 MB past
+an 80 MB limit at each checkpoint; chunks of ~1 MB (exports of LLM text, which
+compresses little) made the checkpoint fail, a fatal error after which the
+file could not be checkpointed at all, once ~65 of them shared a row group at
+a 48 MB limit. Pieces this short stay in the column's own blocks, which the
+buffer pool manages. The column is stored uncompressed: a chunk's bytes do not
+compress again, and DuckDB's analysis for dictionary compression copies a row
+group's strings outside its limit (measured with duckdb 1.5.5: December 2026).
+
 Reading a trace decompresses each chunk it touches once (~1 ms for a 1 MB
 export). A chunk is deleted when no span refers to it any more
 (collector/store/retention.py). Spans stored before migration m011 keep their
@@ -29,6 +43,8 @@ CODEC: Final = "zstd"
 # Level 1: the ingest path pays; level 3 saved ~6% more in bench_ingest's load.
 _LEVEL: Final = 1
 _CODECS: Final = {CODEC: pa.Codec(CODEC, _LEVEL)}
+# Under the 4,096 bytes past which DuckDB moves a string to overflow blocks.
+PIECE_BYTES: Final = 4000
 
 
 class ChunkError(ValueError):
@@ -40,6 +56,13 @@ def pack(parts: Sequence[bytes]) -> tuple[bytes, int]:
     joined = b"".join(parts)
     body: bytes = _CODECS[CODEC].compress(joined, asbytes=True)
     return body, len(joined)
+
+
+def pieces(body: bytes) -> list[bytes]:
+    """A chunk's body cut into pieces of at most PIECE_BYTES, in order (one, if empty)."""
+    return [body[start : start + PIECE_BYTES] for start in range(0, len(body), PIECE_BYTES)] or [
+        body
+    ]
 
 
 def unpack(codec: str, raw_size: int, body: bytes) -> bytes:

@@ -545,7 +545,7 @@ class Store:
     def _commit(self, write: PreparedWrite, progress: tuple[int, int] | None) -> WriteResult:
         failure = "could not store the export"
         with self._storing(), self._cursor() as cursor:
-            chunks_used = write.span_chunks.num_rows
+            chunks_used = prepared.chunk_count(write)
             write = prepared.numbered_from(write, self._next_chunk_id)
             with transaction(cursor, failure):
                 write = writes.insert_write(cursor, write, progress, self._stored_resources)

@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.encode.documents import packed_column
+from collector.encode.rows import chunk_pieces_table
 from collector.store.transactions import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
@@ -472,3 +473,53 @@ def m017_spans_without_key_index(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("INSERT INTO spans_unkeyed FROM spans")
     connection.execute("DROP TABLE spans")
     connection.execute("ALTER TABLE spans_unkeyed RENAME TO spans")
+
+
+@migration
+def m018_span_chunk_pieces(connection: duckdb.DuckDBPyConnection) -> None:
+    # A chunk's BLOB becomes rows of short pieces, stored uncompressed
+    # (collector/encode/span_bytes.py says why: whole, a row group of them made
+    # checkpoints hold their bytes outside DuckDB's memory limit, or fail). The
+    # chunks stored before are cut here, a slice of them at a time.
+    connection.execute(
+        """
+        CREATE TABLE span_chunk_pieces (
+            chunk_id BIGINT NOT NULL,
+            piece INTEGER NOT NULL,
+            codec VARCHAR NOT NULL,
+            raw_size BIGINT NOT NULL,
+            body BLOB NOT NULL USING COMPRESSION uncompressed
+        )
+        """
+    )
+    sizes = connection.execute(
+        "SELECT chunk_id, octet_length(body) FROM span_chunks ORDER BY chunk_id"
+    ).fetchall()
+    for first, last in _slices(sizes, _CUT_SLICE_BYTES):
+        chunks = connection.execute(
+            "SELECT chunk_id, codec, raw_size, body FROM span_chunks"
+            " WHERE chunk_id BETWEEN ? AND ?",
+            [first, last],
+        ).fetchall()
+        pieces = chunk_pieces_table(chunks)  # noqa: F841 (read by name below)
+        connection.execute("INSERT INTO span_chunk_pieces FROM pieces ORDER BY chunk_id, piece")
+    connection.execute("DROP TABLE span_chunks")
+
+
+# Chunk bytes read at once while m018 cuts them.
+_CUT_SLICE_BYTES = 16 * 1024 * 1024
+
+
+def _slices(sizes: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """(first id, last id) ranges of ascending (id, size) pairs, each of at most `most`
+    bytes (or one id, if that alone is more)."""
+    slices: list[tuple[int, int]] = []
+    total = 0
+    for chunk_id, size in sizes:
+        if slices and total + size <= most:
+            slices[-1] = (slices[-1][0], chunk_id)
+            total += size
+        else:
+            slices.append((chunk_id, chunk_id))
+            total = size
+    return slices

@@ -30,14 +30,20 @@ class WriteResult:
     storeless_run_ids: frozenset[str] = frozenset()
 
 
+def chunk_count(write: PreparedWrite) -> int:
+    """How many chunk ids the write numbers (from 0 within it)."""
+    pieces = write.span_chunk_pieces
+    return 0 if pieces.num_rows == 0 else int(pc.max(pieces.column("chunk_id")).as_py()) + 1
+
+
 def numbered_from(write: PreparedWrite, first_chunk_id: int) -> PreparedWrite:
     """The same write with its chunks (and the spans' references) numbered from here."""
-    if write.span_chunks.num_rows == 0:
+    if write.span_chunk_pieces.num_rows == 0:
         return write
     return replace(
         write,
         spans=_shifted(write.spans, "chunk_id", first_chunk_id),
-        span_chunks=_shifted(write.span_chunks, "chunk_id", first_chunk_id),
+        span_chunk_pieces=_shifted(write.span_chunk_pieces, "chunk_id", first_chunk_id),
     )
 
 
@@ -55,8 +61,8 @@ def without_spans(write: PreparedWrite, repeated: Collection[tuple[str, str]]) -
     return replace(
         write,
         spans=kept,
-        span_chunks=write.span_chunks.filter(
-            pc.is_in(write.span_chunks.column("chunk_id"), value_set=chunk_ids)
+        span_chunk_pieces=write.span_chunk_pieces.filter(
+            pc.is_in(write.span_chunk_pieces.column("chunk_id"), value_set=chunk_ids)
         ),
         executions=write.executions.filter(_of_spans(write.executions, stored)),
         transitions=write.transitions.filter(_of_spans(write.transitions, stored)),
@@ -86,7 +92,9 @@ def start_ranges(spans: pa.Table, most: int, min_gap: int) -> list[tuple[int, in
 
 def row_count(write: PreparedWrite) -> int:
     """Rows of every table that the write appends."""
-    tables = (write.resources, write.spans, write.span_chunks, write.executions, write.transitions)
+    tables = (
+        write.resources, write.spans, write.span_chunk_pieces, write.executions, write.transitions
+    )
     return sum(table.num_rows for table in tables)
 
 

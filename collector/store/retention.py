@@ -133,7 +133,7 @@ def delete_orphans(cursor: duckdb.DuckDBPyConnection) -> PruneCounts:
     )
     # A chunk holds one export's spans, of many traces: it goes with the last.
     cursor.execute(
-        "DELETE FROM span_chunks WHERE chunk_id NOT IN"
+        "DELETE FROM span_chunk_pieces WHERE chunk_id NOT IN"
         " (SELECT chunk_id FROM spans WHERE chunk_id IS NOT NULL)"
     )
     return PruneCounts(replays=replays, field_values=field_values, field_ranges=field_ranges)

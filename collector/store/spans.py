@@ -3,8 +3,9 @@
 Only the queryable columns and the span's own protobuf bytes are returned; the
 attributes and events inside `raw` are decoded by the caller, and only for what
 it shows (collector/decode.py explains why spans are kept whole). The bytes
-come out of their compressed chunk (collector/encode/span_bytes.py), or, for a
-span stored before chunks existed, out of its own `raw` column. The resource
+come out of their compressed chunk, joined from its pieces
+(collector/encode/span_bytes.py), or, for a span stored before chunks existed,
+out of its own `raw` column. The resource
 and scope a span was sent under are read for one span at a time
 (`resource_of_span`): only the span page shows them, and the waterfall of a
 trace would pay for every span's.
@@ -13,6 +14,8 @@ trace would pay for every span's.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import itemgetter
 
 import duckdb
 
@@ -119,23 +122,38 @@ def _cut_from_chunks(
         return {}
     # The range lets zone maps skip row groups: ids grow with arrival.
     rows = cursor.execute(
-        "SELECT chunk_id, codec, raw_size, body FROM span_chunks"
-        " WHERE chunk_id BETWEEN ? AND ? AND list_contains(?, chunk_id)",
+        "SELECT chunk_id, piece, codec, raw_size, body FROM span_chunk_pieces"
+        " WHERE chunk_id BETWEEN ? AND ? AND list_contains(?, chunk_id)"
+        " ORDER BY chunk_id, piece",
         [min(wanted), max(wanted), sorted(wanted)],
     ).fetchall()
     missing = wanted.keys() - {row[0] for row in rows}
     if missing:
         raise span_bytes.ChunkError(f"span chunk {min(missing)} is missing from the store")
     cut: dict[tuple[int, int, int], bytes] = {}
-    for chunk_id, codec, size, body in rows:
+    for chunk_id, pieces in groupby(rows, key=itemgetter(0)):
+        codec, size, body = _joined(chunk_id, list(pieces))
         joined = span_bytes.unpack(codec, size, body)
         for offset, length in wanted[chunk_id]:
             cut[(chunk_id, offset, length)] = joined[offset : offset + length]
     return cut
 
 
+def _joined(
+    chunk_id: int, pieces: list[tuple[int, int, str, int, bytes]]
+) -> tuple[str, int, bytes]:
+    """One chunk's codec, raw size and body, from its pieces in order. Raises ChunkError."""
+    numbers = [number for _, number, *_ in pieces]
+    if numbers != list(range(len(pieces))):
+        raise span_bytes.ChunkError(f"span chunk {chunk_id} is missing pieces")
+    _, _, codec, size, _ = pieces[0]
+    return codec, size, b"".join(body for *_, body in pieces)
+
+
 def next_chunk_id(cursor: duckdb.DuckDBPyConnection) -> int:
     """The first chunk id not used yet."""
-    row = cursor.execute("SELECT coalesce(max(chunk_id), 0) + 1 FROM span_chunks").fetchone()
+    row = cursor.execute(
+        "SELECT coalesce(max(chunk_id), 0) + 1 FROM span_chunk_pieces"
+    ).fetchone()
     assert row is not None
     return int(row[0])

@@ -62,7 +62,7 @@ def insert_write(
     # A run id is stored already only when its owner span is, with another
     # start time or span id (a producer's mistake): the first copy stays.
     insert(cursor, "executions", write.executions, skip_existing=True)
-    insert(cursor, "span_chunks", write.span_chunks)
+    insert(cursor, "span_chunk_pieces", write.span_chunk_pieces)
     insert(cursor, "transitions", write.transitions)
     if progress is not None:
         spool_position.save(cursor, *progress)
