@@ -33,7 +33,9 @@ a fourth at 402 MB while replaying, before the rewrite began: after the burst
 appended (Store.release_memory), and 3-442 of a rewrite's pieces ran out of
 memory at 80 MB and were copied again at 128 MB. So `leave` now opens the file
 again, which lets go of it (~300 ms): no piece ran out in five runs, which
-peaked at 370-387 MB, all while replaying, before the rewrite.
+peaked at 370-387 MB, all while replaying, before the rewrite. The lower limit
+went from 80 to 64 MB in December 2026, when the peak had moved to storing
+(collector/config.py has those runs).
 """
 
 from __future__ import annotations

@@ -78,9 +78,15 @@ class Config:
     # 411-415 MB (bench_ingest --idle-after 120). Here, in pieces halved to fit
     # (collector/store/field_layout.py CHUNK_ROWS) and after the burst's pinned
     # memory is let go (Store.release_memory), it no longer sets the peak.
+    # At 80 MB, once replay no longer set the peak either, six runs peaked at
+    # 376-388 MB, each while storing, in a commit that checkpointed, with
+    # DuckDB's allocations ~67 MB past its pool. At 64 MB two runs peaked at
+    # 365 and 372 MB (those allocations 15 MB lower) with no call out of
+    # memory, the field index's rewrite included; storing the burst took
+    # 157-164 s against 124-149 s, and replaying it as long (December 2026).
     # None keeps one limit throughout.
     memory_limit: str = "128MB"
-    burst_memory_limit: str | None = "80MB"
+    burst_memory_limit: str | None = "64MB"
     # DuckDB's worker threads. On two cores its own threads competed with the
     # receivers, the extractor and the replayer, and a checkpoint that ran on
     # both cores held more memory at once: bench_ingest peaked at 415 MB RSS

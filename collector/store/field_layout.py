@@ -36,15 +36,16 @@ LAYOUT_TABLE: Final = "field_index_layout"
 # serve's 128 MB (bench_filter_store at 1M runs). At 128 MB a piece of 500,000
 # rows peaked at 119 MB in the sort alone (duckdb_memory()), and one of 1.1M
 # rows (a single path's, on an index sorted before) ran out; at 100,000 rows
-# the sort took 34-38 MB. serve sorts at a burst's lower limit (80 MB:
-# collector/replayer.py), where pieces of 200,000 rows ran out of memory 376
-# times in one bench_ingest run, and pieces of 100,000 3-442 times in four
-# (each then copied again at 128 MB; December 2026): the burst had left ~50 MB
-# of the pool pinned. Let go of since (Store.release_memory), none ran out in
-# five runs. At 128 MB, halving the pieces did not lower serve's peak (415 MB):
-# the cache fills the limit either way. Pieces are copied under the write lock
-# (no write beside them competes for that memory), so their size is also how
-# long storing can wait for one that may not be preempted.
+# the sort took 34-38 MB. serve sorts at a burst's lower limit (then 80 MB,
+# now 64: collector/replayer.py), where pieces of 200,000 rows ran out of
+# memory 376 times in one bench_ingest run, and pieces of 100,000 3-442 times
+# in four (each then copied again at 128 MB; December 2026): the burst had
+# left ~50 MB of the pool pinned. Let go of since (Store.release_memory), none
+# ran out in five runs at 80 MB, nor in two at 64. At 128 MB, halving the
+# pieces did not lower serve's peak (415 MB): the cache fills the limit either
+# way. Pieces are copied under the write lock (no write beside them competes
+# for that memory), so their size is also how long storing can wait for one
+# that may not be preempted.
 CHUNK_ROWS: Final = 100_000
 
 
