@@ -80,10 +80,11 @@ class Config:
     # memory is let go (Store.release_memory), it no longer sets the peak.
     # At 80 MB, once replay no longer set the peak either, six runs peaked at
     # 376-388 MB, each while storing, in a commit that checkpointed, with
-    # DuckDB's allocations ~67 MB past its pool. At 64 MB two runs peaked at
-    # 365 and 372 MB (those allocations 15 MB lower) with no call out of
-    # memory, the field index's rewrite included; storing the burst took
-    # 157-164 s against 124-149 s, and replaying it as long (December 2026).
+    # DuckDB's allocations ~67 MB past its pool. At 64 MB three runs peaked at
+    # 362-372 MB (those allocations 15 MB lower) with no call out of memory,
+    # the field index's rewrite included; storing the burst took 157-164 s
+    # against 124-149 s, and replaying it 575-614 s against 503-584 s
+    # (December 2026).
     # None keeps one limit throughout.
     memory_limit: str = "128MB"
     burst_memory_limit: str | None = "64MB"

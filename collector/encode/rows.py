@@ -7,9 +7,9 @@ be let go: only the Arrow tables are held while DuckDB commits
 (collector/extractor.py). Each batch's span bytes become one compressed chunk
 (collector/encode/span_bytes.py), numbered from 0 within the write and stored
 as a row per piece; the store numbers them for good when it commits
-(collector/store/prepared.py). No Arrow
-compute function is needed here: the extraction worker, which runs this, then
-never loads pyarrow.compute (~6 MB of its private memory).
+(collector/store/prepared.py). No Arrow compute function is needed here: the
+extraction worker, which runs this, then never loads pyarrow.compute (~6 MB of
+its private memory).
 """
 
 from __future__ import annotations

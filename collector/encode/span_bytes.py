@@ -15,11 +15,11 @@ A chunk is stored as pieces of at most PIECE_BYTES, one row each
 string in overflow blocks, and a checkpoint rewrites the last row group of
 every table appended to, reading all of that row group's overflow strings
 back: outside its memory limit, or pinned within it. In a one-process copy
-of bench_ingest's chunks (~25 KB, ~2,000 to a row group) that took ~50 MB past
-an 80 MB limit at each checkpoint; chunks of ~1 MB (exports of LLM text, which
-compresses little) made the checkpoint fail, a fatal error after which the
-file could not be checkpointed at all, once ~65 of them shared a row group at
-a 48 MB limit. Pieces this short stay in the column's own blocks, which the
+of bench_ingest's chunks (~25 KB, ~2,000 to a row group) that took up to ~45
+MB past an 80 MB limit at a checkpoint. Chunks of ~1 MB (exports of LLM text,
+which compresses little) made the checkpoint fail once ~65 of them shared a
+row group at a 48 MB limit: a fatal error, after which the file could not be
+checkpointed at all. Pieces this short stay in the column's own blocks, which the
 buffer pool manages. The column is stored uncompressed: a chunk's bytes do not
 compress again, and DuckDB's analysis for dictionary compression copies a row
 group's strings outside its limit (measured with duckdb 1.5.5: December 2026).
@@ -60,9 +60,9 @@ def pack(parts: Sequence[bytes]) -> tuple[bytes, int]:
 
 def pieces(body: bytes) -> list[bytes]:
     """A chunk's body cut into pieces of at most PIECE_BYTES, in order (one, if empty)."""
-    return [body[start : start + PIECE_BYTES] for start in range(0, len(body), PIECE_BYTES)] or [
-        body
-    ]
+    if not body:
+        return [body]
+    return [body[start : start + PIECE_BYTES] for start in range(0, len(body), PIECE_BYTES)]
 
 
 def unpack(codec: str, raw_size: int, body: bytes) -> bytes:

@@ -41,7 +41,7 @@ LAYOUT_TABLE: Final = "field_index_layout"
 # memory 376 times in one bench_ingest run, and pieces of 100,000 3-442 times
 # in four (each then copied again at 128 MB; December 2026): the burst had
 # left ~50 MB of the pool pinned. Let go of since (Store.release_memory), none
-# ran out in five runs at 80 MB, nor in two at 64. At 128 MB, halving the
+# ran out in five runs at 80 MB, nor in three at 64. At 128 MB, halving the
 # pieces did not lower serve's peak (415 MB): the cache fills the limit either
 # way. Pieces are copied under the write lock (no write beside them competes
 # for that memory), so their size is also how long storing can wait for one
