@@ -19,10 +19,11 @@ of bench_ingest's chunks (~25 KB, ~2,000 to a row group) that took up to ~45
 MB past an 80 MB limit at a checkpoint. Chunks of ~1 MB (exports of LLM text,
 which compresses little) made the checkpoint fail once ~65 of them shared a
 row group at a 48 MB limit: a fatal error, after which the file could not be
-checkpointed at all. Pieces this short stay in the column's own blocks, which the
-buffer pool manages. The column is stored uncompressed: a chunk's bytes do not
-compress again, and DuckDB's analysis for dictionary compression copies a row
-group's strings outside its limit (measured with duckdb 1.5.5: December 2026).
+checkpointed at all. Pieces this short stay in the column's own blocks, which
+the buffer pool manages. The column is stored uncompressed: a chunk's bytes do
+not compress again, and DuckDB's analysis for dictionary compression copies a
+row group's strings outside its limit (measured with duckdb 1.5.5: December
+2026).
 
 Reading a trace decompresses each chunk it touches once (~1 ms for a 1 MB
 export). A chunk is deleted when no span refers to it any more

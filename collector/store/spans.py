@@ -5,10 +5,9 @@ attributes and events inside `raw` are decoded by the caller, and only for what
 it shows (collector/decode.py explains why spans are kept whole). The bytes
 come out of their compressed chunk, joined from its pieces
 (collector/encode/span_bytes.py), or, for a span stored before chunks existed,
-out of its own `raw` column. The resource
-and scope a span was sent under are read for one span at a time
-(`resource_of_span`): only the span page shows them, and the waterfall of a
-trace would pay for every span's.
+out of its own `raw` column. The resource and scope a span was sent under are
+read for one span at a time (`resource_of_span`): only the span page shows
+them, and the waterfall of a trace would pay for every span's.
 """
 
 from __future__ import annotations
