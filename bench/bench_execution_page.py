@@ -33,7 +33,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from bench.bench_replay import TRANSITIONS, build
-from collector.decode import SpanRecord
+from collector.decode.otlp import SpanRecord
 from collector.encode.exports import batch_from_export
 from collector.model import Evidence, Execution, SpanRole, Transition
 from collector.store import IngestBatch, Store

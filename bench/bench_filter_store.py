@@ -25,7 +25,7 @@ Timed through the API's code path (`studio.params.execution_query` then
 `Store.search`, limit 50, parse and compile included):
   * a `final` equality filter, p50 and p99 over --queries values;
   * an `ever` numeric range filter, p50;
-  * the filter box's help uncached (studio/field_suggestions.py: the paths of
+  * the filter box's help uncached (studio/render/suggestions.py: the paths of
     the newest 200 runs, all and one workflow's, and one path's values);
   * one cold `Inspector.inspect` + timeline + `state_at` of a middle step for a
     10,000-transition execution on a ~250 KB state (written with `Store.write`
@@ -58,18 +58,18 @@ import pyarrow as pa
 
 from bench.bench_replay import TRANSITIONS, _execution, _transition
 from bench.bench_replay import build as build_long_history
-from collector.burst_memory import BurstMemory
 from collector.config import Config
+from collector.index.query import parse_query
+from collector.jobs.burst_memory import BurstMemory
+from collector.jobs.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.model import Evidence
-from collector.query import parse_query
-from collector.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.store import IngestBatch, Store, rewrite
 from collector.store.filters import RANGES_SORT_KEY, SORT_KEY, key64
-from studio.api import timeline
-from studio.field_columns import empty_hints, value_cells, value_columns
-from studio.field_suggestions import field_help
 from studio.inspect import Inspector
 from studio.params import execution_query
+from studio.render.field_columns import empty_hints, value_cells, value_columns
+from studio.render.suggestions import field_help
+from studio.views.api import timeline
 
 TARGET_FINAL_P50_MS = 50.0
 TARGET_FINAL_P99_MS = 200.0
@@ -310,7 +310,7 @@ def write_long_history(store: Store, *, replayed: bool) -> str:
     """One 10,000-transition run on a ~250 KB state, through the store's own write path.
 
     `replayed`: replay it as `serve`'s replayer does when the run arrives, which
-    saves the snapshot a first view restores (collector/snapshot.py); without it,
+    saves the snapshot a first view restores (collector/replay/snapshot.py); without it,
     a first view replays all 10,000 patches.
     """
     execution, generated, _ = build_long_history()

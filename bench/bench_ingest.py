@@ -9,7 +9,7 @@ What is measured, and why:
      OTLP/gRPC receiver in Python pays before doing anything useful.
   2. *statetrail*: `statetrail serve` on a fresh DuckDB file. An export is acknowledged
      once its bytes are fdatasynced to the intake spool (or, when nothing is queued
-     ahead of it, once its rows are committed to DuckDB); see collector/ingest.py. So
+     ahead of it, once its rows are committed to DuckDB); see collector/intake/ingest.py. So
      the acknowledged rate alone overstates what is stored: after the load the bench
      polls /healthz until every acknowledged span is in DuckDB and replayed, and also
      reports the sustained rate, acknowledged spans / (load + time to store them).
@@ -106,7 +106,7 @@ TARGET_RATIO: Final = 0.25
 TARGET_RSS_MB: Final = 400.0
 # What serve logs when a call ran out of memory at a burst's lowered limit.
 RETRIED_AT_CONFIGURED_LIMIT: Final = "ran out of memory at the lowered limit"
-# ... and when a step of the field index's rewrite did (collector/replayer.py).
+# ... and when a step of the field index's rewrite did (collector/jobs/replayer.py).
 REWRITE_STEP_RETRIED: Final = "rewrite ran out of memory at the lower limit"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -414,7 +414,7 @@ def log_levels(log: str) -> str:
     DuckDB's database (FATAL or INTERNAL), how many reads and replay saves ran out
     of memory at a burst's lowered limit and were run again at the configured one
     (logged at INFO: collector/store `_at_any_limit`), and how many of the field
-    index rewrite's steps did (collector/replayer.py)."""
+    index rewrite's steps did (collector/jobs/replayer.py)."""
     lines = log.splitlines()
     counts = {level: sum(line.startswith(f"{level} ") for line in lines)
               for level in ("WARNING", "ERROR", "CRITICAL")}
@@ -530,7 +530,7 @@ def start_baseline(env: dict[str, str]) -> Server:
 def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Server:
     grpc_port, http_port = free_port(), free_port()
     statetrail = Path(sys.executable).with_name("statetrail")
-    command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector.cli"]
+    command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector.cli.main"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*command, "serve", "--db", str(db_path), "--host", LOOPBACK,

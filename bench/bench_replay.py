@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from collector.model import Execution, Transition
-from collector.provenance import provenance
-from collector.replay import replay
+from collector.replay.provenance import provenance
+from collector.replay.walk import replay
 
 TRANSITIONS = 10_000
 MESSAGES = 1_800

@@ -46,10 +46,10 @@ import duckdb
 import pyarrow as pa
 
 from bench.bench_ingest import RequestTemplate, build_request, request_token
-from collector import replayer
 from collector.encode.exports import batch_from_export
-from collector.gc_settings import freeze_startup
-from collector.replayer import READ_BATCH_STORES, REPLAY_BATCH_STORES, Backlog, replay_stores
+from collector.jobs import replayer
+from collector.jobs.replayer import READ_BATCH_STORES, REPLAY_BATCH_STORES, Backlog, replay_stores
+from collector.process.gc_settings import freeze_startup
 from collector.store import Store
 
 SPANS_PER_EXPORT: Final = 512
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.exports < fewest:
         parser.error(f"--exports must be at least {fewest} (two blocks of {READ_BATCH_STORES})")
     template = RequestTemplate(build_request(SPANS_PER_EXPORT))
-    # As `serve` runs its replayer (collector/gc_settings.py).
+    # As `serve` runs its replayer (collector/process/gc_settings.py).
     freeze_startup()
     print(
         f"read batches of {replayer.READ_BATCH_STORES} stores, saves of "

@@ -68,7 +68,7 @@ def server_env(tune_malloc: bool) -> dict[str, str]:
 class ChildMemory:
     """The memory a server and its child processes hold at once, sampled every `interval`.
 
-    `statetrail serve` extracts in a child process (collector/extraction_worker.py),
+    `statetrail serve` extracts in a child process (collector/intake/worker.py),
     so the server's VmHWM is not all it holds. A child's private memory (RssAnon) is
     its own; its file-backed pages are mostly the same library files the server maps,
     resident once, and are left out. The kernel keeps no peak of RssAnon, hence the

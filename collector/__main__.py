@@ -1,5 +1,5 @@
 """`python -m collector` runs the statetrail command line."""
 
-from collector.cli import main
+from collector.cli.main import main
 
 raise SystemExit(main())

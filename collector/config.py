@@ -34,7 +34,7 @@ class Config:
     grpc_port: int = DEFAULT_GRPC_PORT
     http_port: int = DEFAULT_HTTP_PORT
     # The ingestion keys configured: the --api-key flags and the --keys-file's keys,
-    # read once here (keys managed in the database are collector/keyring.py's).
+    # read once here (keys managed in the database are collector/receive/keyring.py's).
     api_keys: frozenset[str] = frozenset()
     insecure: bool = False
     max_receive_bytes: int = 64 * MIB
@@ -44,7 +44,7 @@ class Config:
     max_inflight_bytes: int = 256 * MIB
     retry_after_seconds: int = 2
     # Exports made durable in the intake spool but not yet stored in DuckDB
-    # (collector/ingest.py); past this, exports are refused with a retry delay.
+    # (collector/intake/ingest.py); past this, exports are refused with a retry delay.
     max_backlog_bytes: int = 1024 * MIB
     grpc_workers: int = 16
     # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
@@ -63,7 +63,7 @@ class Config:
     checkpoint_threshold: str = "32MB"
     # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
     # This limit trades ingest RSS against field-filter latency, so it has two
-    # values (collector/burst_memory.py): the first while the server is idle
+    # values (collector/jobs/burst_memory.py): the first while the server is idle
     # or keeping up, for the studio's queries (bench_filter_store's `final`
     # equality p50 over 1M executions, target 50 ms: 39-43 ms at 128 MB, 48-70
     # ms at 96 MB); the second while a burst is stored and replayed, where
@@ -95,14 +95,14 @@ class Config:
     # stored the backlog in 83 s instead of 93 s. Studio queries lose little
     # (bench_filter_store: equality p50 17.7 ms against 16.2-16.7 ms).
     duckdb_threads: int = 1
-    # Decode and extract exports in a child process (collector/extraction_worker.py):
+    # Decode and extract exports in a child process (collector/intake/worker.py):
     # on the server's interpreter lock they delayed every acknowledgement.
     extraction_worker: bool = True
     # Studio access (studio/access.py): a login is required when `auth` is set
     # or the studio listens beyond loopback. repr=False keeps the secret out of logs.
     auth: bool = False
     studio_password: str | None = field(default=None, repr=False)
-    # Retention (collector/pruner.py): None keeps everything forever.
+    # Retention (collector/jobs/pruner.py): None keeps everything forever.
     retain_nanos: int | None = None
     prune_interval_seconds: float = 600.0
     prune_first_delay_seconds: float = 30.0
@@ -147,7 +147,7 @@ class Config:
 
 
 def spool_path_for(db_path: Path) -> Path:
-    """The intake spool directory, beside the database file (collector/spool.py)."""
+    """The intake spool directory, beside the database file (collector/intake/spool.py)."""
     return db_path.with_name(db_path.name + ".spool")
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 # "application_store": an agent's application store over the agent's run, a run of
-# its own (collector/junjo.py `application_execution`): no other run may own that store.
+# its own (collector/producers/junjo.py `application_execution`): no other run may own that store.
 ExecutionKind = Literal["workflow", "subflow", "agent", "application_store"]
 ExecutionStatus = Literal["ok", "error", "cancelled"]
 

@@ -26,21 +26,20 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from collector.admission import Admission
-from collector.allocators import release_free_memory
-from collector.auth import KeyChecker
-from collector.burst_memory import BurstMemory
+from collector.cli.sidecar import Sidecar, published
 from collector.config import Config
-from collector.foreground import Foreground
-from collector.ingest import Ingestor
-from collector.keyring import ManagedKeys
-from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
-from collector.pruner import Pruner
-from collector.replayer import Replayer
-from collector.sidecar import Sidecar, published
+from collector.intake.ingest import Ingestor
+from collector.jobs.burst_memory import BurstMemory
+from collector.jobs.foreground import Foreground
+from collector.jobs.pruner import Pruner
+from collector.jobs.replayer import Replayer
+from collector.process.allocators import release_free_memory
+from collector.receive.admission import Admission
+from collector.receive.auth import KeyChecker
+from collector.receive.keyring import ManagedKeys
+from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler
+from collector.receive.otlp_http import TRACES_PATH, HttpTraceReceiver
 from collector.store import Store, StoreError
-from studio import admin, api, compare_page, execution_page, health, views
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
@@ -50,18 +49,22 @@ from studio.security import SecurityHeaders
 from studio.services import Services, services_of
 from studio.templating import compile_templates
 from studio.unavailable import store_unavailable
+from studio.views import admin, api, health
+from studio.views import compare as compare_page
+from studio.views import execution as execution_page
+from studio.views import executions as views
 
 logger = logging.getLogger(__name__)
 
 # How long a stopping server lets calls in progress finish: the gRPC receiver's
-# here, uvicorn's HTTP requests (collector/cli.py hands it the same bound).
+# here, uvicorn's HTTP requests (collector/cli/main.py hands it the same bound).
 SHUTDOWN_GRACE_SECONDS: Final = 30
 
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     """The studio and OTLP/HTTP app; its lifespan starts and stops everything else."""
     # Shared by the studio's requests (foreground) and ingest and replay, which
-    # give way to them: see collector/foreground.py.
+    # give way to them: see collector/jobs/foreground.py.
     foreground = Foreground()
     return Starlette(
         routes=ROUTES,

@@ -7,7 +7,7 @@ whenever anything new arrives for the execution's stores or trace. The cache is
 bounded by an estimate of the memory the histories hold, not only by count: a
 10,000-step run on a 360 KB state holds ~30 MB of checkpoints and steps.
 
-The background replayer offers the long histories it makes (collector/replayer.py),
+The background replayer offers the long histories it makes (collector/jobs/replayer.py),
 so the first view of a long run that was just ingested does not replay it again.
 The stored row (verdict, counts) is read on every view: the replayer saves a
 verdict after the evidence arrived, so a cached row would go stale.
@@ -23,10 +23,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from collector.evidence import EvidenceVersion, load_history, load_in_flight_history
-from collector.history import History
+from collector.jobs.evidence import EvidenceVersion, load_history, load_in_flight_history
 from collector.model import Execution
-from collector.provenance import Provenance, provenance
+from collector.replay.history import History
+from collector.replay.provenance import Provenance, provenance
 from collector.store import Store
 from collector.store.in_flight import InFlightRow
 from collector.store.listing import ExecutionRow
@@ -66,7 +66,7 @@ class Inspection:
     )
 
     def provenance(self, pointer: str) -> Provenance:
-        """`collector.provenance.provenance` of this history, remembered per pointer.
+        """`collector.replay.provenance.provenance` of this history, remembered per pointer.
 
         Lives and dies with the inspection, which the Inspector replaces as soon
         as new evidence arrives, so a remembered answer is never stale.

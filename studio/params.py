@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from collector.durations import DurationError, parse_duration
-from collector.query import QueryError, parse_path, parse_query
+from collector.index.query import QueryError, parse_path, parse_query
 from collector.store.listing import (
     SORT_COLUMNS,
     ExecutionQuery,

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from collector.auth import KeyChecker
 from collector.config import Config
-from collector.ingest import Ingestor
-from collector.keyring import ManagedKeys
-from collector.otlp_http import HttpTraceReceiver
-from collector.replayer import Replayer
+from collector.intake.ingest import Ingestor
+from collector.jobs.replayer import Replayer
+from collector.receive.auth import KeyChecker
+from collector.receive.keyring import ManagedKeys
+from collector.receive.otlp_http import HttpTraceReceiver
 from collector.store import Store
-from studio.field_suggestions import Suggestions
 from studio.inspect import Inspector
+from studio.render.suggestions import Suggestions
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Services:
     admin_token: str
     replayer: Replayer
     inspector: Inspector
-    # The filter box's help and suggestions, kept for a minute (studio/field_suggestions.py).
+    # The filter box's help and suggestions, kept for a minute (studio/render/suggestions.py).
     suggestions: Suggestions = field(default_factory=Suggestions)
 
 

@@ -10,12 +10,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
-from collector.fieldindex import MAX_ROWS
+from collector.index.fields import MAX_ROWS
 from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS
 from collector.timestamps import rfc3339
 from studio.assets import TEMPLATES_DIR
 from studio.links import Links
-from studio.view_text import key_label, pointer_label
+from studio.render.text import key_label, pointer_label
 
 
 def duration(nanos: int | None) -> str:

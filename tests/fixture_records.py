@@ -2,7 +2,7 @@
 
 Reads the protobuf generic JSON of each `request_NNNN.json` (ids base64, int64
 as strings) and builds `Execution`, `Transition` and `EvidenceSpan` records the
-way the collector would, independently of `collector.decode`/`collector.junjo`,
+way the collector would, independently of `collector.decode.otlp`/`collector.producers.junjo`,
 so replay is tested against the captures themselves.
 """
 

@@ -17,7 +17,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support import FIXTURES
 
-from collector import junjo
+from collector.producers import junjo
 
 ExportRequest = trace_service_pb2.ExportTraceServiceRequest
 AnyValue = common_pb2.AnyValue

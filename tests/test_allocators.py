@@ -16,7 +16,7 @@ PROBE = textwrap.dedent(
     """
     import sys, time
     if sys.argv[1] == "tuned":
-        from collector.allocators import tune_for_server
+        from collector.process.allocators import tune_for_server
         tune_for_server()
 
     def rss_mb():
@@ -80,7 +80,7 @@ DUCKDB_PROBE = textwrap.dedent(
     after_query = rss_mb()
     time.sleep(0.5)
     if sys.argv[1] == "released":
-        from collector.allocators import release_free_memory
+        from collector.process.allocators import release_free_memory
         release_free_memory()
     print(after_query, rss_mb())
     """
@@ -123,7 +123,7 @@ AT_ONCE_PROBE = textwrap.dedent(
     connection.execute("SET threads = 1")
     connection.execute("SET enable_progress_bar = false")
     if sys.argv[1] == "at_once":
-        from collector.allocators import return_duckdb_pages_at_once
+        from collector.process.allocators import return_duckdb_pages_at_once
         return_duckdb_pages_at_once()
     connection.execute(
         "SELECT count(DISTINCT s) FROM "

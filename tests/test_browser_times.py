@@ -24,7 +24,7 @@ from playwright.sync_api import Locator, Page, Request, expect
 from support import Server, export_raw, fixture_requests, manifest, send_scenario
 from test_studio_pages import send, without_workflow_span
 
-from studio.execution_page import POLL_SECONDS
+from studio.views.execution import POLL_SECONDS
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (pytest_plugins), not here
     from browser import PageFactory, Screenshot

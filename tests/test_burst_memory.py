@@ -14,11 +14,11 @@ from history_records import scenario
 from otlp_craft import new_span_id, new_trace_id, plain_request
 from test_field_layout import _layout
 
-from collector import burst_memory
-from collector.burst_memory import BurstMemory
 from collector.encode.exports import batch_from_export
+from collector.jobs import burst_memory
+from collector.jobs.burst_memory import BurstMemory
+from collector.jobs.replayer import Replayer, replay_stores
 from collector.model import Evidence
-from collector.replayer import Replayer, replay_stores
 from collector.store import IngestBatch, Store, StoreOutOfMemory, WriteResult
 from collector.store.field_layout import CompactionPolicy, IndexLayout
 

@@ -13,7 +13,7 @@ import pytest
 from support import MakeServer, Server, export_raw, fixture_requests
 
 from collector.config import spool_path_for
-from collector.spool import START, Spool, unstored_bytes
+from collector.intake.spool import START, Spool, unstored_bytes
 from collector.store import Store
 
 
@@ -66,7 +66,7 @@ def test_cli_executions_without_a_database_says_so(tmp_path: Path) -> None:
 
 
 def test_serve_duckdb_threads_from_flag_or_environment() -> None:
-    from collector.cli import _parser
+    from collector.cli.main import _parser
     from collector.config import serve_config
 
     assert serve_config(_parser({}).parse_args(["serve"])).duckdb_threads == 1
@@ -89,7 +89,7 @@ def test_serve_duckdb_threads_from_flag_or_environment() -> None:
 def test_serve_extracts_in_a_child_process_unless_told_not_to(
     environ: dict[str, str], flags: list[str], expected: bool
 ) -> None:
-    from collector.cli import _parser
+    from collector.cli.main import _parser
     from collector.config import serve_config
 
     args = _parser(environ).parse_args(["serve", *flags])
@@ -100,7 +100,7 @@ def test_serve_extracts_in_a_child_process_unless_told_not_to(
 def test_serve_refuses_a_duckdb_thread_count_below_one(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from collector.cli import _parser
+    from collector.cli.main import _parser
 
     with pytest.raises(SystemExit):
         _parser({}).parse_args(["serve", "--duckdb-threads", value])

@@ -315,7 +315,7 @@ CHECKPOINT_PROBE = textwrap.dedent(
     from pathlib import Path
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
     from opentelemetry.proto.trace.v1 import trace_pb2
-    from collector.ingest import Ingestor, RetryLater
+    from collector.intake.ingest import Ingestor, RetryLater
     from collector.store import Store, StoreError
 
     db = Path(sys.argv[1])

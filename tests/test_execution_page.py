@@ -32,24 +32,24 @@ from support import (
 )
 from test_studio_pages import run_id_of
 
-from collector import junjo
 from collector.model import EvidenceSpan
-from collector.replay import replay
+from collector.producers import junjo
+from collector.replay.walk import replay
 from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS, InFlightRow
 from collector.store.spans import SpanRow
-from studio import execution_page
-from studio.api import provenance_json
-from studio.graph import layout, node_runs, spans_lost
 from studio.inspect import Inspection
 from studio.links import Links
-from studio.provenance_view import PROVENANCE_WINDOW, provenance_view
-from studio.state_tree import state_view
+from studio.render.graph import layout, node_runs, spans_lost
+from studio.render.provenance import PROVENANCE_WINDOW, provenance_view
+from studio.render.state_tree import state_view
+from studio.render.text import items_text, keys_text, pointer_label
+from studio.render.timeline import build_timeline, step_detail
+from studio.render.verdict import verdict_sentences
+from studio.render.waterfall import build_waterfall, owning_runs
+from studio.render.writers import Writers
 from studio.templating import templates
-from studio.timeline_view import build_timeline, step_detail
-from studio.verdict_text import verdict_sentences
-from studio.view_text import items_text, keys_text, pointer_label
-from studio.waterfall import build_waterfall, owning_runs
-from studio.writers import Writers
+from studio.views import execution as execution_page
+from studio.views.api import provenance_json
 
 SCENARIOS = ("a_linear", "g_large_state", "d_subflow", "e_exception", "e2_concurrent_failure")
 
@@ -621,7 +621,7 @@ def test_graph_layout_layers_forward_edges_and_draws_loops_on_the_side() -> None
                            "edges": [edge("a", "b"), edge("b", "b", "Again(3)"),
                                      edge("b", "c", "Done"), edge("a", "c"),
                                      edge("c", "a", "Restart")]})
-    from studio.graph import NodeRun
+    from studio.render.graph import NodeRun
 
     view = layout(snapshot, {"node_b": NodeRun(3, False)})
     rows = {box.runtime_id: box.y for box in view.nodes}

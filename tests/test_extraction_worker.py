@@ -19,11 +19,11 @@ import pyarrow as pa
 import pytest
 from support import MakeServer, export_raw, fixture_requests, scenarios
 
-from collector import extractor as extractor_module
 from collector.encode.exports import batch_from_export
-from collector.extraction_worker import ExtractionWorker
-from collector.extractor import Extractor
-from collector.spool import START, Export, Spool, pack
+from collector.intake import extractor as extractor_module
+from collector.intake.extractor import Extractor
+from collector.intake.spool import START, Export, Spool, pack
+from collector.intake.worker import ExtractionWorker
 from collector.store import PreparedWrite, Store, prepare_write
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -192,7 +192,7 @@ def _worker_of(pid: int) -> int:
     while time.monotonic() < deadline:
         for child in _children(pid):
             command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if b"collector.extraction_worker" in command:
+            if b"collector.intake.worker" in command:
                 return child
         time.sleep(0.05)
     raise AssertionError("serve started no extraction worker")
@@ -238,7 +238,7 @@ def test_without_the_worker_serve_starts_no_child_and_stores_all(
     listed = server.get_json("/api/executions")
     assert listed["executions"], listed
     assert not any(
-        b"collector.extraction_worker" in Path(f"/proc/{child}/cmdline").read_bytes()
+        b"collector.intake.worker" in Path(f"/proc/{child}/cmdline").read_bytes()
         for child in _children(server.process.pid)
     )
 

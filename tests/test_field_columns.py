@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio.field_columns import value_cell
+from studio.render.field_columns import value_cell
 
 
 @pytest.mark.parametrize(

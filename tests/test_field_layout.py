@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from history_records import scenario
 
-from collector.burst_memory import BurstMemory
+from collector.index.query import parse_query
+from collector.jobs.burst_memory import BurstMemory
+from collector.jobs.replayer import Replayer, replay_stores
 from collector.model import Evidence, Execution, Transition
-from collector.query import parse_query
-from collector.replayer import Replayer, replay_stores
 from collector.store import IngestBatch, Store, StoreError, WriteResult, field_layout
 from collector.store import rewrite as rewrite_module
 from collector.store.field_layout import CompactionPolicy, IndexLayout
@@ -153,7 +153,7 @@ def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configure
     store.checkpoint()  # else DuckDB cannot evict enough to lower its limit that far
     replayer = Replayer(store, burst=BurstMemory(store, "16MB"), compaction=EVERY_APPEND)
     try:
-        with caplog.at_level(logging.INFO, logger="collector.replayer"):
+        with caplog.at_level(logging.INFO, logger="collector.jobs.replayer"):
             replayer.notify(_write(store, 1, first=1))
             # (Watched in the log: a read beside the rewrite would run out at 16 MB too.)
             deadline = time.monotonic() + 60

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from collector.fieldindex import ABSENT, Absent, FieldRow, JsonValue, Nodes, index_nodes, index_rows
+from collector.index.fields import (
+    ABSENT,
+    Absent,
+    FieldRow,
+    JsonValue,
+    Nodes,
+    index_nodes,
+    index_rows,
+)
 
 
 def _by_path(rows: tuple[FieldRow, ...]) -> dict[str, list[FieldRow]]:

@@ -24,13 +24,13 @@ from otlp_craft import spans_of, variant
 from support import Server, send_scenario
 from test_studio_pages import listed_runs, run_id_of, send
 
-from collector.fieldindex import index_rows
-from collector.jsondoc import JsonValue, escape_token
-from collector.query_ast import Path
+from collector.index.fields import index_rows
+from collector.index.query_ast import Path
+from collector.replay.jsondoc import JsonValue, escape_token
 from collector.store import field_catalog
 from collector.store.filters import insert_field_rows
 from collector.store.migrations import apply_migrations
-from studio.field_suggestions import CACHED_ANSWERS, TimedCache
+from studio.render.suggestions import CACHED_ANSWERS, TimedCache
 
 # Markup, both quote kinds and a slash (an RFC 6901 separator, so `~1` in pointers).
 HOSTILE_KEY = "<script>alert(\"k\")</script>'q"

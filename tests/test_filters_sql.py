@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.fieldindex import ABSENT, Absent, JsonValue, index_rows
-from collector.query import parse_query
-from collector.query_ast import Path as FieldPath
+from collector.index.fields import ABSENT, Absent, JsonValue, index_rows
+from collector.index.query import parse_query
+from collector.index.query_ast import Path as FieldPath
 from collector.store import Store, field_layout, listing
 from collector.store.filters import (
     SORT_KEY,

@@ -15,12 +15,12 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from support import export_raw, fixture_requests, free_port, serving_in_thread
 
-from collector.admission import Admission
-from collector.auth import KeyChecker
-from collector.foreground import Foreground
-from collector.ingest import Ingestor
-from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.otlp_http import HttpTraceReceiver
+from collector.intake.ingest import Ingestor
+from collector.jobs.foreground import Foreground
+from collector.receive.admission import Admission
+from collector.receive.auth import KeyChecker
+from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler
+from collector.receive.otlp_http import HttpTraceReceiver
 from collector.store import Store
 from studio.foreground_middleware import ForegroundRequests
 

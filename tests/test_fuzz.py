@@ -27,13 +27,13 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
 from support import FIXTURE_API_KEY, Server, export_raw
 
-from collector.decode import DecodeError, parse_request
+from collector.decode.otlp import DecodeError, parse_request
 from collector.encode.exports import batch_from_export
-from collector.evidence import load_history
-from collector.history import StateUnavailableError
-from collector.indexing import field_index
+from collector.index.indexing import field_index
+from collector.jobs.evidence import load_history
+from collector.replay.history import StateUnavailableError
 from collector.store import Store
-from studio.api import json_value, timeline
+from studio.views.api import json_value, timeline
 
 FUZZ_MESSAGES = 200
 FUZZ_BYTES = 400
@@ -58,7 +58,7 @@ def _pipeline(store: Store, body: bytes) -> None:
     except DecodeError:
         COUNTS["decode_error"] += 1
         return
-    # Storing reads the same bytes through collector/wire.py's schema: it must
+    # Storing reads the same bytes through collector/decode/wire.py's schema: it must
     # accept whatever the receivers accepted (a DecodeError here fails the test).
     batch = batch_from_export(body)
     COUNTS["spans"] += len(batch.spans)

@@ -11,9 +11,9 @@ import textwrap
 PROBE = textwrap.dedent(
     """
     import gc, sys
-    import collector.junjo  # something imported before serving, to be frozen
+    import collector.producers.junjo  # something imported before serving, to be frozen
     if sys.argv[1] == "tuned":
-        from collector.gc_settings import collect_less_often, freeze_startup
+        from collector.process.gc_settings import collect_less_often, freeze_startup
         freeze_startup()
         collect_less_often()
     most = 0

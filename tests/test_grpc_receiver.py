@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support import FIXTURE_API_KEY, MakeServer, Server, export_raw, fixture_requests
 
-from collector.otlp_answers import retry_delay_seconds
+from collector.receive.answers import retry_delay_seconds
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
 

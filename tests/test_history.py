@@ -1,6 +1,6 @@
 """Replay, integrity findings, partial replay and provenance.
 
-Covers collector/replay.py and the History it builds (collector/history.py).
+Covers collector/replay/walk.py and the History it builds (collector/replay/history.py).
 """
 
 from __future__ import annotations
@@ -25,13 +25,20 @@ from history_records import (
     scenario,
 )
 
-from collector.history import Diagnostic, History, StateUnavailableError, holes, walk
-from collector.indexing import TouchedValues, field_index
-from collector.jsondoc import MISSING, JsonValue, iter_differences, json_equal, list_index, resolve
+from collector.index.indexing import TouchedValues, field_index
 from collector.model import EvidenceSpan, Execution, Transition
-from collector.provenance import provenance
-from collector.replay import replay
-from studio.api import timeline
+from collector.replay.history import Diagnostic, History, StateUnavailableError, holes, walk
+from collector.replay.jsondoc import (
+    MISSING,
+    JsonValue,
+    iter_differences,
+    json_equal,
+    list_index,
+    resolve,
+)
+from collector.replay.provenance import provenance
+from collector.replay.walk import replay
+from studio.views.api import timeline
 
 
 def codes(history: History) -> list[str]:

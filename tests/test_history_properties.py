@@ -10,12 +10,12 @@ from history_records import scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.fieldindex import ABSENT, Absent, JsonValue, Nodes, index_rows
-from collector.indexing import TouchedValues, field_index
-from collector.jsondoc import MISSING, JsonPatchOp, changed_paths, json_equal, resolve
+from collector.index.fields import ABSENT, Absent, JsonValue, Nodes, index_rows
+from collector.index.indexing import TouchedValues, field_index
 from collector.model import Execution, Transition
-from collector.provenance import provenance
-from collector.replay import replay
+from collector.replay.jsondoc import MISSING, JsonPatchOp, changed_paths, json_equal, resolve
+from collector.replay.provenance import provenance
+from collector.replay.walk import replay
 
 KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~n", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab~/", max_size=3)

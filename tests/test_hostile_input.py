@@ -28,7 +28,7 @@ from otlp_craft import (
 )
 from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
-from collector import junjo
+from collector.producers import junjo
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
 HTTP_KEY = {"x-junjo-api-key": FIXTURE_API_KEY}

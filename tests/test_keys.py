@@ -24,9 +24,9 @@ import pytest
 from starlette.requests import Request
 from support import MakeServer, Server, export_raw, fixture_requests
 
-from collector.admin_client import ADMIN_TOKEN_HEADER
-from collector.sidecar import sidecar_path
-from studio import admin
+from collector.cli.admin_client import ADMIN_TOKEN_HEADER
+from collector.cli.sidecar import sidecar_path
+from studio.views import admin
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

@@ -14,11 +14,11 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import new_span_id, new_trace_id, plain_request
 
-from collector import junjo
-from collector.decode import DecodedSpan, iter_spans
-from collector.lineage import enclosing_runs
+from collector.decode.otlp import DecodedSpan, iter_spans
+from collector.jobs.replayer import replay_stores
 from collector.model import EvidenceSpan
-from collector.replayer import replay_stores
+from collector.producers import junjo
+from collector.replay.lineage import enclosing_runs
 from collector.store import IngestBatch, Store
 from collector.store.replays import SpanLink
 

@@ -30,9 +30,9 @@ from support import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
 from collector.encode import documents
-from collector.jsondoc import pointer_text
-from collector.query_ast import Path as FieldPath
-from collector.query_ast import format_path
+from collector.index.query_ast import Path as FieldPath
+from collector.index.query_ast import format_path
+from collector.replay.jsondoc import pointer_text
 from studio.links import run_id_segment
 
 pytestmark = pytest.mark.junjo

@@ -11,13 +11,13 @@ from support import fixture_requests
 
 from collector.encode import span_bytes
 from collector.encode.exports import batch_from_export
-from collector.fieldindex import ABSENT, index_rows
-from collector.query import parse_query
+from collector.index.fields import ABSENT, index_rows
+from collector.index.query import parse_query
 from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
 from collector.store.listing import ExecutionQuery
 from collector.store.migrations import MIGRATIONS, apply_migrations
-from studio.span_view import sent_under
+from studio.render.span import sent_under
 
 
 def _file_before(path: Path, migration_name: str) -> None:

@@ -379,7 +379,7 @@ def test_otlp_http_without_accepted_key_is_401(make_server: MakeServer) -> None:
 
 def test_otlp_http_keys_file_is_read_once_when_the_config_is_built(tmp_path: Path) -> None:
     """The keys the file held then are the keys served: removing it later is no crash."""
-    from collector.cli import _parser
+    from collector.cli.main import _parser
     from collector.config import serve_config
     from studio.app import create_app
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.query import (
+from collector.index.query import (
     MAX_COMPARISONS,
     MAX_DEPTH,
     MAX_QUERY_LENGTH,
@@ -14,7 +14,7 @@ from collector.query import (
     parse_path,
     parse_query,
 )
-from collector.query_ast import (
+from collector.index.query_ast import (
     KEYWORDS,
     And,
     Compare,

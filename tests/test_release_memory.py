@@ -11,10 +11,10 @@ import pytest
 from test_burst_memory import BURST, BURST_SHOWN, CONFIGURED_SHOWN, _stored_run, _until
 
 import collector.store as store_module
-from collector import burst_memory
-from collector import replayer as replayer_module
-from collector.burst_memory import BurstMemory
-from collector.replayer import Replayer
+from collector.jobs import burst_memory
+from collector.jobs import replayer as replayer_module
+from collector.jobs.burst_memory import BurstMemory
+from collector.jobs.replayer import Replayer
 from collector.store import Store, WriteResult
 from collector.store.listing import ExecutionQuery
 

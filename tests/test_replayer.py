@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from history_records import Patch, scenario
 
-from collector import replayer as replayer_module
+from collector.jobs import replayer as replayer_module
+from collector.jobs.replayer import Replayer
 from collector.model import Evidence, Execution, Transition
-from collector.replayer import Replayer
 from collector.store import IngestBatch, Store, WriteResult
 from collector.store.retention import delete_traces
 

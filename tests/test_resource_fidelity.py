@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_craft import ExportRequest, new_span_id, relocated_fixture, request_under
 from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
-from collector.decode import decode_resource, decode_scope
+from collector.decode.otlp import decode_resource, decode_scope
 from collector.store import Store
 
 GRPC_KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]

@@ -17,14 +17,14 @@ from support import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
 from collector.encode.exports import batch_from_export
-from collector.evidence import load_history, replay_with, version_of
-from collector.history import History, StateUnavailableError
-from collector.jsondoc import json_equal
+from collector.jobs.evidence import load_history, replay_with, version_of
+from collector.jobs.replayer import replay_stores
 from collector.model import Evidence, Execution, Transition
-from collector.provenance import provenance
-from collector.replay import replay
-from collector.replayer import replay_stores
-from collector.snapshot import MIN_SNAPSHOT_STEPS, restore, take
+from collector.replay.history import History, StateUnavailableError
+from collector.replay.jsondoc import json_equal
+from collector.replay.provenance import provenance
+from collector.replay.snapshot import MIN_SNAPSHOT_STEPS, restore, take
+from collector.replay.walk import replay
 from collector.store import IngestBatch, Store
 
 

@@ -22,15 +22,15 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from support import export_raw, fixture_requests, free_port, serving_in_thread
 
-from collector import extractor as extractor_module
-from collector import spool as spool_module
-from collector.admission import Admission
-from collector.auth import KeyChecker
-from collector.decode import parse_request
-from collector.ingest import Ingestor, IngestorBusy, RetryLater
-from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.otlp_http import HttpTraceReceiver
-from collector.spool import START, Packed, Position, Spool, SpoolError, export_bytes, pack
+from collector.decode.otlp import parse_request
+from collector.intake import extractor as extractor_module
+from collector.intake import spool as spool_module
+from collector.intake.ingest import Ingestor, IngestorBusy, RetryLater
+from collector.intake.spool import START, Packed, Position, Spool, SpoolError, export_bytes, pack
+from collector.receive.admission import Admission
+from collector.receive.auth import KeyChecker
+from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler
+from collector.receive.otlp_http import HttpTraceReceiver
 from collector.store import Store
 
 HEADER_BYTES = 16
@@ -143,7 +143,7 @@ def test_a_failed_append_leaves_nothing_behind_and_the_next_one_works(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patched:
-        patched.setattr("collector.spool.os.fdatasync", refuse)
+        patched.setattr("collector.intake.spool.os.fdatasync", refuse)
         with pytest.raises(SpoolError, match="No space left"):
             spool.append([b"lost", b"also lost"], 2)
     assert _segments(tmp_path / "spool")[0].stat().st_size == size
@@ -231,7 +231,7 @@ def test_a_storage_failure_mid_backlog_is_retried_and_every_run_stored_once(
     # fail: a real storage fault, which goes away with the directory.
     wal = db.with_name(db.name + ".wal")
     wal.mkdir()
-    with caplog.at_level(logging.ERROR, logger="collector.extractor"):
+    with caplog.at_level(logging.ERROR, logger="collector.intake.extractor"):
         ingestor = Ingestor(store, directory)
         deadline = time.monotonic() + 30
         while not any("retrying" in record.getMessage() for record in caplog.records):
@@ -293,7 +293,7 @@ def test_an_export_the_spool_cannot_keep_is_answered_retry(
         raise OSError(5, "Input/output error")
 
     with monkeypatch.context() as patched:
-        patched.setattr("collector.spool.os.fdatasync", refuse)
+        patched.setattr("collector.intake.spool.os.fdatasync", refuse)
         with pytest.raises(RetryLater, match="Input/output error"):
             ingestor.ingest(request, body)
     assert store.counts()["spans"] == 0

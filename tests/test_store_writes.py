@@ -31,10 +31,10 @@ from otlp_craft import (
 )
 from support import fixture_requests
 
-from collector import junjo
 from collector.encode.exports import batch_from_export
+from collector.jobs.replayer import replay_stores
 from collector.model import Evidence
-from collector.replayer import replay_stores
+from collector.producers import junjo
 from collector.store import IngestBatch, Store, StoreError
 from collector.store.prepared import start_ranges
 from collector.store.replays import ARROW_BATCH_ROWS

@@ -197,7 +197,7 @@ def test_serve_refuses_beyond_loopback_without_a_password(tmp_path: Path) -> Non
 
 
 def test_serve_reads_the_studio_password_from_a_file(tmp_path: Path) -> None:
-    from collector.cli import _parser
+    from collector.cli.main import _parser
     from collector.config import serve_config
 
     secret = tmp_path / "password"

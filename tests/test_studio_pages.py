@@ -34,10 +34,10 @@ from support import (
     send_scenario,
 )
 
-from collector import junjo
-from collector.fieldindex import MAX_ROWS
-from collector.jsondoc import JsonValue
-from studio.compare import MAX_DIFF_ENTRIES, bounded_diff
+from collector.index.fields import MAX_ROWS
+from collector.producers import junjo
+from collector.replay.jsondoc import JsonValue
+from studio.render.compare import MAX_DIFF_ENTRIES, bounded_diff
 from studio.security import CONTENT_SECURITY_POLICY
 
 HOSTILE = '</script><img src=x onerror=alert(1)><b>"x"</b>'

@@ -1,4 +1,4 @@
-"""collector/wire.py reads OTLP through its own schema: it must agree with the real one.
+"""collector/decode/wire.py reads OTLP through its own schema: it must agree with the real one.
 
 Receivers check a request with the generated OTLP classes; storing reads the
 same bytes through wire.py (attributes as maps, spans as their own bytes). These
@@ -24,7 +24,7 @@ from otlp_strategies import (
     requests,
 )
 
-from collector.decode import (
+from collector.decode.otlp import (
     AttributeValue,
     AttributeValues,
     DecodedSpan,
@@ -41,7 +41,7 @@ from collector.decode import (
     parse_request,
     string_attribute,
 )
-from collector.wire import parse_span_view
+from collector.decode.wire import parse_span_view
 
 
 def _spans(request: ExportRequest) -> list[trace_pb2.Span]:
@@ -100,7 +100,7 @@ def _assert_same_resource(
 
 def _assert_same_attributes(view: AttributeValues, attributes: Iterable[KeyValue]) -> None:
     # A KeyValue carrying a field OTLP does not define (only mutated bytes have
-    # one) is not in the map: see collector/wire.py. Its key reads as the
+    # one) is not in the map: see collector/decode/wire.py. Its key reads as the
     # well-formed KeyValues with that key say, or as absent.
     decoded = decode_attributes(kv for kv in attributes if not UnknownFieldSet(kv))
     keys = {kv.key for kv in attributes} | {"absent"}

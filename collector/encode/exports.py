@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from collector.decode import DecodedSpan, iter_spans
+from collector.decode.otlp import DecodedSpan, iter_spans
 from collector.encode.rows import IngestBatch
-from collector.junjo import extract
+from collector.producers.junjo import extract
 
 
 def batch_from_export(

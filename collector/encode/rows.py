@@ -4,7 +4,7 @@ Pure (no SQL). `prepare_write` does the Python half of storing a group of
 decoded, extracted batches (dedupe, then one Arrow column per table column),
 and `Store.commit` the database half. Between the two the decoded batches can
 be let go: only the Arrow tables are held while DuckDB commits
-(collector/extractor.py). Each batch's span bytes become one compressed chunk
+(collector/intake/extractor.py). Each batch's span bytes become one compressed chunk
 (collector/encode/span_bytes.py), numbered from 0 within the write and stored
 as a row per piece; the store numbers them for good when it commits
 (collector/store/prepared.py). No Arrow compute function is needed here: the
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from collector.decode import ResourceRecord, SpanRecord
+from collector.decode.otlp import ResourceRecord, SpanRecord
 from collector.encode import documents, span_bytes
 from collector.model import Evidence, Execution, SpanRole, Transition
 

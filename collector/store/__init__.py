@@ -20,7 +20,7 @@ without importing DuckDB. Values are always bound parameters; identifiers
 come only from allow-lists.
 
 Writes: `write` stores a group of decoded batches in one transaction, with the
-intake spool position they were read up to (collector/extractor.py), and
+intake spool position they were read up to (collector/intake/extractor.py), and
 returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
 the database: collector/encode/rows.py) then `commit` (writes.py).
 
@@ -43,15 +43,15 @@ from typing import TypeVar
 
 import duckdb
 
-from collector import junjo
 from collector.encode import span_bytes
 from collector.encode.rows import IngestBatch as IngestBatch
 from collector.encode.rows import PreparedWrite as PreparedWrite
 from collector.encode.rows import prepare_write as prepare_write
-from collector.fieldindex import FieldIndex
+from collector.index.fields import FieldIndex
+from collector.index.query_ast import Path as FieldPath
 from collector.model import Execution, Transition
-from collector.query_ast import Path as FieldPath
-from collector.snapshot import Snapshot
+from collector.producers import junjo
+from collector.replay.snapshot import Snapshot
 from collector.store import (
     database,
     field_catalog,
@@ -265,7 +265,7 @@ class Store:
 
     def lower_memory(self, limit: str) -> bool:
         """`limit_memory` below the configured limit for a while (a burst:
-        collector/burst_memory.py), until `limit_memory()` restores it.
+        collector/jobs/burst_memory.py), until `limit_memory()` restores it.
 
         The lower limit only saves memory; it must never be why an export is
         refused, so `commit` gives it up when a write runs out of memory.
@@ -281,7 +281,7 @@ class Store:
         """DuckDB's memory limit at `limit` for the block, then back to what it was.
 
         "What it was" is read, not the configured limit: a burst may have
-        lowered it (collector/burst_memory.py). Raises StoreError if the limit
+        lowered it (collector/jobs/burst_memory.py). Raises StoreError if the limit
         cannot be set.
         """
         before = self.memory_limit()
@@ -507,7 +507,7 @@ class Store:
     def release_memory_if_grown(self) -> bool:
         """`release_memory` once RELEASE_AFTER_ROWS rows were appended since the
         file was opened: a server storing a steady trickle, which never settles
-        a burst (collector/burst_memory.py), would pin more the longer it ran."""
+        a burst (collector/jobs/burst_memory.py), would pin more the longer it ran."""
         return self._rows_since_open >= RELEASE_AFTER_ROWS and self.release_memory()
 
     # -- writes -------------------------------------------------------------
@@ -518,7 +518,7 @@ class Store:
         """Store several batches in one transaction; return after COMMIT.
 
         `progress` is the intake spool position (segment, byte offset) after
-        these batches, recorded in the same transaction (collector/extractor.py).
+        these batches, recorded in the same transaction (collector/intake/extractor.py).
         Raises StoreError if anything fails; then nothing of these batches is
         stored and the caller must not acknowledge them.
         """
@@ -594,7 +594,7 @@ class Store:
         return self._read(lambda cursor: replays.execution(cursor, run_id))
 
     def replay_snapshot(self, run_id: str) -> Snapshot | None:
-        """The snapshot the replayer saved of a long history (collector/snapshot.py)."""
+        """The snapshot the replayer saved of a long history (collector/replay/snapshot.py)."""
         return self._read(lambda cursor: replays.snapshot(cursor, run_id))
 
     def transitions_for_store(self, store_id: str) -> list[Transition]:
@@ -743,7 +743,7 @@ class Store:
         """Replace what is stored about these executions' replays, atomically.
 
         `parents` are (child run id, enclosing run id) pairs found by the walk
-        in collector/lineage.py, linked in the same transaction. `run_keys`
+        in collector/replay/lineage.py, linked in the same transaction. `run_keys`
         (`ReplayBatch.run_keys`) spare the save looking the runs up by id.
         """
         def save() -> None:
@@ -857,7 +857,7 @@ class Store:
     # -- retention: the SQL is in collector/store/retention.py ----------------
     # One bounded batch per transaction under the write lock (and the field-index
     # lock: prunes delete index rows), so ingestion commits between batches;
-    # collector/pruner.py runs the loop.
+    # collector/jobs/pruner.py runs the loop.
 
     def prune_batch(
         self, cutoff_unix_nano: int, max_spans: int = retention.DEFAULT_BATCH_SPANS

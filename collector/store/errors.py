@@ -2,7 +2,7 @@
 
 Receivers, studio pages and /healthz answer "unavailable, retry" on any
 StoreError without knowing DuckDB; the extractor alone tells running out of
-memory apart (collector/extractor.py).
+memory apart (collector/intake/extractor.py).
 """
 
 from __future__ import annotations

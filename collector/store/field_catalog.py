@@ -13,7 +13,7 @@ the sample. What is read is not, quite: while the sampled runs' rows are in
 arrival order, zone maps on the run key skip the rest of the index; once the
 idle server has sorted the index by path, those rows are in every row group
 and the run-key column is read whole (~40 ms at 32.5M rows), which is why the
-studio keeps the answers a minute (studio/field_suggestions.py). A path that
+studio keeps the answers a minute (studio/render/suggestions.py). A path that
 only older runs have is not suggested; typed, it filters as any other (and
 the list says when no run has it at all).
 """
@@ -25,7 +25,7 @@ from typing import Final
 
 import duckdb
 
-from collector.query_ast import Path
+from collector.index.query_ast import Path
 from collector.store.filters import TABLE, FieldValue, key64
 
 # The newest runs asked (README "Filter suggestions" has the figures).

@@ -37,7 +37,7 @@ LAYOUT_TABLE: Final = "field_index_layout"
 # rows peaked at 119 MB in the sort alone (duckdb_memory()), and one of 1.1M
 # rows (a single path's, on an index sorted before) ran out; at 100,000 rows
 # the sort took 34-38 MB. serve sorts at a burst's lower limit (then 80 MB,
-# now 64: collector/replayer.py), where pieces of 200,000 rows ran out of
+# now 64: collector/jobs/replayer.py), where pieces of 200,000 rows ran out of
 # memory 376 times in one bench_ingest run, and pieces of 100,000 3-442 times
 # in four (each then copied again at 128 MB; December 2026): the burst had
 # left ~50 MB of the pool pinned. Let go of since (Store.release_memory), none

@@ -59,8 +59,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.fieldindex import FieldIndex, NodeKey
-from collector.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
+from collector.index.fields import FieldIndex, NodeKey
+from collector.index.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
 from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
 TABLE: Final = "field_values"

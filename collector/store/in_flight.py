@@ -4,7 +4,7 @@ A run's owner span (workflow, subflow, agent) ends last, often in a later
 export (SCHEMA.md section 7), so until it arrives the run is no execution row,
 only spans that name it as their parent run. Which span types name a parent
 run, and which types' own ids are parents but never runs, is the producer's
-convention: the caller passes them (Store.in_flight, from collector/junjo.py),
+convention: the caller passes them (Store.in_flight, from collector/producers/junjo.py),
 bound as parameters like every value.
 """
 

@@ -1,6 +1,6 @@
 """Storage of managed ingestion keys: the SQL behind `statetrail keys` and the key check.
 
-Invariant: only a key's SHA-256 digest is stored (see `collector.auth.digest`),
+Invariant: only a key's SHA-256 digest is stored (see `collector.receive.auth.digest`),
 never the key itself, so reading the database does not reveal a usable key. A
 revoked key keeps its row (name, times) for the audit trail; at most one key per
 name is active at a time. Times are integer nanoseconds since the epoch.

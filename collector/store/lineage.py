@@ -1,4 +1,4 @@
-"""SQL for linking an execution to the run it ran inside (found by collector/lineage.py)."""
+"""SQL for linking an execution to the run it ran inside (found by collector/replay/lineage.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 import duckdb
 
-from collector.query_ast import Expr
+from collector.index.query_ast import Expr
 from collector.store.filters import compile_filter
 from collector.store.transactions import read_snapshot
 

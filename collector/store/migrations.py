@@ -244,7 +244,7 @@ def m005_run_keys(connection: duckdb.DuckDBPyConnection) -> None:
 
 @migration
 def m006_replay_snapshots(connection: duckdb.DuckDBPyConnection) -> None:
-    # What the replayer found for a long history (collector/snapshot.py), so the
+    # What the replayer found for a long history (collector/replay/snapshot.py), so the
     # first view after a restart need not apply 10,000 patches again. Rewritten
     # with the execution's replay row; no key index: only long runs have a row.
     connection.execute(
@@ -298,7 +298,7 @@ def m007_field_ranges(connection: duckdb.DuckDBPyConnection) -> None:
 
 @migration
 def m008_spool_position(connection: duckdb.DuckDBPyConnection) -> None:
-    # How far the extractor has stored the intake spool (collector/spool.py).
+    # How far the extractor has stored the intake spool (collector/intake/spool.py).
     # Written in the same transaction as the rows it stored: exactly once.
     connection.execute(
         "CREATE TABLE spool_position (segment BIGINT NOT NULL, byte_offset BIGINT NOT NULL)"
@@ -418,7 +418,7 @@ def m014_field_index_layout(connection: duckdb.DuckDBPyConnection) -> None:
 @migration
 def m015_resource_bytes(connection: duckdb.DuckDBPyConnection) -> None:
     # The Resource's and the InstrumentationScope's own protobuf bytes and both
-    # schema URLs, kept as spans keep theirs (collector/decode.py, ResourceRecord):
+    # schema URLs, kept as spans keep theirs (collector/decode/otlp.py, ResourceRecord):
     # the JSON `attributes` lost types, repeated keys, scope attributes and the
     # dropped counts. Rows stored before keep NULL; their keys were digests of
     # the JSON, so a resource seen again now is a new row, never a mix of both.

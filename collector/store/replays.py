@@ -18,9 +18,9 @@ import duckdb
 import pyarrow as pa
 
 from collector.encode.documents import execution_from_row
-from collector.fieldindex import FieldIndex
+from collector.index.fields import FieldIndex
 from collector.model import EvidenceSpan, Execution, Transition
-from collector.snapshot import Snapshot
+from collector.replay.snapshot import Snapshot
 from collector.store import field_layout
 from collector.store.filters import delete_field_rows, insert_field_rows
 from collector.store.run_keys import insert_with_run_keys, stored_runs
@@ -51,7 +51,7 @@ class SpanLink:
     span: EvidenceSpan
     parent_span_id: str
     received_unix_nano: int
-    # The run an owner span is (`junjo_runtime_id`), for collector/lineage.py.
+    # The run an owner span is (`junjo_runtime_id`), for collector/replay/lineage.py.
     runtime_id: str | None = None
 
     @property
@@ -143,7 +143,7 @@ def store_transitions_between(
     """The transitions of one store with `after < sequence <= through`, in replay order.
 
     What the studio reads to find who wrote a store between two runs that
-    borrowed it (studio/start_writer.py), without reading the whole store.
+    borrowed it (studio/render/start_writer.py), without reading the whole store.
     """
     table = cursor.execute(
         f"SELECT {TRANSITION_SELECT} FROM transitions"

@@ -2,7 +2,7 @@
 
 Only the queryable columns and the span's own protobuf bytes are returned; the
 attributes and events inside `raw` are decoded by the caller, and only for what
-it shows (collector/decode.py explains why spans are kept whole). The bytes
+it shows (collector/decode/otlp.py explains why spans are kept whole). The bytes
 come out of their compressed chunk, joined from its pieces
 (collector/encode/span_bytes.py), or, for a span stored before chunks existed,
 out of its own `raw` column. The resource and scope a span was sent under are
@@ -47,7 +47,7 @@ class SpanRow:
 class ResourceRow:
     """The resource and instrumentation scope a span was sent under, as stored.
 
-    `resource_raw` and `scope_raw` are their own protobuf bytes (collector/decode.py,
+    `resource_raw` and `scope_raw` are their own protobuf bytes (collector/decode/otlp.py,
     ResourceRecord). They and the schema URLs are None for rows stored before
     they were kept (migration m015), which have only the columns decoded at ingest.
     """

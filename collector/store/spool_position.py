@@ -1,4 +1,4 @@
-"""SQL for the extractor's position in the intake spool (collector/spool.py).
+"""SQL for the extractor's position in the intake spool (collector/intake/spool.py).
 
 One row, rewritten in every ingest transaction, so the rows stored and the
 position they were stored up to can never disagree.

@@ -1,0 +1,1 @@
+"""The `statetrail` command: serve, keys, prune, and the admin client."""

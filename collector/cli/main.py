@@ -1,0 +1,172 @@
+"""The `statetrail` command line: serve, and inspect what arrived."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from collector.cli.keys import add_keys_command
+from collector.cli.prune import add_prune_command
+from collector.config import (
+    ConfigError,
+    add_db_argument,
+    add_serve_arguments,
+    serve_config,
+    spool_path_for,
+)
+
+GIL_SWITCH_INTERVAL_SECONDS = 0.001
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    parser = _parser(environ)
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        result: int = args.handler(args)
+    except BrokenPipeError:
+        # `statetrail executions | head`: the reader left, so stop quietly. As
+        # Python's docs advise, point stdout at devnull so the flush at exit
+        # cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return result
+
+
+def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="statetrail",
+        description="Collect Junjo/OpenTelemetry traces and inspect workflow state histories.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", help="run the OTLP receiver and the studio on one DuckDB file"
+    )
+    add_serve_arguments(serve, environ)
+    serve.add_argument("--log-level", default=environ.get("STATETRAIL_LOG_LEVEL", "info"))
+    serve.set_defaults(handler=_serve)
+
+    executions = commands.add_parser("executions", help="list the executions that arrived")
+    add_db_argument(executions, environ)
+    executions.add_argument("--json", action="store_true", help="print JSON lines")
+    executions.add_argument("--limit", type=int, default=50)
+    executions.set_defaults(handler=_executions)
+
+    add_keys_command(commands, environ)
+    add_prune_command(commands, environ)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from collector.process.allocators import tune_for_server
+    from collector.process.gc_settings import freeze_startup
+
+    # The collector's one import of the studio: serving is where the two sides meet.
+    from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
+
+    try:
+        config = serve_config(args)
+    except ConfigError as exc:
+        print(f"statetrail: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    tune_for_server()
+    # A studio request that waits for the interpreter lock after each DuckDB
+    # query waits up to one switch interval per CPU-bound thread; the 5 ms default
+    # made executions-page latency under full ingest mostly waiting.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
+    app = create_app(config)
+    freeze_startup()
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.http_port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        root_path=config.root_path,
+    )
+    return 0
+
+
+def _executions(args: argparse.Namespace) -> int:
+    try:
+        rows = _executions_from_file(args.db, args.limit)
+    except _Locked:
+        rows = _executions_from_server(args.db, args.limit)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    columns = ("id", "workflow", "service", "status", "started_at", "transition_count", "store_id")
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    return 0
+
+
+class _Locked(Exception):
+    pass
+
+
+def _executions_from_file(db: Path, limit: int) -> list[dict[str, Any]]:
+    from collector.intake.spool import Position, unstored_bytes
+    from collector.row_json import execution_json
+    from collector.store import Store, StoreLocked
+    from collector.store.listing import ExecutionQuery
+
+    if not db.exists():
+        raise SystemExit(f"statetrail: no database at {db}")
+    try:
+        store = Store(db, read_only=True)
+    except StoreLocked as exc:
+        raise _Locked from exc
+    spool = spool_path_for(db)
+    try:
+        rows = [execution_json(row) for row in store.search(ExecutionQuery(limit=limit))]
+        unstored = unstored_bytes(spool, Position(*store.stored_spool_position()))
+    finally:
+        store.close()
+    if unstored:
+        # A server stopped with a backlog leaves acknowledged exports in the spool;
+        # they are stored when it starts again, and this listing cannot show them.
+        print(
+            f"statetrail: {_size(unstored)} of received exports are in "
+            f"{spool} and not stored yet; `statetrail serve --db {db}` "
+            "stores them when it starts",
+            file=sys.stderr,
+        )
+    return rows[:limit]
+
+
+def _size(count: int) -> str:
+    if count >= 2**20:
+        return f"{count / 2**20:.1f} MiB"
+    return f"{count / 2**10:.1f} KiB" if count >= 2**10 else f"{count} bytes"
+
+
+def _executions_from_server(db: Path, limit: int) -> list[dict[str, Any]]:
+    """The file is locked by a running server: ask it, through its admin route.
+
+    That route takes the sidecar's admin token, so this works on a server
+    whose studio needs a login too.
+    """
+    from collector.cli.admin_client import AdminClient
+
+    body: dict[str, Any] = AdminClient.for_db(db).call(
+        "GET", f"/api/admin/executions?limit={limit}"
+    )
+    executions: list[dict[str, Any]] = body["executions"]
+    return executions

@@ -1,0 +1,1 @@
+"""Pure: OTLP protobuf bytes to span records and wire maps."""

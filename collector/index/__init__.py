@@ -1,0 +1,1 @@
+"""Pure: the field-value index and the filter language."""

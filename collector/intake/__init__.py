@@ -1,0 +1,1 @@
+"""From an accepted export to stored rows: spool, extractor and its worker."""

@@ -1,0 +1,1 @@
+"""Background work off the ack path: replay, retention, memory, foreground priority."""

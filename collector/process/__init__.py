@@ -1,0 +1,1 @@
+"""Process-wide tuning: allocators and the garbage collector."""

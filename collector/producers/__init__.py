@@ -1,0 +1,1 @@
+"""Pure: what each producer's telemetry means (Junjo's contract)."""

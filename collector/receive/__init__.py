@@ -1,0 +1,1 @@
+"""Receiving OTLP exports over gRPC and HTTP: auth, admission, answers."""

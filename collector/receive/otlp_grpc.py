@@ -1,0 +1,155 @@
+"""OTLP/gRPC transport: auth, limits, status codes and partial success; nothing else.
+
+The Export method is registered with a pass-through deserializer so that this
+module, not grpcio, decides what an undecodable body means (INVALID_ARGUMENT
+with a message) and so that an overloaded server can refuse a request before
+paying to parse it. What each answer says is shared with the HTTP transport
+(collector/receive/answers.py). Status codes follow the OTLP specification:
+
+- UNAUTHENTICATED: no accepted key;
+- INVALID_ARGUMENT: the body is not an ExportTraceServiceRequest (not retryable);
+- UNAVAILABLE + RetryInfo: overload, a full backlog, storage failure or shutdown
+  (retryable);
+- RESOURCE_EXHAUSTED: over the receive limit (grpcio answers this itself).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+import grpc
+from google.rpc import code_pb2
+
+from collector.decode.otlp import DecodeError, parse_request
+from collector.intake.ingest import Ingestor, RetryLater
+from collector.receive.admission import Admission
+from collector.receive.answers import (
+    AT_CAPACITY_MESSAGE,
+    UNAUTHENTICATED_MESSAGE,
+    error_status,
+    export_response,
+    retry_delay_seconds,
+    retry_info,
+)
+from collector.receive.auth import KeyChecker, presented_key
+
+logger = logging.getLogger(__name__)
+
+EXPORT_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
+EXPORT_METHOD: Final = "Export"
+# The OpenTelemetry Collector reads RetryInfo from the status details; the Python
+# SDK reads this trailer. Send both so every exporter backs off as told.
+RETRY_INFO_TRAILER: Final = "google.rpc.retryinfo-bin"
+STATUS_DETAILS_TRAILER: Final = "grpc-status-details-bin"
+
+
+class _Status(grpc.Status):  # type: ignore[misc]
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: Sequence[Any]) -> None:
+        self.code = code
+        self.details = details
+        self.trailing_metadata = tuple(trailers)
+
+
+class TraceExportHandler:
+    """The Export RPC, written against grpcio's raw-bytes handler interface."""
+
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        keys: KeyChecker,
+        admission: Admission,
+        *,
+        retry_after_seconds: int,
+    ) -> None:
+        self._ingestor = ingestor
+        self._keys = keys
+        self._admission = admission
+        self._retry_after_seconds = retry_after_seconds
+
+    def export(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        if not self._keys.accepts(presented_key(context.invocation_metadata())):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+        if not self._admission.try_enter(len(body)):
+            self._abort_retryable(context, AT_CAPACITY_MESSAGE)
+        try:
+            return self._export_admitted(body, context)
+        finally:
+            self._admission.leave(len(body))
+
+    def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            self._ingestor.check_backlog()
+        except RetryLater as exc:
+            self._abort_retryable(context, str(exc))
+        self._ingestor.give_way()
+        try:
+            request = parse_request(body)
+        except DecodeError as exc:
+            self._abort_invalid(context, str(exc))
+        try:
+            outcome = self._ingestor.ingest(request, body)
+        except RetryLater as exc:
+            self._abort_retryable(context, str(exc))
+        serialized: bytes = export_response(outcome).SerializeToString()
+        return serialized
+
+    def _abort_invalid(self, context: grpc.ServicerContext, message: str) -> None:
+        status = error_status(code_pb2.INVALID_ARGUMENT, message, bad_request=True)
+        context.abort_with_status(
+            _Status(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                message,
+                ((STATUS_DETAILS_TRAILER, status.SerializeToString()),),
+            )
+        )
+
+    def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:
+        retry = retry_info(retry_delay_seconds(self._retry_after_seconds))
+        status = error_status(code_pb2.UNAVAILABLE, message, retry)
+        context.abort_with_status(
+            _Status(
+                grpc.StatusCode.UNAVAILABLE,
+                message,
+                (
+                    (STATUS_DETAILS_TRAILER, status.SerializeToString()),
+                    (RETRY_INFO_TRAILER, retry.SerializeToString()),
+                ),
+            )
+        )
+
+
+class GrpcReceiver:
+    """A grpcio server exposing TraceService/Export on one address."""
+
+    def __init__(
+        self, handler: TraceExportHandler, address: str, *, workers: int, max_receive_bytes: int
+    ) -> None:
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="statetrail-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", max_receive_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        method = grpc.unary_unary_rpc_method_handler(handler.export)
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(EXPORT_SERVICE, {EXPORT_METHOD: method}),)
+        )
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio's only signal that bind() failed
+            raise OSError(
+                f"cannot listen for OTLP/gRPC on {address}: address already in use or unavailable"
+            ) from exc
+        if self.port == 0:
+            raise OSError(f"cannot listen for OTLP/gRPC on {address}")
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self, grace_seconds: float) -> None:
+        """Refuse new RPCs and let in-flight exports finish (up to the grace period)."""
+        self._server.stop(grace_seconds).wait()

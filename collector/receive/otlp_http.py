@@ -1,0 +1,348 @@
+"""OTLP/HTTP transport (`POST /v1/traces`): auth, limits, status codes and partial success.
+
+The HTTP twin of `collector/receive/otlp_grpc.py`, following the same rules and giving
+the same answers (collector/receive/answers.py); nothing here decodes spans or
+touches storage except through the injected `Ingestor`. A body is parsed by
+collector/decode/otlp.py (protobuf) or collector/receive/otlp_json.py (OTLP JSON).
+
+Invariants:
+- a 200 is sent only after `Ingestor.ingest` returned, that is once the export
+  is durable (collector/intake/ingest.py);
+- one request never holds more than the receive limit, compressed or inflated:
+  Content-Length is checked before reading, and bytes are counted while reading
+  and while inflating (a gzip bomb stops at the limit);
+- every answer is in the request's encoding: an ExportTraceServiceResponse on
+  success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
+
+Status codes follow the OTLP/HTTP specification:
+- 400 INVALID_ARGUMENT: the body is not an export request, or the gzip stream
+  is corrupt (not retryable); a malformed id rejects only its span (partial success);
+- 401 UNAUTHENTICATED: no accepted key (with WWW-Authenticate);
+- 408: the body stalled (see BODY_IDLE_SECONDS);
+- 413: over the receive limit; 415: a content type or encoding we do not read;
+- 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
+  shutdown (retryable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import zlib
+from typing import Final
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from collector.decode.otlp import DecodeError, parse_request
+from collector.intake.ingest import Ingestor, IngestOutcome, RetryLater
+from collector.receive import otlp_json
+from collector.receive.admission import Admission
+from collector.receive.answers import (
+    AT_CAPACITY_MESSAGE,
+    UNAUTHENTICATED_MESSAGE,
+    error_status,
+    export_response,
+    retry_delay_seconds,
+    retry_info,
+)
+from collector.receive.auth import KeyChecker, presented_key
+
+logger = logging.getLogger(__name__)
+
+TRACES_PATH: Final = "/v1/traces"
+PROTOBUF_MEDIA_TYPE: Final = "application/x-protobuf"
+JSON_MEDIA_TYPE: Final = "application/json"
+# Inflate in steps of this size so the limit is checked long before a bomb is out.
+INFLATE_CHUNK_BYTES: Final = 256 * 1024
+# An upload that sends nothing for this long, or has not sent its whole body by
+# the second deadline, is answered 408 and its admission freed (nginx's
+# client_body_timeout is 60 s between reads; exporters send a batch at once).
+BODY_IDLE_SECONDS: Final = 10.0
+BODY_READ_SECONDS: Final = 60.0
+# Exporters send one gzip member; a body of thousands is an attack, not a batch.
+MAX_GZIP_MEMBERS: Final = 64
+# Compressed input handed to zlib at a time (see HttpTraceReceiver._gunzip).
+GZIP_INPUT_BYTES: Final = 1024 * 1024
+
+
+class BodyFormat(enum.Enum):
+    """The two OTLP/HTTP encodings; the value is the media type."""
+
+    PROTOBUF = PROTOBUF_MEDIA_TYPE
+    JSON = JSON_MEDIA_TYPE
+
+    @classmethod
+    def of(cls, content_type: str | None) -> BodyFormat | None:
+        media_type = (content_type or "").split(";", 1)[0].strip().lower()
+        for member in cls:
+            if member.value == media_type:
+                return member
+        return None
+
+    def serialize(self, message: Message) -> bytes:
+        if self is BodyFormat.PROTOBUF:
+            serialized: bytes = message.SerializeToString()
+            return serialized
+        # MessageToDict writes int64 as strings and bytes as base64, as OTLP JSON
+        # asks for every field an export response or a Status carries.
+        return json.dumps(json_format.MessageToDict(message), separators=(",", ":")).encode()
+
+
+class Refused(Exception):
+    """An export answered with an error status instead of being stored."""
+
+    def __init__(self, http_status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.code = code
+        self.message = message
+
+
+class HttpTraceReceiver:
+    """`POST /v1/traces`, written against Starlette's request/response interface."""
+
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        keys: KeyChecker,
+        admission: Admission,
+        *,
+        max_receive_bytes: int,
+        retry_after_seconds: int,
+    ) -> None:
+        self._ingestor = ingestor
+        self._keys = keys
+        self._admission = admission
+        self._max_receive_bytes = max_receive_bytes
+        self._retry_after_seconds = retry_after_seconds
+
+    async def export(self, request: Request) -> Response:
+        body_format = BodyFormat.of(request.headers.get("content-type"))
+        if body_format is None:
+            # Nothing says which encoding the client reads; JSON is the readable one.
+            return self._refusal(
+                Refused(
+                    415,
+                    code_pb2.INVALID_ARGUMENT,
+                    f"send {PROTOBUF_MEDIA_TYPE} or {JSON_MEDIA_TYPE}",
+                ),
+                BodyFormat.JSON,
+            )
+        try:
+            outcome = await self._export(request, body_format)
+        except Refused as refusal:
+            return self._refusal(refusal, body_format)
+        response = export_response(outcome)
+        return Response(body_format.serialize(response), media_type=body_format.value)
+
+    async def _export(self, request: Request, body_format: BodyFormat) -> IngestOutcome:
+        # The key check may re-read the key table: keep it off the event loop.
+        if not await run_in_threadpool(self._keys.accepts, presented_key(request.headers.items())):
+            raise Refused(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+        gzipped = _is_gzipped(request.headers.get("content-encoding"))
+        declared = _declared_length(request.headers.get("content-length"))
+        if declared is not None and declared > self._max_receive_bytes:
+            raise self._too_large()
+        # Unknown length (chunked, as Node's exporters always send): the share
+        # grows with the bytes read. Reserving the receive limit for each made
+        # four concurrent uploads fill the byte budget of an idle server.
+        share = _Share(self._admission, 0 if declared is None else declared)
+        if not share.enter():
+            raise self._at_capacity()
+        try:
+            body = await self._read_body(request, share)
+            return await run_in_threadpool(self._ingest, body, gzipped, body_format, share)
+        finally:
+            share.leave()
+
+    async def _read_body(self, request: Request, share: _Share) -> bytes:
+        """The body, within the receive limit, the admission budget and the read deadlines.
+
+        The deadlines free the admission a stalled upload holds: 32 connections
+        that sent headers and then nothing held every slot, refusing all other
+        HTTP exports for as long as they stayed open.
+        """
+        chunks: list[bytes] = []
+        size = 0
+        pieces = aiter(request.stream())
+        loop = asyncio.get_running_loop()
+        whole_deadline = loop.time() + BODY_READ_SECONDS
+        try:
+            while True:
+                deadline = min(loop.time() + BODY_IDLE_SECONDS, whole_deadline)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(pieces)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise Refused(
+                        408,
+                        code_pb2.DEADLINE_EXCEEDED,
+                        f"the body did not arrive in time (nothing for {BODY_IDLE_SECONDS:g} s, "
+                        f"or not all of it within {BODY_READ_SECONDS:g} s)",
+                    ) from None
+                size += len(chunk)
+                if size > self._max_receive_bytes:
+                    raise self._too_large()
+                if not share.grow_to(size):
+                    raise self._at_capacity()
+                chunks.append(chunk)
+        except ClientDisconnect as exc:
+            # Nobody will read the answer; a 400 just ends the request without a traceback.
+            raise _bad_request("the client went away before sending the whole body") from exc
+        return b"".join(chunks)
+
+    def _ingest(
+        self, body: bytes, gzipped: bool, body_format: BodyFormat, share: _Share
+    ) -> IngestOutcome:
+        """Runs on a worker thread: inflating and decoding are CPU work, ingest blocks."""
+        try:
+            self._ingestor.check_backlog()
+        except RetryLater as exc:
+            raise self._unavailable(str(exc)) from exc
+        self._ingestor.give_way()
+        if gzipped:
+            body = self._gunzip(body, share)
+        try:
+            if body_format is BodyFormat.PROTOBUF:
+                request, protobuf = parse_request(body), body
+            else:
+                request, protobuf = otlp_json.parse_request(body), None
+        except DecodeError as exc:
+            raise _bad_request(str(exc)) from exc
+        try:
+            return self._ingestor.ingest(request, protobuf)
+        except RetryLater as exc:
+            raise self._unavailable(str(exc)) from exc
+
+    def _gunzip(self, body: bytes, share: _Share) -> bytes:
+        """Inflate, never past the receive limit, growing the admission share as it goes.
+
+        Concatenated gzip members are one valid stream (RFC 1952), so each is
+        inflated in turn, up to MAX_GZIP_MEMBERS (exporters send one); a
+        truncated or corrupt stream is the client's error. Input goes in in
+        slices of GZIP_INPUT_BYTES: zlib copies what follows a member's end,
+        and handing it the whole rest of the body for each of many empty
+        members took quadratic time (a 10 MB body of them, over a minute).
+        """
+        inflated = bytearray()
+        view = memoryview(body)
+        position = 0
+        members = 0
+        while position < len(body):
+            members += 1
+            if members > MAX_GZIP_MEMBERS:
+                raise _bad_request(
+                    f"more than {MAX_GZIP_MEMBERS} concatenated gzip members in one body"
+                )
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            data: bytes | memoryview = b""
+            while not inflater.eof:
+                if not data:
+                    if position >= len(body):
+                        raise _bad_request("truncated gzip body")
+                    data = view[position : position + GZIP_INPUT_BYTES]
+                    position += len(data)
+                try:
+                    chunk = inflater.decompress(data, INFLATE_CHUNK_BYTES)
+                except zlib.error as exc:
+                    raise _bad_request(f"corrupt gzip body: {exc}") from exc
+                data = inflater.unconsumed_tail
+                inflated += chunk
+                if len(inflated) > self._max_receive_bytes:
+                    raise self._too_large()
+                if not share.grow_to(len(body) + len(inflated)):
+                    raise self._at_capacity()
+            # What the last slice held past this member's end starts the next one.
+            position -= len(inflater.unused_data)
+        return bytes(inflated)
+
+    def _too_large(self) -> Refused:
+        return Refused(
+            413,
+            code_pb2.RESOURCE_EXHAUSTED,
+            f"export larger than the receive limit of {self._max_receive_bytes} bytes "
+            "(after decompression); send smaller batches",
+        )
+
+    def _at_capacity(self) -> Refused:
+        return self._unavailable(AT_CAPACITY_MESSAGE)
+
+    def _unavailable(self, message: str) -> Refused:
+        return Refused(503, code_pb2.UNAVAILABLE, message)
+
+    def _refusal(self, refusal: Refused, body_format: BodyFormat) -> Response:
+        retry = None
+        headers: dict[str, str] = {}
+        if refusal.http_status == 503:
+            delay = retry_delay_seconds(self._retry_after_seconds)
+            retry = retry_info(delay)
+            headers["Retry-After"] = str(delay)
+            logger.debug("export refused, client told to retry: %s", refusal.message)
+        elif refusal.http_status == 401:
+            # RFC 9110: a 401 names the scheme that would be accepted.
+            headers["WWW-Authenticate"] = 'Bearer realm="statetrail"'
+        status = error_status(
+            refusal.code, refusal.message, retry, bad_request=refusal.http_status == 400
+        )
+        return Response(
+            body_format.serialize(status),
+            status_code=refusal.http_status,
+            headers=headers,
+            media_type=body_format.value,
+        )
+
+
+class _Share:
+    """One request's part of the admission budget, grown as its body inflates."""
+
+    def __init__(self, admission: Admission, size: int) -> None:
+        self._admission = admission
+        self._size = size
+
+    def enter(self) -> bool:
+        return self._admission.try_enter(self._size)
+
+    def grow_to(self, size: int) -> bool:
+        if size <= self._size:
+            return True
+        if not self._admission.try_grow(size - self._size):
+            return False
+        self._size = size
+        return True
+
+    def leave(self) -> None:
+        self._admission.leave(self._size)
+
+
+def _is_gzipped(content_encoding: str | None) -> bool:
+    coding = (content_encoding or "identity").strip().lower()
+    if coding == "gzip":
+        return True
+    if coding == "identity":
+        return False
+    raise Refused(415, code_pb2.INVALID_ARGUMENT, f"Content-Encoding {coding!r}: send gzip or none")
+
+
+def _declared_length(content_length: str | None) -> int | None:
+    if content_length is None:
+        return None
+    try:
+        length = int(content_length)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise _bad_request("Content-Length is not a byte count")
+    return length
+
+
+def _bad_request(message: str) -> Refused:
+    return Refused(400, code_pb2.INVALID_ARGUMENT, message)

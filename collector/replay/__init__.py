@@ -1,0 +1,1 @@
+"""Pure: JSON documents, the selected chain, replay, history, findings, provenance."""

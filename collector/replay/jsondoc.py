@@ -1,0 +1,491 @@
+"""JSON document stage: parse, address, copy, patch and compare JSON values.
+
+Everything here works on plain JSON documents and RFC 6902 patches and knows
+nothing of executions, transitions or evidence; replay (collector/replay/walk.py,
+its checkpoints in collector/replay/checkpoints.py, the History it builds in
+collector/replay/history.py) and provenance (collector/replay/provenance.py) build on it.
+
+Invariant: a payload is either a document every later stage can walk and
+re-serialise, or it is rejected here (MISSING / None): no NaN or Infinity, no
+number that overflows a double, no nesting deeper than MAX_JSON_DEPTH, and a
+patch only of well-formed operations. Equality is JSON's, not Python's (`true`
+is not `1`). The only functions that mutate a document are `patch_in_place`
+and `apply_op_recording`, and only the document they are handed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterator, Sequence
+from enum import Enum
+from typing import Any, Final, TypeAlias
+
+import jsonpatch
+import jsonpointer
+
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+JsonPatchOp: TypeAlias = dict[str, JsonValue]
+
+# What jsonpatch raises when a patch does not apply to a document.
+PATCH_ERRORS: Final = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException)
+
+# Payloads nested deeper than this are treated as invalid JSON. Replay, the
+# studio's JSON answers and jsonpatch all walk documents recursively, so a
+# deeper one (hostile, or a bug: no real state comes close) would raise
+# RecursionError in whichever of them came first instead of being reported.
+MAX_JSON_DEPTH: Final = 200
+_OPS_WITH_VALUE: Final = frozenset({"add", "replace", "test"})
+# The operations whose `from` names a source; on any other operation `from` is ignored.
+OPS_WITH_FROM: Final = frozenset({"move", "copy"})
+_KNOWN_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+
+
+class Missing(Enum):
+    """A JSON pointer that resolves to nothing, as distinct from JSON null."""
+
+    MISSING = "missing"
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = Missing.MISSING
+
+
+def resolve(doc: JsonValue, pointer: str) -> JsonValue | Missing:
+    """The value at an RFC 6901 pointer (not copied), or MISSING; ValueError if malformed."""
+    return resolve_parts(doc, pointer_parts(pointer))
+
+
+def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """Equality as JSON sees it: unlike `==`, `true` is not `1` and `1` is not `"1"`."""
+    if type(left) is type(right) and isinstance(left, str | int | float | bool | None):
+        # Two scalars of one type: the common case (a provenance pass asks for
+        # every write of a counter), answered without serializing either.
+        return left == right
+    if left is not MISSING and right is not MISSING and _canonical(left) == _canonical(right):
+        # Identical canonical text proves equality, found in C: comparing a large
+        # replayed end state with the recorded one this way is ~10x faster. Only
+        # a difference (or `1` against `1.0`) needs the walk below.
+        return True
+    return next(iter_differences(left, right), None) is None
+
+
+def _canonical(value: JsonValue) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def changed_paths(patch: Sequence[JsonPatchOp]) -> tuple[str, ...]:
+    """The JSON pointers a patch writes: `path` of each op, plus `from` for a move."""
+    paths: list[str] = []
+    for op in patch:
+        kind, path, source = op.get("op"), op.get("path"), op.get("from")
+        if kind == "move" and isinstance(source, str):
+            paths.append(source)
+        if kind != "test" and isinstance(path, str):
+            paths.append(path)
+    return tuple(dict.fromkeys(paths))
+
+
+# Ops that insert into or remove from an array, moving every later element.
+_SHIFTING_OPS: Final = frozenset({"add", "remove", "move", "copy"})
+
+
+def shifting_paths(patch: Sequence[JsonPatchOp]) -> dict[str, int]:
+    """The pointers a patch inserts at or removes from, each with how many ops name it.
+
+    In an array, later elements move. The count matters for `/list/-`: two
+    appends in one patch name the same pointer and add two elements.
+    """
+    counts: dict[str, int] = {}
+    for op in patch:
+        if op.get("op") in _SHIFTING_OPS:
+            targets = [op.get("path"), op.get("from") if op.get("op") == "move" else None]
+            for pointer in targets:
+                if isinstance(pointer, str):
+                    counts[pointer] = counts.get(pointer, 0) + 1
+    return counts
+
+
+# --- parsing payloads ------------------------------------------------------------------
+
+
+def parse_json(text: str) -> JsonValue | Missing:
+    """The payload as JSON, or MISSING when it is not a document replay can use.
+
+    Beyond syntax errors that means: NaN/Infinity literals and numbers that
+    overflow a double (1e400), which RFC 8259 JSON cannot carry back out (the
+    studio's JSON answers would fail on them), and nesting deeper than
+    MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
+    """
+    try:
+        value: JsonValue
+        if text[:1] in _JSON_WHITESPACE or text[-1:] in _JSON_WHITESPACE:
+            value = _DECODER.decode(text)
+        else:
+            # What `decode` does for a payload without whitespace around it,
+            # minus its two regex matches for that whitespace: a measurable
+            # share of parsing a short patch.
+            value, end = _DECODER.raw_decode(text)
+            if end != len(text):
+                return MISSING  # extra data after the document
+    except (ValueError, RecursionError):
+        return MISSING
+    # Nesting needs an opening bracket per level, so most payloads are cleared by
+    # a count done in C without walking the parsed value.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(
+        value, MAX_JSON_DEPTH
+    ):
+        return MISSING
+    return value
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return number
+
+
+def _not_a_json_number(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+# What the json module skips around a document ("" too: it is in every string).
+_JSON_WHITESPACE: Final = " \t\n\r"
+# One decoder for every payload: `json.loads` with hooks builds a new decoder
+# (and scanner) per call, a measurable share of replaying 10,000 patches.
+_DECODER: Final = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_a_json_number)
+
+
+def _deeper_than(value: JsonValue, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (level by level: no recursion)."""
+    level: list[list[JsonValue] | dict[str, JsonValue]] = (
+        [value] if isinstance(value, dict | list) else []
+    )
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        below: list[list[JsonValue] | dict[str, JsonValue]] = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            # Only containers go down a level; scalars, most of a state, stop here.
+            below += [child for child in children if isinstance(child, dict | list)]
+        level = below
+        depth += 1
+    return False
+
+
+def parse_patch(text: str) -> list[JsonPatchOp] | None:
+    """The patch as a list of well-formed operations, or None if it is not one."""
+    parsed = parse_json(text)
+    if not isinstance(parsed, list):
+        return None
+    ops: list[JsonPatchOp] = []
+    for op in parsed:
+        if not isinstance(op, dict) or not _well_formed(op):
+            return None
+        ops.append(op)
+    return ops
+
+
+def _well_formed(op: JsonPatchOp) -> bool:
+    kind, path = op.get("op"), op.get("path")
+    if kind not in _KNOWN_OPS or not isinstance(path, str) or not _valid_pointer(path):
+        return False
+    if kind in _OPS_WITH_VALUE and "value" not in op:
+        return False
+    source = op.get("from")
+    return kind not in OPS_WITH_FROM or (isinstance(source, str) and _valid_pointer(source))
+
+
+def _valid_pointer(pointer: str) -> bool:
+    return _plain_parts(pointer) is not None
+
+
+# --- RFC 6901 pointers -----------------------------------------------------------------
+
+
+def pointer_parts(pointer: str) -> tuple[str, ...]:
+    """RFC 6901 reference tokens, unescaped; ValueError if malformed."""
+    if pointer == "":
+        return ()
+    if not pointer.startswith("/"):
+        raise ValueError(f"JSON pointer {pointer!r} must be empty or start with '/'")
+    tokens = pointer[1:].split("/")
+    if "~" not in pointer:
+        return tuple(tokens)
+    for token in tokens:
+        if "~" in token.replace("~0", "").replace("~1", ""):
+            raise ValueError(f"JSON pointer {pointer!r} has an invalid '~' escape")
+    return tuple(map(unescape_token, tokens))
+
+
+def pointer_text(parts: Sequence[str]) -> str:
+    """The RFC 6901 pointer for these reference tokens (the inverse of `pointer_parts`)."""
+    return "".join("/" + escape_token(part) for part in parts)
+
+
+def unescape_token(token: str) -> str:
+    """One reference token decoded: "~1" first (RFC 6901 section 4), so "~01" is "~1"."""
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def escape_token(token: str) -> str:
+    """RFC 6901 escaping of one reference token ("~" first, then "/")."""
+    if "~" not in token and "/" not in token:
+        return token  # the usual case, and the field index's hot path
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
+    """The value at already split reference tokens (not copied), or MISSING."""
+    value: JsonValue = doc
+    for part in parts:
+        if isinstance(value, dict):
+            if part not in value:
+                return MISSING
+            value = value[part]
+        elif isinstance(value, list):
+            index = list_index(part)
+            if index is None or index >= len(value):
+                return MISSING
+            value = value[index]
+        else:
+            return MISSING
+    return value
+
+
+def list_index(token: str) -> int | None:
+    """The array index a reference token names, or None if it names none (e.g. "-", "01").
+
+    RFC 6901: ASCII decimal digits without leading zeros, exactly as jsonpointer
+    reads them. `str.isdigit` alone also accepts other scripts' digits ("\\u0661"
+    would name index 1) and digit-like signs `int` rejects ("\\u00b2").
+    """
+    if token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"):
+        return int(token)
+    return None
+
+
+def _is_list_slot(doc: JsonValue, parts: Sequence[str]) -> bool:
+    return bool(parts) and isinstance(resolve_parts(doc, parts[:-1]), list)
+
+
+# --- copying and patching -------------------------------------------------------------
+
+
+def patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
+    """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again.
+
+    Values of add/replace ops become part of the document, and older jsonpatch
+    releases insert them without copying. Parsing each application afresh from
+    the patch text means the document never shares objects with patch data that
+    a later step, or a rebuild from a checkpoint, would read again.
+    """
+    # jsonpatch's own operation classes, applied one by one: `JsonPatch(ops)`
+    # would build every operation object twice and deep-copy each op on the way
+    # (validation we have already done in parse_patch), which was most of the
+    # cost of replaying a long history.
+    # A long history writes the same few paths over and over, so the parsed
+    # pointers are shared; jsonpatch takes a JsonPointer in place of the string.
+    for op in ops:
+        written = _write_plainly(doc, op)
+        if written is _NOT_PLAIN:
+            operation = {**op, "path": _json_pointer(str(op["path"]))}
+            written = _OPERATIONS[str(op["op"])](operation).apply(doc)
+        doc = written
+    return doc
+
+
+# The ops that `_write_plainly` applies itself, when they apply to plain JSON.
+_PLAIN_OPS: Final = frozenset({"add", "replace", "remove"})
+_NOT_PLAIN: Final = object()
+
+
+def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
+    """Apply an add, replace or remove op that succeeds on plain JSON, as jsonpatch would.
+
+    Most of a replay's ops are these, and jsonpatch spends most of applying
+    one on building operation and pointer objects and on deep-copying the
+    value (which `patch_in_place`'s caller owns already). Anything else (other
+    ops, a path through a missing member or past an array's end, any error)
+    returns `_NOT_PLAIN` having changed nothing, and jsonpatch applies it, so
+    its errors stay jsonpatch's own.
+    """
+    kind, path = op.get("op"), op.get("path")
+    if kind not in _PLAIN_OPS or type(path) is not str or (kind != "remove" and "value" not in op):
+        return _NOT_PLAIN
+    parts = _plain_parts(path)
+    if not parts:
+        # The whole document: replaced (add or replace), or an error (remove, bad pointer).
+        return op["value"] if parts is not None and kind != "remove" else _NOT_PLAIN
+    # The container written to; MISSING (a path through nothing) fails the type checks below.
+    target = resolve_parts(doc, parts[:-1])
+    last = parts[-1]
+    if type(target) is dict:
+        if kind == "add":
+            target[last] = op["value"]
+        elif last not in target:
+            return _NOT_PLAIN
+        elif kind == "replace":
+            target[last] = op["value"]
+        else:
+            del target[last]
+        return doc
+    if type(target) is not list:
+        return _NOT_PLAIN
+    items = target
+    if kind == "add" and last == "-":
+        items.append(op["value"])
+        return doc
+    index = list_index(last)
+    if index is None or index > len(items) or (index == len(items) and kind != "add"):
+        return _NOT_PLAIN
+    if kind == "add":
+        items.insert(index, op["value"])
+    elif kind == "replace":
+        items[index] = op["value"]
+    else:
+        del items[index]
+    return doc
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_parts(path: str) -> tuple[str, ...] | None:
+    """`pointer_parts`, or None for a malformed pointer (jsonpatch reports it)."""
+    try:
+        return pointer_parts(path)
+    except ValueError:
+        return None
+
+
+_OPERATIONS: Final = jsonpatch.JsonPatch.operations
+
+
+class _Pointer(jsonpointer.JsonPointer):
+    """jsonpointer's pointer with a shortcut through plain JSON objects.
+
+    Resolving a pointer is most of the cost of applying an operation, and most
+    of that is jsonpointer's `isinstance(doc, Mapping)` ABC checks. A member of
+    a plain dict resolves here exactly as the library would resolve it; every
+    other step (arrays, "-", missing members, errors) is the library's own.
+    """
+
+    def __init__(self, pointer: str) -> None:
+        super().__init__(pointer)
+        self._text = pointer
+
+    @property
+    def path(self) -> str:
+        # The library re-escapes and re-joins the parts on every access, and
+        # jsonpatch reads it for every operation; the parsed text is the same.
+        return self._text
+
+    def to_last(self, doc: Any) -> tuple[Any, str | int | None]:
+        parts = self.parts
+        if not parts:
+            return doc, None
+        for part in parts[:-1]:
+            doc = doc[part] if type(doc) is dict and part in doc else self.walk(doc, part)
+        if type(doc) is dict:
+            return doc, parts[-1]
+        return doc, jsonpointer.JsonPointer.get_part(doc, parts[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_pointer(path: str) -> jsonpointer.JsonPointer:
+    """A parsed pointer; never changed once built, so safe to share."""
+    return _Pointer(path)
+
+
+def apply_op_recording(
+    doc: JsonValue, op: JsonPatchOp
+) -> tuple[JsonValue | Missing, JsonValue | Missing, JsonValue]:
+    """Apply one operation in place: what sat at its target before, what is there after, the doc.
+
+    Before is MISSING when the operation inserts into a list (nothing is
+    overwritten); after is MISSING for a remove. Both are copies the caller
+    owns. Raises what `patch_in_place` raises when the operation does not apply.
+    """
+    kind = str(op["op"])
+    parts = pointer_parts(str(op["path"]))
+    inserting = kind in {"add", "move", "copy"} and _is_list_slot(doc, parts)
+    before = MISSING if inserting else clone_or_missing(resolve_parts(doc, parts))
+    if parts and parts[-1] == "-":
+        # "-" names the slot after the last element; pin it before the insert.
+        parent = resolve_parts(doc, parts[:-1])
+        parts = (*parts[:-1], str(len(parent) if isinstance(parent, list) else 0))
+    doc = patch_in_place(doc, [op])
+    after = MISSING if kind == "remove" else clone_or_missing(resolve_parts(doc, parts))
+    return before, after, doc
+
+
+def clone(value: JsonValue) -> JsonValue:
+    """A deep copy of a JSON value that shares nothing with the original."""
+    # A JSON-only deep copy: about three times faster than copy.deepcopy, which
+    # matters because checkpoints and rebuilt states are whole-state copies.
+    if isinstance(value, dict):
+        return {key: clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clone(item) for item in value]
+    return value
+
+
+def clone_or_missing(value: JsonValue | Missing) -> JsonValue | Missing:
+    """`clone`, passing MISSING through."""
+    return value if value is MISSING else clone(value)
+
+
+# --- comparing --------------------------------------------------------------------------
+
+
+def iter_differences(
+    left: JsonValue | Missing, right: JsonValue | Missing
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
+    """(pointer, left value, right value) at each leaf-most place the two differ, in document order.
+
+    Document order is depth first: object keys sorted, array items by index, so
+    `/a/b` comes before `/c`. Objects are compared key by key and arrays index by
+    index, so an insert in the middle of an array shows every later index as
+    changed: that is what a positional RFC 6901 view of the two documents
+    honestly says. MISSING stands for a side that has nothing there; the whole
+    document differing is the pointer "". The values are the callers' own (not
+    copied). Lazy, so a caller that shows the first few pays for only those.
+    """
+    return _differences(left, right, ())
+
+
+def _differences(
+    left: JsonValue | Missing, right: JsonValue | Missing, at: tuple[str, ...]
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
+    if isinstance(left, dict) and isinstance(right, dict):
+        for key in sorted(left.keys() | right.keys()):
+            yield from _differences(left.get(key, MISSING), right.get(key, MISSING), (*at, key))
+    elif isinstance(left, list) and isinstance(right, list):
+        for index in range(max(len(left), len(right))):
+            yield from _differences(
+                left[index] if index < len(left) else MISSING,
+                right[index] if index < len(right) else MISSING,
+                (*at, str(index)),
+            )
+    elif not _leaf_equal(left, right):
+        yield pointer_text(at), left, right
+
+
+def _leaf_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """JSON's equality where the two are not both objects or both arrays.
+
+    Numbers are equal by value whatever their spelling (`1` and `1.0` are one
+    JSON number), but a boolean is never a number (`true` is not `1`), and
+    values of different kinds (or MISSING against anything) are never equal.
+    """
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    numbers = (int, float)
+    if isinstance(left, numbers) and isinstance(right, numbers):
+        return left == right
+    return type(left) is type(right) and left == right

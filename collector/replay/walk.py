@@ -1,0 +1,547 @@
+"""Replay stage: rebuild one execution's state history from its store transitions.
+
+Input: the owner `Execution` (None while it is still in flight), the `Transition`s
+recorded for its store, and the `EvidenceSpan`s that carried them. Output: a
+`History` (collector/replay/history.py) holding every state the store went through,
+which of those states the evidence verifies, and `Diagnostic`s that say in plain
+words what is missing or contradictory and what to do about it.
+
+Invariant: nothing is hidden and nothing is overstated. Every transition of the
+interval appears as a `Step`, and every state can be looked at, but a state is
+marked verified only when the evidence proves it. The stage is pure: no I/O, no
+logging, no clock; inputs are never mutated.
+
+The types replay hands out, and reading them, are collector/replay/history.py; the
+working document and checkpoints that keep replay cheap are
+collector/replay/checkpoints.py; parsing, patching and comparing JSON is
+collector/replay/jsondoc.py.
+
+Selection (which transitions belong to the execution, in what order; SCHEMA.md
+section 7) is collector/replay/selection.py; the integrity findings about what it
+picked (duplicates, gaps, revisions, foreign writers, OTLP losses) are worded
+in collector/replay/findings.py. This module walks the chain, checks its end and
+gives the verdict.
+
+Verification
+    * The start state is verified when it was recorded in full and parses.
+    * A step is verified when the state before it is verified, its sequence
+      directly follows the previous one, it is not a conflicting duplicate, and
+      its patch applies. After a gap or a failed patch, replay continues best
+      effort (a patch that does not apply is skipped) with `verified=False`.
+    * If the chain is complete (every sequence of the interval present, every
+      patch applied) but its end differs from the recorded end state, the
+      evidence contradicts itself somewhere we cannot locate: no step is verified.
+    * Revision discontinuities and foreign writers are reported but do not
+      change verification: the patches, not the counters, carry the states.
+      Contract 1 has no sequences, so gaps are invisible and only the end check
+      can catch a loss.
+
+Severity
+    error    evidence is missing or contradictory, so some state cannot be verified.
+    warning  the history is degraded or at risk, or this explains an error.
+    info     context for the reader; nothing is wrong.
+
+Verdict (one per execution)
+    in_flight       the owner span has not arrived, so there is no start state yet.
+    not_applicable  no store, the producer withheld the start state, or nothing
+                    at all was recorded (no transitions, no states).
+    verified        every sequence of the interval arrived, every step is verified,
+                    and the replayed end equals the recorded end.
+    failed          the evidence verifies nothing beyond the start: the start state
+                    is missing or unreadable, or the evidence contradicts itself
+                    (an end mismatch on a complete chain, a patch that does not
+                    apply to a verified state) before any step was verified.
+    partial         everything else: evidence is missing (gaps, dropped events,
+                    cut or withheld payloads, an end state that cannot be
+                    compared), or contradicts itself only after verified steps.
+
+Cost
+    One pass over the selected transitions, patching one working document in
+    place: O(total patch work + state size). collector/replay/checkpoints.py says how
+    its checkpoints keep `History.state_at` to one copy and about one state's
+    worth of patching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Final, TypeAlias
+
+from collector.model import EvidenceSpan, Execution, Transition, committed, withheld
+from collector.replay.checkpoints import States, Tape
+from collector.replay.findings import (
+    claimed_reconstructable_findings,
+    counted,
+    dropped_findings,
+    duplicate_findings,
+    foreign_findings,
+    gap_findings,
+    revision_findings,
+    span_label,
+    unknown_version_findings,
+)
+from collector.replay.history import (
+    Diagnostic,
+    DiagnosticCode,
+    History,
+    Severity,
+    Step,
+    Verdict,
+    holes,
+    recorded_end_of,
+)
+from collector.replay.jsondoc import (
+    MISSING,
+    JsonPatchOp,
+    JsonValue,
+    Missing,
+    changed_paths,
+    iter_differences,
+    json_equal,
+    parse_json,
+    parse_patch,
+)
+from collector.replay.selection import (
+    Interval,
+    Sequenced,
+    assign_sequences,
+    contract_version,
+    foreign_by_carrier,
+    in_flight_order,
+    interval_of,
+    own_evidence,
+    resolve_duplicates,
+    select,
+)
+
+MISMATCH_POINTERS_SHOWN: Final = 5
+# A patch quoted in a finding is cut here: the finding is a sentence, not a payload.
+PATCH_SHOWN_CHARS: Final = 200
+
+AppliedObserver: TypeAlias = Callable[[Sequence[JsonPatchOp], tuple[str, ...], JsonValue], None]
+"""Called after each patch replay applies: its ops, their `changed_paths`, the live document.
+
+All are replay's own: read them at once (op names and pointers only: the
+values of add/replace ops may now be part of the document) and change none.
+It sees exactly what `walk` (collector/replay/history.py) would yield for the
+applied steps, without a second pass over the patches.
+"""
+
+
+def replay(
+    execution: Execution | None,
+    transitions: Iterable[Transition],
+    *,
+    evidence_spans: Iterable[EvidenceSpan] = (),
+    owner_span_ids: Collection[str] | None = None,
+    on_applied: AppliedObserver | None = None,
+) -> History:
+    """Replay `execution`'s store from its start state through `transitions`.
+
+    `transitions` may hold more than the execution's: other stores and sequences
+    outside the interval are ignored. `evidence_spans` should cover the owner span
+    and the spans that carried transitions (or simply every span of the trace),
+    so that OTLP loss counters can be reported. `owner_span_ids`, when given, is
+    the owner span's subtree; a transition carried by any other span (e.g. a
+    concurrent execution sharing the store) is then attributed as foreign.
+    `on_applied` watches each applied patch (see AppliedObserver).
+    """
+    received = tuple(transitions)
+    evidence = tuple(evidence_spans)
+    if execution is None:
+        return _in_flight(received, evidence)
+    return _Replay(execution, received, evidence, owner_span_ids, on_applied).run()
+
+
+# --- the replay itself ---------------------------------------------------------------
+
+
+class _Replay:
+    """One replay run. Collects diagnostics while it walks the chain once."""
+
+    def __init__(
+        self,
+        execution: Execution,
+        received: tuple[Transition, ...],
+        evidence: tuple[EvidenceSpan, ...],
+        owner_span_ids: Collection[str] | None,
+        on_applied: AppliedObserver | None = None,
+    ) -> None:
+        self.execution = execution
+        self.received = received
+        self.evidence = evidence
+        self.owner_span_ids = owner_span_ids
+        self.on_applied = on_applied
+        self.diagnostics: list[Diagnostic] = []
+        # The spans whose losses touch this run (selection.own_evidence), set by `run`.
+        self.own_evidence: list[EvidenceSpan] = []
+
+    def report(
+        self,
+        code: DiagnosticCode,
+        severity: Severity,
+        message: str,
+        *,
+        sequence: int | None = None,
+        span_id: str | None = None,
+        trace_id: str | None = None,
+    ) -> None:
+        self.diagnostics.append(Diagnostic(code, severity, message, sequence, span_id, trace_id))
+
+    def run(self) -> History:
+        execution = self.execution
+        version = contract_version(execution, self.received)
+        self.diagnostics += unknown_version_findings(execution, version)
+        self.own_evidence = own_evidence(
+            execution, self.received, self.evidence, self.owner_span_ids
+        )
+        drops = len(self.diagnostics)
+        self.diagnostics += dropped_findings(self.own_evidence)
+        if execution.store_id is None:
+            return self._history((), "not_applicable", Interval(0, 0, by_time=False))
+        interval = interval_of(execution, version)
+        sequenced, ambiguous, foreign = self._select(interval)
+        start = self._start_state(has_transitions=bool(sequenced))
+        recorded_end = self._recorded_end()
+
+        if start is MISSING:
+            steps = tuple(_unreplayed_step(sequence, t, foreign) for sequence, t in sequenced)
+            nothing = not steps and recorded_end is MISSING and execution.state_end is None
+            verdict: Verdict = "not_applicable" if nothing or self._start_withheld() else "failed"
+            return self._finish(steps, verdict, interval, None, recorded_end)
+
+        tape = Tape(start, len(execution.state_start or ""))
+        chain = self._walk(tape, sequenced, interval, ambiguous, foreign)
+        states = tape.finish()
+        last_received = sequenced[-1][0] if sequenced else interval.lower
+        complete = chain.complete and (interval.upper is None or last_received >= interval.upper)
+        if not interval.by_time and interval.upper is not None and not holes(
+            (sequence for sequence, _ in sequenced), interval.lower, interval.upper
+        ):
+            # Nothing of this run is missing: what its spans dropped was other stores'.
+            found = dropped_findings(self.own_evidence, interval_whole=True)
+            self.diagnostics[drops : drops + len(found)] = found
+        end_matches = self._check_end(states, len(sequenced) - 1, recorded_end, complete)
+        steps = chain.steps
+        if complete and end_matches is False:
+            steps = tuple(_unverify(step) for step in steps)
+        verdict = _verdict(complete, end_matches, chain.failed_at_first_step)
+        return self._finish(steps, verdict, interval, states, recorded_end)
+
+    def _select(self, interval: Interval) -> tuple[Sequenced, frozenset[int], frozenset[int]]:
+        """The chain to walk, its ambiguous and its foreign sequences, reporting on each."""
+        execution = self.execution
+        chosen, conflicts = resolve_duplicates(select(execution, self.received, interval))
+        sequenced = assign_sequences(chosen, interval)
+        carriers = foreign_by_carrier(execution, sequenced, self.owner_span_ids)
+        self.diagnostics += duplicate_findings(execution.store_id, conflicts)
+        self.diagnostics += gap_findings(execution.store_id, sequenced, interval)
+        self.diagnostics += revision_findings(execution, sequenced, interval)
+        self.diagnostics += foreign_findings(execution, carriers)
+        ambiguous = frozenset(c.sequence for c in conflicts if c.patches_differ)
+        foreign = frozenset(sequence for carried in carriers.values() for sequence, _ in carried)
+        return sequenced, ambiguous, foreign
+
+    def _finish(
+        self,
+        steps: tuple[Step, ...],
+        verdict: Verdict,
+        interval: Interval,
+        states: States | None,
+        recorded_end: JsonValue | Missing,
+    ) -> History:
+        if self.execution.reconstructable and verdict in ("partial", "failed"):
+            missing = 0
+            if not interval.by_time:
+                found = holes((step.sequence for step in steps), interval.lower, interval.upper)
+                missing = sum(last - first + 1 for first, last in found.values())
+            self.diagnostics += claimed_reconstructable_findings(
+                self.diagnostics, self.own_evidence, missing
+            )
+        return self._history(steps, verdict, interval, states=states, recorded_end=recorded_end)
+
+    # states -----------------------------------------------------------------------------
+
+    def _start_withheld(self) -> bool:
+        return withheld(self.execution.state_start_mode)
+
+    def _start_state(self, *, has_transitions: bool) -> JsonValue | Missing:
+        """The parsed start state, or MISSING (with a finding) when replay cannot begin."""
+        execution = self.execution
+        text = execution.state_start
+        if self._start_withheld():
+            self.report(
+                "state_withheld",
+                "info",
+                f"The producer withheld the start state (mode {execution.state_start_mode!r}, "
+                f"policy {execution.state_start_policy!r}), so no state can be replayed.",
+            )
+            return MISSING
+        if text is None:
+            if has_transitions or execution.state_end is not None:
+                self.report(
+                    "no_start_state",
+                    "error",
+                    "The run recorded no start state, so none of its states can be rebuilt. "
+                    "Check that the producer exports the workflow span's state attributes.",
+                )
+            return MISSING
+        parsed = parse_json(text)
+        if parsed is MISSING:
+            self.report(
+                "invalid_json_payload",
+                "error",
+                f"The start state is not valid JSON ({len(text)} characters), so no state can "
+                "be rebuilt. It was probably cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT; unset "
+                "or raise that limit in the application.",
+            )
+        return parsed
+
+    def _recorded_end(self) -> JsonValue | Missing:
+        """`recorded_end_of`, reporting why the end state cannot be compared with."""
+        execution = self.execution
+        parsed = recorded_end_of(execution)
+        mode = execution.state_end_mode
+        if withheld(mode):
+            self.report(
+                "state_withheld",
+                "info",
+                f"The producer withheld the end state (mode {mode!r}, policy "
+                f"{execution.state_end_policy!r}), so the replay cannot be checked against it.",
+            )
+        elif parsed is MISSING and execution.state_end is not None:
+            self.report(
+                "invalid_json_payload",
+                "error",
+                f"The end state is not valid JSON ({len(execution.state_end)} characters), so "
+                "the replay cannot be checked against it. It was probably cut by "
+                "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT; unset or raise that limit.",
+            )
+        return parsed
+
+    def _walk(
+        self,
+        tape: Tape,
+        sequenced: Sequenced,
+        interval: Interval,
+        ambiguous: frozenset[int],
+        foreign: frozenset[int],
+    ) -> _Chain:
+        steps: list[Step] = []
+        verified = True
+        complete = True
+        failed_at_first_step = False
+        skipped_after_doubt: list[int] = []
+        previous = interval.lower
+        for sequence, recorded in sequenced:
+            if not interval.by_time and sequence != previous + 1:
+                verified = complete = False
+            previous = sequence
+            transition = self._committed(sequence, recorded)
+            ops = self._usable_patch(sequence, transition)
+            paths = changed_paths(ops or ())
+            applied = ops is not None and tape.apply(transition.patch_json, ops)
+            if applied and ops is not None and self.on_applied is not None:
+                self.on_applied(ops, paths, tape.document)
+            if ops is None:
+                tape.skip()
+            elif not applied and verified:
+                self._report_patch_failed(sequence, transition, tape.last_error)
+                failed_at_first_step = not steps
+            elif not applied:
+                skipped_after_doubt.append(sequence)
+            if not applied or sequence in ambiguous:
+                verified = complete = False
+            steps.append(
+                Step(
+                    sequence=sequence,
+                    transition=transition,
+                    changed_paths=paths,
+                    applied=applied,
+                    verified=verified,
+                    foreign=sequence in foreign,
+                )
+            )
+        if skipped_after_doubt:
+            self.report(
+                "patch_failed",
+                "warning",
+                f"{counted(len(skipped_after_doubt), 'patch', 'patches')} from sequence "
+                f"{skipped_after_doubt[0]} "
+                "did not apply to the best-effort state that follows missing or broken "
+                "evidence; they were skipped. This follows from the earlier findings.",
+                sequence=skipped_after_doubt[0],
+            )
+        return _Chain(tuple(steps), complete, failed_at_first_step)
+
+    def _committed(self, sequence: int, transition: Transition) -> Transition:
+        """`committed(transition)`, saying so when the store did not commit its patch."""
+        effective = committed(transition)
+        if effective is not transition:
+            patch = transition.patch_json
+            shown = patch if len(patch) <= PATCH_SHOWN_CHARS else patch[:PATCH_SHOWN_CHARS] + "…"
+            self.report(
+                "patch_not_committed",
+                "info",
+                f"Transition {sequence} (action {transition.action!r}, span "
+                f"{span_label(transition)}) recorded the patch {shown}, but the store's "
+                f"revision stayed {transition.revision_before}: its live state did not change "
+                "(the values are equal in Python but serialize differently, like Decimal "
+                "0.10 and 0.1), so the patch changed nothing and is not replayed.",
+                sequence=sequence,
+                span_id=transition.span_id,
+            )
+            return effective
+        return transition
+
+    def _usable_patch(self, sequence: int, transition: Transition) -> list[JsonPatchOp] | None:
+        """The parsed patch, or None (reported here) when it cannot be applied at all."""
+        if withheld(transition.patch_mode):
+            self.report(
+                "state_withheld",
+                "warning",
+                f"The patch of transition {sequence} was withheld by the producer (mode "
+                f"{transition.patch_mode!r}), so the states from here on cannot be verified.",
+                sequence=sequence,
+                span_id=transition.span_id,
+            )
+            return None
+        ops = parse_patch(transition.patch_json)
+        if ops is None:
+            self.report(
+                "invalid_json_payload",
+                "error",
+                f"The patch of transition {sequence} (span {span_label(transition)}) is not a "
+                f"valid JSON Patch ({len(transition.patch_json)} characters), so the states "
+                "from here on cannot be verified. A cut payload usually means "
+                "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT is set in the application.",
+                sequence=sequence,
+                span_id=transition.span_id,
+            )
+        return ops
+
+    def _report_patch_failed(self, sequence: int, transition: Transition, error: str) -> None:
+        self.report(
+            "patch_failed",
+            "error",
+            f"The patch of transition {sequence} (action {transition.action!r}, span "
+            f"{span_label(transition)}) does not apply to the replayed state: {error}. "
+            "It was skipped, and the states from here on cannot be verified.",
+            sequence=sequence,
+            span_id=transition.span_id,
+        )
+
+    def _check_end(
+        self, states: States, last_index: int, recorded: JsonValue | Missing, complete: bool
+    ) -> bool | None:
+        """Compare the replayed end with the recorded one; None when there is nothing to compare."""
+        if recorded is MISSING:
+            return None
+        replayed = states.peek(last_index)
+        if json_equal(replayed, recorded):
+            return True
+        mismatched = [
+            pointer or "/ (the whole state)"
+            for pointer, _, _ in islice(
+                iter_differences(replayed, recorded), MISMATCH_POINTERS_SHOWN + 1
+            )
+        ]
+        shown = ", ".join(mismatched[:MISMATCH_POINTERS_SHOWN])
+        more = " and more" if len(mismatched) > MISMATCH_POINTERS_SHOWN else ""
+        if complete:
+            advice = (
+                "Every transition arrived and applied, so the evidence contradicts itself; "
+                "none of the replayed states can be trusted."
+            )
+        else:
+            advice = "This is expected after the missing or broken evidence reported above."
+        self.report(
+            "end_state_mismatch",
+            "error" if complete else "warning",
+            f"The replayed end state differs from the recorded end state at {shown}{more}. "
+            + advice,
+            sequence=self.execution.transition_end,
+        )
+        return False
+
+    def _history(
+        self,
+        steps: tuple[Step, ...],
+        verdict: Verdict,
+        interval: Interval,
+        *,
+        states: States | None = None,
+        recorded_end: JsonValue | Missing = MISSING,
+    ) -> History:
+        upper = interval.upper
+        if interval.by_time:
+            upper = len(steps)
+        return History(
+            execution=self.execution,
+            steps=steps,
+            diagnostics=tuple(self.diagnostics),
+            verdict=verdict,
+            start_sequence=interval.lower,
+            end_sequence=upper,
+            states=states,
+            recorded_end=recorded_end,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    steps: tuple[Step, ...]
+    complete: bool
+    failed_at_first_step: bool  # the first patch did not apply to the verified start state
+
+
+def _verdict(complete: bool, end_matches: bool | None, failed_at_first_step: bool) -> Verdict:
+    if complete and end_matches:
+        return "verified"
+    if (complete and end_matches is False) or failed_at_first_step:
+        return "failed"
+    return "partial"
+
+
+def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, ...]) -> History:
+    """A history of what arrived before the owner span: a timeline, no states."""
+    waiting = Diagnostic(
+        "owner_not_arrived",
+        "info",
+        "The workflow span that owns this store has not arrived yet (it is exported last, "
+        "when the run ends). States will be rebuilt once it does.",
+    )
+    steps = tuple(
+        _unreplayed_step(sequence, t, frozenset()) for sequence, t in in_flight_order(received)
+    )
+    return History(
+        execution=None,
+        steps=steps,
+        diagnostics=(waiting, *dropped_findings(evidence)),
+        verdict="in_flight",
+        start_sequence=0,
+        end_sequence=None,
+        states=None,
+        recorded_end=MISSING,
+    )
+
+
+def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[int]) -> Step:
+    ops = parse_patch(transition.patch_json)
+    return Step(
+        sequence=sequence,
+        transition=transition,
+        changed_paths=changed_paths(ops or ()),
+        applied=False,
+        verified=False,
+        foreign=sequence in foreign,
+    )
+
+
+def _unverify(step: Step) -> Step:
+    # Built directly: NamedTuple._replace costs several times as much, once per step.
+    return Step(
+        step.sequence, step.transition, step.changed_paths, step.applied, False, step.foreign
+    )

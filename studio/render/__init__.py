@@ -1,0 +1,1 @@
+"""Pure view models: what a page shows, built from replayed histories."""

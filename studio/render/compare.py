@@ -1,0 +1,293 @@
+"""Comparing two executions: where their state chronologies part, and how they end.
+
+Stage: pure. Input is what `studio.inspect.Inspector.inspect` returns for two
+runs; output is a `Comparison` of plain values that the HTML page and its JSON
+twin both render. No I/O, no clock, and inputs are never mutated.
+
+Alignment is by position: step k of one run is set against step k of the other
+(k = 1..n, with k = 0 the start states), since two runs of a workflow need not
+share sequence numbers, store ids or even the same number of steps. The first
+divergence is the first k whose states differ, or the first k that only one of
+the runs reached.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, Final
+
+from collector.replay.history import History, Step, walk
+from collector.replay.jsondoc import MISSING, JsonValue, Missing, iter_differences, json_equal
+from collector.timestamps import rfc3339
+from studio.inspect import Inspection
+
+MAX_DIFF_ENTRIES: Final = 500
+"""Most entries a comparison reports per diff; a whole-state rewrite stays readable."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiffEntry:
+    """One place where two JSON documents differ; MISSING means absent on that side."""
+
+    pointer: str
+    a: JsonValue | Missing
+    b: JsonValue | Missing
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run ended, for the side-by-side header."""
+
+    run_id: str
+    workflow: str
+    service: str
+    kind: str
+    status: str
+    verdict: str
+    error: str | None
+    error_type: str | None
+    start_unix_nano: int
+    duration_nano: int | None
+    received_transitions: int
+    transition_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepSide:
+    """One run's step at the divergence; None fields mean the run has no such step."""
+
+    sequence: int | None
+    action: str | None
+    node: str | None
+    changed_paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first position whose states differ (0 = the start states)."""
+
+    position: int
+    a: StepSide
+    b: StepSide
+    differences: tuple[DiffEntry, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Everything the compare page shows. `unavailable` explains an empty comparison."""
+
+    a: Outcome
+    b: Outcome
+    compared_steps: int
+    divergence: Divergence | None
+    final_diff: tuple[DiffEntry, ...]
+    final_truncated: bool
+    unavailable: str | None
+
+
+def bounded_diff(
+    a: JsonValue | Missing, b: JsonValue | Missing
+) -> tuple[list[DiffEntry], bool]:
+    """The first MAX_DIFF_ENTRIES places `a` and `b` differ, and whether there are more.
+
+    Positional, in document order (`collector.replay.jsondoc.iter_differences`); the
+    values are the callers' own (not copied). Only one entry past the bound is
+    looked for, so a rewrite of a large state costs no more than the entries shown.
+    """
+    found = [
+        DiffEntry(pointer, left, right)
+        for pointer, left, right in islice(iter_differences(a, b), MAX_DIFF_ENTRIES + 1)
+    ]
+    return found[:MAX_DIFF_ENTRIES], len(found) > MAX_DIFF_ENTRIES
+
+
+def compare(a: Inspection, b: Inspection) -> Comparison:
+    """Outcomes of both runs, their first divergence, and how their final states differ."""
+    final_diff, final_truncated = bounded_diff(_final_state(a.history), _final_state(b.history))
+    unavailable = _unavailable(a, b)
+    divergence, compared = (None, 0) if unavailable else first_divergence(a.history, b.history)
+    return Comparison(
+        a=outcome(a),
+        b=outcome(b),
+        compared_steps=compared,
+        divergence=divergence,
+        final_diff=_copied(final_diff),
+        final_truncated=final_truncated,
+        unavailable=unavailable,
+    )
+
+
+def first_divergence(a: History, b: History) -> tuple[Divergence | None, int]:
+    """The first position where the states differ, and how many positions were compared.
+
+    Both histories are walked once, in step; a state is compared only with the
+    state at the same position of the other run. Raises StateUnavailableError
+    when either history has no start state.
+    """
+    start_a, start_b = _start_state(a), _start_state(b)
+    if not json_equal(start_a, start_b):
+        return _divergence(0, None, None, start_a, start_b), 0
+    walk_a, walk_b = walk(a), walk(b)
+    position = 0
+    while True:
+        next_a, next_b = next(walk_a, None), next(walk_b, None)
+        if next_a is None and next_b is None:
+            return None, position
+        position += 1
+        # A run that ran out of steps stays in its last state.
+        step_a, state_a = next_a if next_a is not None else (None, a.replayed_end)
+        step_b, state_b = next_b if next_b is not None else (None, b.replayed_end)
+        if step_a is None or step_b is None or not json_equal(state_a, state_b):
+            return _divergence(position, step_a, step_b, state_a, state_b), position
+
+
+def outcome(inspection: Inspection) -> Outcome:
+    """The run's header facts, from its stored row or, while in flight, what arrived."""
+    row = inspection.row
+    if row is not None:
+        return Outcome(
+            run_id=row.run_id,
+            workflow=row.name,
+            service=row.service,
+            kind=row.kind,
+            status=row.status,
+            verdict=inspection.history.verdict,
+            error=row.status_message or None,
+            error_type=row.error_type,
+            start_unix_nano=row.start_unix_nano,
+            duration_nano=row.end_unix_nano - row.start_unix_nano,
+            received_transitions=len(inspection.history.steps),
+            transition_count=row.transition_count,
+        )
+    assert inspection.in_flight is not None
+    flight = inspection.in_flight
+    return Outcome(
+        run_id=flight.run_id,
+        workflow="",
+        service=flight.service,
+        kind="workflow",
+        status="in_flight",
+        verdict=inspection.history.verdict,
+        error=None,
+        error_type=None,
+        start_unix_nano=flight.first_unix_nano,
+        duration_nano=None,
+        received_transitions=len(inspection.history.steps),
+        transition_count=None,
+    )
+
+
+def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    """The JSON twin's body; MISSING values become null with a `*_present` flag."""
+    divergence = comparison.divergence
+    return {
+        "a": _outcome_json(comparison.a),
+        "b": _outcome_json(comparison.b),
+        "compared_steps": comparison.compared_steps,
+        "unavailable": comparison.unavailable,
+        "divergence": None
+        if divergence is None
+        else {
+            "position": divergence.position,
+            "a": _step_json(divergence.a),
+            "b": _step_json(divergence.b),
+            "differences": [_entry_json(e) for e in divergence.differences],
+            "truncated": divergence.truncated,
+        },
+        "final_diff": [_entry_json(e) for e in comparison.final_diff],
+        "final_truncated": comparison.final_truncated,
+    }
+
+
+def _divergence(
+    position: int,
+    step_a: Step | None,
+    step_b: Step | None,
+    state_a: JsonValue | Missing,
+    state_b: JsonValue | Missing,
+) -> Divergence:
+    # The states may be walk()'s live documents: copy what the result keeps.
+    differences, truncated = bounded_diff(state_a, state_b)
+    return Divergence(
+        position, _side(step_a), _side(step_b), _copied(differences), truncated
+    )
+
+
+def _side(step: Step | None) -> StepSide:
+    if step is None:
+        return StepSide(None, None, None, ())
+    return StepSide(
+        step.sequence, step.transition.action, step.transition.span_name, step.changed_paths
+    )
+
+
+def _start_state(history: History) -> JsonValue:
+    return history.state_at(history.start_sequence)
+
+
+def _final_state(history: History) -> JsonValue | Missing:
+    """The producer's recorded end state when readable, else the replayed end.
+
+    The recorded end is what the run itself saw, so it is right even when
+    events were lost on the way; the replay is the best we can do without it.
+    """
+    recorded = history.recorded_end
+    if recorded is not MISSING or not history.has_states:
+        return recorded
+    return history.replayed_end
+
+
+def _unavailable(a: Inspection, b: Inspection) -> str | None:
+    for label, inspection in (("A", a), ("B", b)):
+        if not inspection.history.has_states:
+            return (
+                f"run {label} ({inspection.run_id}) has no start state to replay from, "
+                "so its steps cannot be compared"
+            )
+    return None
+
+
+def _copied(entries: list[DiffEntry]) -> tuple[DiffEntry, ...]:
+    return tuple(DiffEntry(e.pointer, copy.deepcopy(e.a), copy.deepcopy(e.b)) for e in entries)
+
+
+def _outcome_json(found: Outcome) -> dict[str, Any]:
+    return {
+        "id": found.run_id,
+        "workflow": found.workflow or None,
+        "service": found.service,
+        "kind": found.kind,
+        "status": found.status,
+        "verdict": found.verdict,
+        "error": found.error,
+        "error_type": found.error_type,
+        "started_at": rfc3339(found.start_unix_nano),
+        "start_unix_nano": found.start_unix_nano,
+        "duration_nano": found.duration_nano,
+        "received_transitions": found.received_transitions,
+        "transition_count": found.transition_count,
+    }
+
+
+def _step_json(side: StepSide) -> dict[str, Any] | None:
+    if side.sequence is None:
+        return None
+    return {
+        "sequence": side.sequence,
+        "action": side.action,
+        "node": side.node,
+        "changed_paths": list(side.changed_paths),
+    }
+
+
+def _entry_json(entry: DiffEntry) -> dict[str, Any]:
+    return {
+        "path": entry.pointer,
+        "a": None if isinstance(entry.a, Missing) else entry.a,
+        "a_present": entry.a is not MISSING,
+        "b": None if isinstance(entry.b, Missing) else entry.b,
+        "b_present": entry.b is not MISSING,
+    }

@@ -1,0 +1,1 @@
+"""Route handlers: each page, its JSON twin and the operator routes."""
