@@ -413,7 +413,7 @@ def log_levels(log: str) -> str:
     starts each record with its level), how many quote an error that invalidates
     DuckDB's database (FATAL or INTERNAL), how many reads and replay saves ran out
     of memory at a burst's lowered limit and were run again at the configured one
-    (logged at INFO: collector/store `_at_any_limit`), and how many of the field
+    (logged at INFO: collector/store/memory.py), and how many of the field
     index rewrite's steps did (collector/jobs/replayer.py)."""
     lines = log.splitlines()
     counts = {level: sum(line.startswith(f"{level} ") for line in lines)
@@ -530,7 +530,7 @@ def start_baseline(env: dict[str, str]) -> Server:
 def start_statetrail(db_path: Path, env: dict[str, str], log_path: Path) -> Server:
     grpc_port, http_port = free_port(), free_port()
     statetrail = Path(sys.executable).with_name("statetrail")
-    command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector.cli.main"]
+    command = [str(statetrail)] if statetrail.exists() else [sys.executable, "-m", "collector"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*command, "serve", "--db", str(db_path), "--host", LOOPBACK,

@@ -7,7 +7,7 @@ exporter threads push pre-built ~1 MB requests as fast as they are
 acknowledged. Prints p50/p95 per page for both phases, their ratio, and the
 target: executions page p95 <= 200 ms under load (printed, never asserted), and
 what ingest achieved meanwhile (studio requests are served first; see
-collector/jobs/foreground.py).
+collector/foreground.py).
 
 Run from the repository root: .venv/bin/python -m bench.bench_studio_load
 """
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a, b = idle[name], loaded[name]
         print(f"{name:>18} {statistics.median(a):9.1f} {_p95(a):9.1f} "
               f"{statistics.median(b):9.1f} {_p95(b):9.1f} {_p95(b) / _p95(a):9.1f}")
-    # Studio requests come first (collector/jobs/foreground.py): ingest gives way to
+    # Studio requests come first (collector/foreground.py): ingest gives way to
     # them, so say what that cost ingest while the pages were being sampled.
     if ingest:
         result = ingest[0]

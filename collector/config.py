@@ -52,7 +52,7 @@ class Config:
     # a replay appends (field-index rows, hundreds an execution) are most of it:
     # they held 55-76 MB of the burst's limit at a 128 MB threshold. Whatever
     # runs out of memory at the burst's limit is run again at the configured one
-    # (store `_at_any_limit`), so each such retry lifts the pool for its call;
+    # (collector/store/memory.py), so each such retry lifts the pool for its call;
     # the highest peaks came in those retries, whose COMMIT checkpointed, and
     # DuckDB's fatal "misaligned count" error followed some. In default
     # bench_ingest runs (December 2026, a 96 MB burst limit) 112 calls ran out in

@@ -1,20 +1,14 @@
-"""The Starlette application and the one lifespan that starts and stops everything.
+"""The Starlette application: routes, middleware, and a lifespan that runs the write side.
 
-Start-up order matters for durability: the store opens (and migrates) first,
-the ingestor (spool, its writer, the extractor, which stores whatever an
-earlier run left in the spool) next, and only then do the receivers accept
-exports. Shutdown runs the same stack backwards: receivers stop taking requests
-and finish in-flight ones, the ingestor spools its queue and stores what it
-can in a bounded time (the rest waits in the spool), and the store checkpoints
-and closes.
+The lifespan enters collector/server.py's `running`, which starts the store,
+spool, extractor, replayer, pruner and receivers in order and stops them
+backwards; the studio reads through what it yields.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import logging
-import secrets
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -26,20 +20,10 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from collector.cli.sidecar import Sidecar, published
 from collector.config import Config
-from collector.intake.ingest import Ingestor
-from collector.jobs.burst_memory import BurstMemory
-from collector.jobs.foreground import Foreground
-from collector.jobs.pruner import Pruner
-from collector.jobs.replayer import Replayer
-from collector.process.allocators import release_free_memory
-from collector.receive.admission import Admission
-from collector.receive.auth import KeyChecker
-from collector.receive.keyring import ManagedKeys
-from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.receive.otlp_http import TRACES_PATH, HttpTraceReceiver
-from collector.store import Store, StoreError
+from collector.foreground import Foreground
+from collector.server import TRACES_PATH, running
+from collector.store import StoreError
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
@@ -54,17 +38,11 @@ from studio.views import compare as compare_page
 from studio.views import execution as execution_page
 from studio.views import executions as views
 
-logger = logging.getLogger(__name__)
-
-# How long a stopping server lets calls in progress finish: the gRPC receiver's
-# here, uvicorn's HTTP requests (collector/cli/main.py hands it the same bound).
-SHUTDOWN_GRACE_SECONDS: Final = 30
-
 
 def create_app(config: Config, *, grpc: bool = True) -> Starlette:
     """The studio and OTLP/HTTP app; its lifespan starts and stops everything else."""
     # Shared by the studio's requests (foreground) and ingest and replay, which
-    # give way to them: see collector/jobs/foreground.py.
+    # give way to them: see collector/foreground.py.
     foreground = Foreground()
     return Starlette(
         routes=ROUTES,
@@ -82,73 +60,10 @@ def create_app(config: Config, *, grpc: bool = True) -> Starlette:
 async def _lifespan(
     app: Starlette, *, config: Config, foreground: Foreground, grpc: bool
 ) -> AsyncIterator[None]:
-    """Open the store and start the threads and receivers, in order; stop them backwards."""
-    with contextlib.ExitStack() as stack:
-        compile_templates()
-        store = Store(
-            config.db_path,
-            checkpoint_threshold=config.checkpoint_threshold,
-            memory_limit=config.memory_limit,
-            threads=config.duckdb_threads,
-        )
-        stack.callback(store.close)
-        # Runs just before it, once everything else has stopped: the closing
-        # checkpoint fills DuckDB's buffer pool, and would otherwise come on
-        # top of what the stopped threads freed but the allocators still hold.
-        stack.callback(release_free_memory)
-        # The replayer hands long histories to the inspector, so the first
-        # view of a long run that was just ingested does not replay it again.
-        inspector = Inspector(store)
-        replayer = Replayer(
-            store,
-            foreground,
-            sink=inspector,
-            burst=BurstMemory(store, config.burst_memory_limit),
-        )
-        stack.callback(replayer.close)
-        ingestor = Ingestor(
-            store,
-            config.spool_path,
-            on_commit=replayer.notify,
-            foreground=foreground,
-            max_backlog_bytes=config.max_backlog_bytes,
-            extraction_worker=config.extraction_worker,
-        )
-        stack.callback(ingestor.close)
-        if config.retain_nanos is not None:
-            # Registered after the writer, so it stops before the store closes.
-            pruner = Pruner(
-                store,
-                config.retain_nanos,
-                interval_seconds=config.prune_interval_seconds,
-                first_delay_seconds=config.prune_first_delay_seconds,
-            )
-            stack.callback(pruner.close)
-        managed_keys = ManagedKeys(store)
-        keys = KeyChecker(
-            config.api_keys,
-            managed_keys.accepts,
-            extra_required=managed_keys.any_exist,
-        )
-        # One budget for both transports: --max-inflight bounds the memory that
-        # exports in progress hold, whichever way they arrive.
-        admission = Admission(config.max_inflight_requests, config.max_inflight_bytes)
-        if grpc:
-            receiver = _start_grpc(config, ingestor, keys, admission)
-            stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
-        admin_token = secrets.token_urlsafe(32)
-        app.state.services = Services(
-            config, store, ingestor, keys, managed_keys,
-            _otlp_http(config, ingestor, keys, admission), admin_token,
-            replayer, inspector,
-        )
-        stack.enter_context(
-            published(
-                config.db_path,
-                Sidecar.for_listener(config.host, config.http_port, admin_token),
-            )
-        )
-        logger.info("statetrail ready: db=%s", config.db_path)
+    """Run the write side (collector/server.py) for as long as the app serves."""
+    compile_templates()
+    with running(config, foreground, history_sink=Inspector, grpc=grpc) as (write_side, inspector):
+        app.state.services = Services(config, write_side, inspector)
         yield
 
 
@@ -161,40 +76,8 @@ def _access(config: Config) -> list[Middleware]:
     return [Middleware(StudioAccess, password=config.studio_password)]
 
 
-def _start_grpc(
-    config: Config, ingestor: Ingestor, keys: KeyChecker, admission: Admission
-) -> GrpcReceiver:
-    handler = TraceExportHandler(
-        ingestor,
-        keys,
-        admission,
-        retry_after_seconds=config.retry_after_seconds,
-    )
-    receiver = GrpcReceiver(
-        handler,
-        f"{config.host}:{config.grpc_port}",
-        workers=config.grpc_workers,
-        max_receive_bytes=config.max_receive_bytes,
-    )
-    receiver.start()
-    logger.info("OTLP/gRPC listening on %s:%d", config.host, receiver.port)
-    return receiver
-
-
-def _otlp_http(
-    config: Config, ingestor: Ingestor, keys: KeyChecker, admission: Admission
-) -> HttpTraceReceiver:
-    return HttpTraceReceiver(
-        ingestor,
-        keys,
-        admission,
-        max_receive_bytes=config.max_receive_bytes,
-        retry_after_seconds=config.retry_after_seconds,
-    )
-
-
 async def _export_traces(request: Request) -> Response:
-    return await services_of(request).otlp_http.export(request)
+    return await services_of(request).write_side.export_http(request)
 
 
 class RunIdConvertor(Convertor[str]):

@@ -1,4 +1,4 @@
-"""Marks studio requests as foreground work (collector/jobs/foreground.py), as ASGI middleware.
+"""Marks studio requests as foreground work (collector/foreground.py), as ASGI middleware.
 
 Every HTTP request counts except OTLP/HTTP exports (they are the background
 work that gives way), static files and health checks (both cheap, and health
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from collector.jobs.foreground import Foreground
-from collector.receive.otlp_http import TRACES_PATH
+from collector.foreground import Foreground
+from collector.server import TRACES_PATH
 from studio.links import route_path
 
 BACKGROUND_PATHS = frozenset({TRACES_PATH, "/healthz"})

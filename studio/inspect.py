@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from collector.jobs.evidence import EvidenceVersion, load_history, load_in_flight_history
+from collector.evidence import EvidenceVersion, load_history, load_in_flight_history
 from collector.model import Execution
 from collector.replay.history import History
 from collector.replay.provenance import Provenance, provenance

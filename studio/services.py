@@ -1,6 +1,7 @@
 """The running server's parts that request handlers use, reached from any request.
 
-`studio/app.py` builds one `Services` when the server starts and keeps it as
+`studio/app.py` builds one `Services` when the server's write side
+(collector/server.py) has started and keeps it as
 `app.state.services`; handlers reach it through these typed accessors rather
 than through the untyped state bag.
 """
@@ -12,11 +13,7 @@ from dataclasses import dataclass, field
 from starlette.requests import HTTPConnection
 
 from collector.config import Config
-from collector.intake.ingest import Ingestor
-from collector.jobs.replayer import Replayer
-from collector.receive.auth import KeyChecker
-from collector.receive.keyring import ManagedKeys
-from collector.receive.otlp_http import HttpTraceReceiver
+from collector.server import WriteSide
 from collector.store import Store
 from studio.inspect import Inspector
 from studio.render.suggestions import Suggestions
@@ -25,14 +22,7 @@ from studio.render.suggestions import Suggestions
 @dataclass(frozen=True, slots=True)
 class Services:
     config: Config
-    store: Store
-    ingestor: Ingestor
-    keys: KeyChecker
-    managed_keys: ManagedKeys
-    otlp_http: HttpTraceReceiver
-    # Proves a caller of the admin routes can read the sidecar file (mode 0600).
-    admin_token: str
-    replayer: Replayer
+    write_side: WriteSide
     inspector: Inspector
     # The filter box's help and suggestions, kept for a minute (studio/render/suggestions.py).
     suggestions: Suggestions = field(default_factory=Suggestions)
@@ -44,7 +34,7 @@ def services_of(connection: HTTPConnection) -> Services:
 
 
 def store_of(connection: HTTPConnection) -> Store:
-    return services_of(connection).store
+    return services_of(connection).write_side.store
 
 
 def inspector_of(connection: HTTPConnection) -> Inspector:

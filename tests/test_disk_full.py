@@ -315,7 +315,8 @@ CHECKPOINT_PROBE = textwrap.dedent(
     from pathlib import Path
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
     from opentelemetry.proto.trace.v1 import trace_pb2
-    from collector.intake.ingest import Ingestor, RetryLater
+    from collector.intake.ingest import Ingestor
+    from collector.intake.sink import RetryLater
     from collector.store import Store, StoreError
 
     db = Path(sys.argv[1])

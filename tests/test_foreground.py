@@ -15,8 +15,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from support import export_raw, fixture_requests, free_port, serving_in_thread
 
+from collector.foreground import Foreground
 from collector.intake.ingest import Ingestor
-from collector.jobs.foreground import Foreground
 from collector.receive.admission import Admission
 from collector.receive.auth import KeyChecker
 from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler

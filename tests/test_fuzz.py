@@ -29,8 +29,8 @@ from support import FIXTURE_API_KEY, Server, export_raw
 
 from collector.decode.otlp import DecodeError, parse_request
 from collector.encode.exports import batch_from_export
+from collector.evidence import load_history
 from collector.index.indexing import field_index
-from collector.jobs.evidence import load_history
 from collector.replay.history import StateUnavailableError
 from collector.store import Store
 from studio.views.api import json_value, timeline

@@ -10,7 +10,7 @@ from history_records import scenario
 from support import fixture_requests, scenarios
 
 from collector.encode.exports import batch_from_export
-from collector.jobs.evidence import EvidenceVersion, load_history
+from collector.evidence import EvidenceVersion, load_history
 from collector.jobs.replayer import replay_stores
 from collector.model import Evidence, Execution, Transition
 from collector.replay.history import History

@@ -127,11 +127,11 @@ def test_a_reopen_within_a_burst_keeps_the_bursts_limit(tmp_path: Path) -> None:
 
 def test_no_reopen_while_a_call_runs_at_the_configured_limit(tmp_path: Path) -> None:
     # A read that ran out of memory at the burst's limit runs again at the
-    # configured one (Store._at_any_limit); a new connection would lose that.
+    # configured one (collector/store/memory.py); a new connection would lose that.
     store = Store(tmp_path / "raised.duckdb", memory_limit="128MB")
     try:
         assert store.lower_memory(BURST)
-        with store._configured_limit():
+        with store._memory.configured_for_a_call():
             assert not store.release_memory()
             assert store.memory_limit() == CONFIGURED_SHOWN
         assert store.memory_limit() == BURST_SHOWN

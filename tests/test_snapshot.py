@@ -17,7 +17,7 @@ from support import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
 from collector.encode.exports import batch_from_export
-from collector.jobs.evidence import load_history, replay_with, version_of
+from collector.evidence import load_history, replay_with, version_of
 from collector.jobs.replayer import replay_stores
 from collector.model import Evidence, Execution, Transition
 from collector.replay.history import History, StateUnavailableError

@@ -25,7 +25,8 @@ from support import export_raw, fixture_requests, free_port, serving_in_thread
 from collector.decode.otlp import parse_request
 from collector.intake import extractor as extractor_module
 from collector.intake import spool as spool_module
-from collector.intake.ingest import Ingestor, IngestorBusy, RetryLater
+from collector.intake.ingest import Ingestor, IngestorBusy
+from collector.intake.sink import RetryLater
 from collector.intake.spool import START, Packed, Position, Spool, SpoolError, export_bytes, pack
 from collector.receive.admission import Admission
 from collector.receive.auth import KeyChecker

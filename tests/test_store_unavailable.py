@@ -50,7 +50,7 @@ def test_studio_answers_503_with_the_reason_when_the_store_fails(
     client, services = studio
     _export(client)
     assert client.get("/healthz").json()["spans"] > 0
-    services.store.close()
+    services.write_side.store.close()
 
     health = client.get("/healthz")
     assert health.status_code == 503
@@ -76,9 +76,9 @@ def test_data_committed_before_the_failure_is_all_there_after_a_restart(
     client, services = studio
     _export(client)
     stored = client.get("/healthz").json()["spans"]
-    services.store.close()
+    services.write_side.store.close()
     assert client.get("/healthz").status_code == 503
-    reopened = Store(services.store.path, read_only=True)
+    reopened = Store(services.write_side.store.path, read_only=True)
     try:
         assert reopened.counts()["spans"] == stored
     finally:

@@ -75,7 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
     from collector.process.gc_settings import freeze_startup
 
     # The collector's one import of the studio: serving is where the two sides meet.
-    from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
+    from collector.server import SHUTDOWN_GRACE_SECONDS
+    from studio.app import create_app
 
     try:
         config = serve_config(args)

@@ -50,8 +50,8 @@ from typing import Final, Protocol
 
 from collector.decode.otlp import DecodedSpan, DecodeError
 from collector.encode.exports import batch_from_export
+from collector.foreground import Foreground
 from collector.intake.spool import Export, Position, Spool, SpoolRecord, export_bytes
-from collector.jobs.foreground import Foreground
 from collector.store import (
     IngestBatch,
     PreparedWrite,
@@ -294,7 +294,7 @@ class Extractor:
             elif read_ahead:
                 self._submit_ahead(after)
             # The worker's preparing and this commit would keep both cores
-            # busy while a studio page is served (collector/jobs/foreground.py).
+            # busy while a studio page is served (collector/foreground.py).
             self._foreground.give_way()
             result = self._committed(rows, after)
         except StoreError:

@@ -28,15 +28,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from collector.decode.otlp import ExportRequestPB2, RejectedSpan, screen
+from collector.foreground import Foreground
 from collector.intake.extractor import ExportQuarantined, Extractor
+from collector.intake.sink import IngestOutcome, RetryLater
 from collector.intake.spool import Packed, Position, Spool, SpoolError, pack
 from collector.intake.worker import ExtractionWorker
-from collector.jobs.foreground import Foreground
 from collector.store import Store, StoreError, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -51,17 +51,6 @@ DEFAULT_MAX_BACKLOG_BYTES: Final = 1024 * 1024 * 1024
 # On shutdown the extractor stores what it can in this time; the rest waits
 # in the spool for the next start.
 DRAIN_SECONDS: Final = 20.0
-
-
-@dataclass(frozen=True, slots=True)
-class IngestOutcome:
-    accepted_spans: int
-    rejected_spans: int
-    error_message: str
-
-
-class RetryLater(RuntimeError):
-    """The export is not acknowledged; the exporter should send it again later."""
 
 
 class IngestorClosed(RetryLater):

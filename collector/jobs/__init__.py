@@ -1,1 +1,1 @@
-"""Background work off the ack path: replay, retention, memory, foreground priority."""
+"""Background work off the ack path: replay, retention, memory while a burst is stored."""

@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from collector.evidence import EvidenceVersion, replay_with, version_of
+from collector.foreground import Foreground
 from collector.index.fields import FieldIndex
 from collector.index.indexing import TouchedValues, field_index
 from collector.jobs.burst_memory import BurstMemory
-from collector.jobs.evidence import EvidenceVersion, replay_with, version_of
-from collector.jobs.foreground import Foreground
 from collector.model import Execution
 from collector.replay.history import History
 from collector.replay.lineage import enclosing_runs

@@ -16,7 +16,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from collector.intake.ingest import IngestOutcome
+from collector.intake.sink import IngestOutcome
 
 ExportResponsePB2: TypeAlias = trace_service_pb2.ExportTraceServiceResponse
 StatusPB2: TypeAlias = status_pb2.Status

@@ -24,7 +24,7 @@ import grpc
 from google.rpc import code_pb2
 
 from collector.decode.otlp import DecodeError, parse_request
-from collector.intake.ingest import Ingestor, RetryLater
+from collector.intake.sink import ExportSink, RetryLater
 from collector.receive.admission import Admission
 from collector.receive.answers import (
     AT_CAPACITY_MESSAGE,
@@ -58,13 +58,13 @@ class TraceExportHandler:
 
     def __init__(
         self,
-        ingestor: Ingestor,
+        sink: ExportSink,
         keys: KeyChecker,
         admission: Admission,
         *,
         retry_after_seconds: int,
     ) -> None:
-        self._ingestor = ingestor
+        self._sink = sink
         self._keys = keys
         self._admission = admission
         self._retry_after_seconds = retry_after_seconds
@@ -81,16 +81,16 @@ class TraceExportHandler:
 
     def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            self._ingestor.check_backlog()
+            self._sink.check_backlog()
         except RetryLater as exc:
             self._abort_retryable(context, str(exc))
-        self._ingestor.give_way()
+        self._sink.give_way()
         try:
             request = parse_request(body)
         except DecodeError as exc:
             self._abort_invalid(context, str(exc))
         try:
-            outcome = self._ingestor.ingest(request, body)
+            outcome = self._sink.ingest(request, body)
         except RetryLater as exc:
             self._abort_retryable(context, str(exc))
         serialized: bytes = export_response(outcome).SerializeToString()

@@ -2,11 +2,11 @@
 
 The HTTP twin of `collector/receive/otlp_grpc.py`, following the same rules and giving
 the same answers (collector/receive/answers.py); nothing here decodes spans or
-touches storage except through the injected `Ingestor`. A body is parsed by
+touches storage except through the injected `ExportSink`. A body is parsed by
 collector/decode/otlp.py (protobuf) or collector/receive/otlp_json.py (OTLP JSON).
 
 Invariants:
-- a 200 is sent only after `Ingestor.ingest` returned, that is once the export
+- a 200 is sent only after `ExportSink.ingest` returned, that is once the export
   is durable (collector/intake/ingest.py);
 - one request never holds more than the receive limit, compressed or inflated:
   Content-Length is checked before reading, and bytes are counted while reading
@@ -41,7 +41,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from collector.decode.otlp import DecodeError, parse_request
-from collector.intake.ingest import Ingestor, IngestOutcome, RetryLater
+from collector.intake.sink import ExportSink, IngestOutcome, RetryLater
 from collector.receive import otlp_json
 from collector.receive.admission import Admission
 from collector.receive.answers import (
@@ -110,14 +110,14 @@ class HttpTraceReceiver:
 
     def __init__(
         self,
-        ingestor: Ingestor,
+        sink: ExportSink,
         keys: KeyChecker,
         admission: Admission,
         *,
         max_receive_bytes: int,
         retry_after_seconds: int,
     ) -> None:
-        self._ingestor = ingestor
+        self._sink = sink
         self._keys = keys
         self._admission = admission
         self._max_receive_bytes = max_receive_bytes
@@ -205,10 +205,10 @@ class HttpTraceReceiver:
     ) -> IngestOutcome:
         """Runs on a worker thread: inflating and decoding are CPU work, ingest blocks."""
         try:
-            self._ingestor.check_backlog()
+            self._sink.check_backlog()
         except RetryLater as exc:
             raise self._unavailable(str(exc)) from exc
-        self._ingestor.give_way()
+        self._sink.give_way()
         if gzipped:
             body = self._gunzip(body, share)
         try:
@@ -219,7 +219,7 @@ class HttpTraceReceiver:
         except DecodeError as exc:
             raise _bad_request(str(exc)) from exc
         try:
-            return self._ingestor.ingest(request, protobuf)
+            return self._sink.ingest(request, protobuf)
         except RetryLater as exc:
             raise self._unavailable(str(exc)) from exc
 

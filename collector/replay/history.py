@@ -173,7 +173,7 @@ class History:
         end_sequence: int | None,
         checkpoints: Sequence[tuple[int, str]],
     ) -> History:
-        """A History rebuilt from what a replay saved (collector/replay/snapshot.py), patching nothing.
+        """A History rebuilt from what a replay saved (replay/snapshot.py), patching nothing.
 
         `checkpoints` are `spaced_checkpoints` as JSON text (none when the replayed
         history had no states). A step's patch is applied when a state is rebuilt

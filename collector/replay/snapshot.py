@@ -66,7 +66,7 @@ class Snapshot:
 
     @property
     def version(self) -> tuple[int, int]:
-        """The evidence version (collector/jobs/evidence.py) the replay read."""
+        """The evidence version (collector/evidence.py) the replay read."""
         return (self.transitions_seen, self.latest_span_unix_nano)
 
 

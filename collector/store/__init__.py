@@ -75,6 +75,7 @@ from collector.store.errors import StoreLocked as StoreLocked
 from collector.store.errors import StoreOutOfMemory as StoreOutOfMemory
 from collector.store.keys import ApiKey as ApiKey
 from collector.store.keys import KeyNameTaken as KeyNameTaken
+from collector.store.memory import MemoryLimit
 from collector.store.migrations import apply_migrations
 from collector.store.prepared import WriteResult as WriteResult
 from collector.store.transactions import failure_of, read_snapshot, transaction
@@ -134,14 +135,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self._read_only = read_only
-        self._memory_limit = memory_limit
-        # The limit lower_memory set, until the configured one is restored.
-        self._lowered_to: str | None = None
-        # Calls running at the configured limit within a burst (`_at_any_limit`),
-        # and the lock that keeps DuckDB's limit, `_lowered_to` and the raises
-        # in step (a reopen within a burst reads them to set the new connection's).
-        self._raised = 0
-        self._raise_lock = threading.Lock()
+        self._memory = MemoryLimit(memory_limit, self._set_memory_limit)
         self._threads = threads
         self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
@@ -191,7 +185,7 @@ class Store:
             return database.connect(
                 str(self.path),
                 read_only=self._read_only,
-                memory_limit=memory_limit or self._memory_limit,
+                memory_limit=memory_limit or self._memory.configured,
                 threads=self._threads,
                 checkpoint_threshold=None if self._read_only else self._checkpoint_threshold,
             )
@@ -245,16 +239,9 @@ class Store:
         Lowering it evicts cached blocks. Returns False, changing nothing, if
         DuckDB cannot free that much or the database is not available.
         """
-        with self._raise_lock:
-            if not self._set_memory_limit(limit if limit is not None else self._memory_limit):
-                return False
-            if limit is None:
-                self._lowered_to = None
-        return True
+        return self._memory.limit(limit)
 
-    def _set_memory_limit(self, target: str | None) -> bool:
-        if target is None:
-            return True
+    def _set_memory_limit(self, target: str) -> bool:
         try:
             with self._cursor() as cursor:
                 database.set_memory_limit(cursor, target)
@@ -265,16 +252,9 @@ class Store:
 
     def lower_memory(self, limit: str) -> bool:
         """`limit_memory` below the configured limit for a while (a burst:
-        collector/jobs/burst_memory.py), until `limit_memory()` restores it.
-
-        The lower limit only saves memory; it must never be why an export is
-        refused, so `commit` gives it up when a write runs out of memory.
-        """
-        with self._raise_lock:
-            lowered = self._set_memory_limit(limit)
-            if lowered:
-                self._lowered_to = limit
-        return lowered
+        collector/jobs/burst_memory.py), until `limit_memory()` restores it
+        (collector/store/memory.py says how work that needs more still gets it)."""
+        return self._memory.lower(limit)
 
     @contextmanager
     def memory_raised(self, limit: str) -> Iterator[None]:
@@ -316,58 +296,12 @@ class Store:
             database.checkpoint(cursor)
 
     def _read(self, statement: Callable[[_Cursor], _T]) -> _T:
-        """`statement` on a cursor of its own (`_at_any_limit`)."""
+        """`statement` on a cursor of its own (at any limit: collector/store/memory.py)."""
         def read() -> _T:
             with self._cursor() as cursor:
                 return statement(cursor)
 
-        return self._at_any_limit(read, _name_of(statement))
-
-    def _at_any_limit(self, operation: Callable[[], _T], what: str) -> _T:
-        """`operation`, once more at the configured memory limit, raised for it
-        alone, if it ran out of memory at a burst's lowered one (logged, as `what`).
-
-        For reads and replay saves, whose need passes. Found by bench_ingest:
-        /healthz's counts ran out at 91.5 of 91.5 MiB while a burst was stored
-        (and answered 503); once the WAL passed DuckDB's checkpoint threshold,
-        every replay save's COMMIT, which then checkpoints, ran out (verdicts
-        stayed pending for good). Raising the limit for the rest of the burst,
-        as an export's write does (`commit`), put serve's peak RSS at 405-420 MB.
-        """
-        try:
-            return operation()
-        except StoreOutOfMemory as exc:
-            if self._lowered_to is None:
-                raise
-            logger.info("%s ran out of memory at the lowered limit; trying again at the "
-                        "configured one: %s", what, exc)
-        with self._configured_limit():
-            return operation()
-
-    @contextmanager
-    def _configured_limit(self) -> Iterator[None]:
-        """The configured memory limit while the block runs, then the burst's again
-        (unless the burst ended, or an export's write gave its limit up, meanwhile)."""
-        with self._raise_lock:
-            lowered_to = self._lowered_to
-            raised = bool(self._raised) or self._set_memory_limit(self._memory_limit)
-            if raised:
-                self._raised += 1
-            else:
-                # The try again runs at the limit there is: by now the other
-                # work that filled the pool may have let go of it. (Seen once in
-                # bench_ingest: /healthz answered 503 when this refusal raised.)
-                logger.warning("could not raise DuckDB's memory limit to %s for a "
-                               "try again", self._memory_limit)
-        try:
-            yield
-        finally:
-            if raised:
-                with self._raise_lock:
-                    self._raised -= 1
-                    burst_goes_on = lowered_to is not None and self._lowered_to == lowered_to
-                    if not self._raised and burst_goes_on:
-                        self._set_memory_limit(lowered_to)
+        return self._memory.at_any_limit(read, _name_of(statement))
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -456,7 +390,7 @@ class Store:
         Waits for the write lock, and up to REOPEN_WAIT_SECONDS for open
         cursors to close, while cursors asked for meanwhile wait. Returns
         whether the file was opened again: not if cursors stayed open, a call
-        runs at the configured limit within a burst (`_at_any_limit`), or the
+        runs at the configured limit within a burst (memory.py), or the
         checkpoint that comes first failed (opening would then replay the WAL
         into memory).
         """
@@ -466,17 +400,17 @@ class Store:
             with self._write_lock:
                 # With a timeout: whoever holds it may be waiting for the write
                 # lock (a cursor on an invalidated store reopens it first).
-                if not self._raise_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
+                if not self._memory.lock.acquire(timeout=REOPEN_WAIT_SECONDS):
                     return False
                 try:
                     # Asked before the gate shuts, which holds every reader back.
                     # A raised call would lose its raise to the new connection.
-                    if self._closed or self._invalidated or self._raised:
+                    if self._closed or self._invalidated or self._memory.raised:
                         return False
                     with self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
                         return idle and self._open_again()
                 finally:
-                    self._raise_lock.release()
+                    self._memory.lock.release()
         finally:
             self._maintenance_lock.release()
 
@@ -492,7 +426,7 @@ class Store:
             return False
         self._connection.close()
         try:
-            self._connection = self._connect(self._lowered_to)
+            self._connection = self._connect(self._memory.lowered_to)
         except (duckdb.Error, StoreError) as exc:
             # Marked like a fatal error: the next cursor tries to open it again.
             self._invalidated = True
@@ -536,10 +470,10 @@ class Store:
         try:
             return self._commit(write, progress)
         except StoreOutOfMemory as exc:
-            if self._lowered_to is None or not self.limit_memory():
+            if self._memory.lowered_to is None or not self.limit_memory():
                 raise
             logger.warning("a write ran out of memory at the lowered limit (%s); trying it "
-                           "again at the configured %s", exc, self._memory_limit)
+                           "again at the configured %s", exc, self._memory.configured)
         return self._commit(write, progress)
 
     def _commit(self, write: PreparedWrite, progress: tuple[int, int] | None) -> WriteResult:
@@ -759,7 +693,7 @@ class Store:
                 lineage.link(cursor, parents)
             self._rows_since_open += len(records) + sum(len(index.nodes) for index in indexes)
 
-        self._at_any_limit(save, "a replay save")
+        self._memory.at_any_limit(save, "a replay save")
 
     def compact_field_index_if_due(
         self,

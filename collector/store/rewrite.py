@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import duckdb
 
-from collector.jobs.foreground import Foreground
+from collector.foreground import Foreground
 from collector.store import field_layout
 from collector.store.errors import StoreError
 from collector.store.transactions import transaction

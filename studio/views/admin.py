@@ -31,15 +31,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.cli.admin_client import ADMIN_TOKEN_HEADER
 from collector.config import is_loopback
 from collector.durations import RETENTION_UNITS, DurationError, parse_duration
-from collector.jobs.pruner import prune_older_than
-from collector.receive.keyring import KeyRequestInvalid, ManagedKeys
 from collector.row_json import key_json
+from collector.server import ADMIN_TOKEN_HEADER, KeyRequestInvalid, ManagedKeys
 from collector.store import KeyNameTaken, StoreError
 from studio.json_errors import json_error
-from studio.services import services_of, store_of
+from studio.services import services_of
 from studio.views import api
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -60,7 +58,7 @@ def _refusal(request: Request) -> Response | None:
     """Why this request may not use the admin routes, or None if it may."""
     if request.client is None or not is_loopback(request.client.host):
         return json_error(403, "the admin routes answer only on loopback")
-    expected = services_of(request).admin_token
+    expected = services_of(request).write_side.admin_token
     presented = request.headers.get(ADMIN_TOKEN_HEADER, "")
     # Constant time, so the token cannot be guessed a byte at a time.
     if not hmac.compare_digest(presented.encode(), expected.encode()):
@@ -118,11 +116,11 @@ async def prune(request: Request) -> Response:
     except (ValueError, KeyError, TypeError):
         return json_error(400, 'send a JSON object {"older_than": "30d"}')
     try:
-        counts = await run_in_threadpool(prune_older_than, store_of(request), age)
+        counts = await run_in_threadpool(services_of(request).write_side.prune, age)
     except StoreError as exc:
         return json_error(503, str(exc))
     return JSONResponse({"pruned": counts.as_dict()})
 
 
 def _keys(request: Request) -> ManagedKeys:
-    return services_of(request).managed_keys
+    return services_of(request).write_side.managed_keys

@@ -378,7 +378,7 @@ def _render_executions(
             "partial": partial,
             "hidden_filter_keys": HIDDEN_FILTER_KEYS,
             "grpc_address": f"{services.config.host}:{services.config.grpc_port}",
-            "keys_required": services.keys.required,
+            "keys_required": services.write_side.keys_required,
         },
         status_code=status_code,
     )

@@ -14,11 +14,10 @@ def healthz(request: Request) -> Response:
     `backlog_bytes` is what was received and acknowledged (durable in the spool)
     but not stored in DuckDB yet, as the spool holds it: compressed.
     """
-    services = services_of(request)
-    # Backlog first: the extractor tells the replayer before it reports progress.
-    backlog = services.ingestor.backlog_bytes()
-    replaying = bool(backlog) or not services.replayer.wait_idle(0)
-    counts = services.store.counts()
+    write_side = services_of(request).write_side
+    backlog = write_side.backlog_bytes()
+    replaying = write_side.replaying()
+    counts = write_side.store.counts()
     return JSONResponse(
         {"status": "ok", "replaying": replaying, "backlog_bytes": backlog, **counts}
     )
