@@ -101,6 +101,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         root_path=config.root_path,
+        # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1 (or its
+        # own FORWARDED_ALLOW_IPS): any local client could then pick the address
+        # the sign-in throttle counts it under.
+        proxy_headers=bool(config.forwarded_allow_ips),
+        forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
     )
     return 0
 
