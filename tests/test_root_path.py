@@ -324,6 +324,32 @@ def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
         server.stop()
 
 
+def test_the_documented_proxy_setup_keeps_the_throttle_on_the_real_client(
+    tmp_path: Path,
+) -> None:
+    # docs/security.md: the proxy overwrites X-Forwarded-For, serve believes only it.
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--root-path", PREFIX,
+        "--forwarded-allow-ips", "127.0.0.1", "--login-failures", "3",
+        env={"STATETRAIL_STUDIO_PASSWORD": PASSWORD},
+    ).start()
+    try:
+        with stripping_proxy(server.url, PREFIX, forwarded=True) as proxy, httpx.Client(
+            timeout=30
+        ) as client:
+            statuses = [
+                client.get(
+                    f"{proxy}{PREFIX}/api/executions",
+                    headers={"authorization": "Bearer guess", "x-forwarded-for": f"10.0.0.{n}"},
+                ).status_code
+                for n in range(5)
+            ]
+            # The client's own header never reached serve: one address, locked after 3.
+            assert statuses == [401, 401, 401, 429, 429]
+    finally:
+        server.stop()
+
+
 def _login_server(tmp_path: Path) -> Server:
     """A server with a studio login under the prefix, holding `a_linear`, replayed."""
     server = Server.on_free_ports(
