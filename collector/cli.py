@@ -19,6 +19,7 @@ from collector.config import (
     spool_path_for,
 )
 from collector.keys_cli import add_keys_command
+from collector.private_files import owner_only_umask
 from collector.prune_cli import add_prune_command
 
 GIL_SWITCH_INTERVAL_SECONDS = 0.001
@@ -32,7 +33,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         parser.print_help()
         return 2
     try:
-        result: int = args.handler(args)
+        # Whatever a command creates (the database, its WAL, the spool) holds
+        # telemetry: see collector/private_files.py.
+        with owner_only_umask():
+            result: int = args.handler(args)
     except BrokenPipeError:
         # `statetrail executions | head`: the reader left, so stop quietly. As
         # Python's docs advise, point stdout at devnull so the flush at exit
@@ -97,6 +101,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         root_path=config.root_path,
+        # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1 (or its
+        # own FORWARDED_ALLOW_IPS): any local client could then pick the address
+        # the sign-in throttle counts it under.
+        proxy_headers=bool(config.forwarded_allow_ips),
+        forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
     )
     return 0
 

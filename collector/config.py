@@ -102,6 +102,14 @@ class Config:
     # or the studio listens beyond loopback. repr=False keeps the secret out of logs.
     auth: bool = False
     studio_password: str | None = field(default=None, repr=False)
+    # The sign-in throttle (studio/login_throttle.py): wrong passwords allowed from
+    # one address, and from all together, before refusing; both over this window.
+    login_failures: int = 10
+    login_failures_global: int = 100
+    login_window_seconds: float = 300.0
+    # Proxies whose X-Forwarded-For/-Proto uvicorn believes (addresses or networks,
+    # "*" for any); empty: none, the headers are ignored.
+    forwarded_allow_ips: tuple[str, ...] = ()
     # Retention (collector/pruner.py): None keeps everything forever.
     retain_nanos: int | None = None
     prune_interval_seconds: float = 600.0
@@ -118,7 +126,24 @@ class Config:
     @property
     def studio_auth_required(self) -> bool:
         """Whether every studio page and API route needs a login."""
-        return self.auth or not is_loopback(self.host)
+        return self._login_reason() is not None
+
+    def _login_reason(self) -> str | None:
+        """Why the studio needs a login, or None if it may go without.
+
+        A root path or trusted proxies mean a reverse proxy publishes the
+        studio, though it listens on loopback: the proxy's visitors all arrive
+        from loopback, so loopback vouches for no one.
+        """
+        if self.auth:
+            return "--auth was given"
+        if not is_loopback(self.host):
+            return f"it listens on {self.host}"
+        if self.root_path:
+            return f"--root-path {self.root_path} says a reverse proxy publishes it"
+        if self.forwarded_allow_ips:
+            return "--forwarded-allow-ips says a reverse proxy publishes it"
+        return None
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback with no key unless told to, and say why.
@@ -137,12 +162,12 @@ class Config:
 
     def check_studio_access(self) -> None:
         """Refuse to serve a studio that needs a login when no password was set."""
-        if self.studio_auth_required and not self.studio_password:
-            reason = "--auth was given" if self.auth else f"it listens on {self.host}"
+        reason = self._login_reason()
+        if reason is not None and not self.studio_password:
             raise ConfigError(
                 f"refusing to start: the studio needs a login because {reason}, but no "
-                "password is set. Give --studio-password (or env STATETRAIL_STUDIO_PASSWORD, "
-                "or --studio-password-file)."
+                "password is set. Give --studio-password-file (or env "
+                "STATETRAIL_STUDIO_PASSWORD, or --studio-password)."
             )
 
 
@@ -182,12 +207,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
     parser.add_argument(
         "--api-key", action="append", dest="api_keys",
         default=[k for k in env("API_KEY", "").split(",") if k],
-        help="accept exports carrying this key; repeatable "
-        "(env STATETRAIL_API_KEY, comma-separated)",
+        help="accept exports carrying this key; repeatable (env STATETRAIL_API_KEY, "
+        "comma-separated). Prefer --keys-file or the variable: every local user can "
+        "read a flag's value in ps",
     )
     parser.add_argument(
         "--keys-file", type=Path, default=_optional_path(env("KEYS_FILE", "")),
-        help="file of accepted keys, one per line (env STATETRAIL_KEYS_FILE)",
+        help="file of accepted keys, one per line (env STATETRAIL_KEYS_FILE); "
+        "the way to give keys",
     )
     parser.add_argument(
         "--insecure", action="store_true",
@@ -230,13 +257,39 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
     parser.add_argument(
         "--studio-password", default=env("STUDIO_PASSWORD", "") or None,
         help="the studio password, also accepted as 'Authorization: Bearer <password>' "
-        "by /api (env STATETRAIL_STUDIO_PASSWORD)",
+        "by /api (env STATETRAIL_STUDIO_PASSWORD). Prefer --studio-password-file or "
+        "the variable: every local user can read a flag's value in ps",
     )
     parser.add_argument(
         "--studio-password-file", type=Path,
         default=_optional_path(env("STUDIO_PASSWORD_FILE", "")),
-        help="read the studio password from this file's first line "
+        help="read the studio password from this file's first line; the way to give it "
         "(env STATETRAIL_STUDIO_PASSWORD_FILE)",
+    )
+    parser.add_argument(
+        "--login-failures", type=_positive_int, default=env("LOGIN_FAILURES", "10"),
+        help="wrong studio passwords (sign-in form or Bearer) one client address may send "
+        "before it is locked out for a while (env STATETRAIL_LOGIN_FAILURES; "
+        "default %(default)s)",
+    )
+    parser.add_argument(
+        "--login-failures-global", type=_positive_int,
+        default=env("LOGIN_FAILURES_GLOBAL", "100"),
+        help="wrong studio passwords from all addresses together in one --login-window "
+        "before only addresses that signed in before may try (env "
+        "STATETRAIL_LOGIN_FAILURES_GLOBAL; default %(default)s)",
+    )
+    parser.add_argument(
+        "--login-window", type=_duration_argument, default=env("LOGIN_WINDOW", "5m"),
+        help="the period the sign-in throttle counts over, and its longest lockout, e.g. 5m "
+        "(units s, m, h, d, w; env STATETRAIL_LOGIN_WINDOW; default 5m)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips", type=_forwarded_allow_ips,
+        default=env("FORWARDED_ALLOW_IPS", ""),
+        help="comma-separated addresses or networks of the reverse proxies whose "
+        "X-Forwarded-For and X-Forwarded-Proto to believe, e.g. 127.0.0.1; the studio "
+        "then needs a login (env STATETRAIL_FORWARDED_ALLOW_IPS; default: believe none)",
     )
     parser.add_argument(
         "--root-path", type=root_path_argument, default=env("ROOT_PATH", ""),
@@ -308,6 +361,10 @@ def serve_config(args: argparse.Namespace) -> Config:
         extraction_worker=args.extraction_worker,
         auth=args.auth,
         studio_password=password,
+        login_failures=args.login_failures,
+        login_failures_global=args.login_failures_global,
+        login_window_seconds=args.login_window / 1e9,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         retain_nanos=args.retain,
         root_path=args.root_path,
         prune_interval_seconds=interval,
@@ -355,6 +412,22 @@ def _retention_argument(text: str) -> int:
         return parse_duration(text, RETENTION_UNITS)
     except DurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _forwarded_allow_ips(text: str) -> tuple[str, ...]:
+    """The trusted proxies as a tuple: "*", or addresses and networks (10.0.0.0/8)."""
+    entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} is not an address or network: write e.g. 127.0.0.1,10.0.0.0/8 "
+                "(or * to believe any client's headers)"
+            ) from exc
+    return entries
 
 
 def _positive_int(text: str) -> int:

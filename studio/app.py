@@ -46,6 +46,7 @@ from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
 from studio.links import run_id_from_segment, run_id_segment
+from studio.login_throttle import LoginThrottle
 from studio.security import SecurityHeaders
 from studio.services import Services, services_of
 from studio.templating import compile_templates
@@ -155,7 +156,12 @@ def _access(config: Config) -> list[Middleware]:
         return []
     # check_studio_access refused to build such a config without a password.
     assert config.studio_password
-    return [Middleware(StudioAccess, password=config.studio_password)]
+    throttle = LoginThrottle(
+        address_failures=config.login_failures,
+        global_failures=config.login_failures_global,
+        window_seconds=config.login_window_seconds,
+    )
+    return [Middleware(StudioAccess, password=config.studio_password, throttle=throttle)]
 
 
 def _start_grpc(
