@@ -35,7 +35,7 @@ from collector.foreground import Foreground
 from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
 from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
+from collector.otlp_http import TRACES_PATH, HttpTraceReceiver, UploadPace
 from collector.pruner import Pruner
 from collector.replayer import Replayer
 from collector.sidecar import Sidecar, published
@@ -187,6 +187,11 @@ def _otlp_http(
         admission,
         max_receive_bytes=config.max_receive_bytes,
         retry_after_seconds=config.retry_after_seconds,
+        pace=UploadPace(
+            grace_seconds=config.upload_grace_seconds,
+            min_bytes_per_second=config.min_upload_bytes_per_second,
+            max_seconds=config.max_upload_seconds,
+        ),
     )
 
 
