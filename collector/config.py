@@ -121,6 +121,9 @@ class Config:
     upload_grace_seconds: float = 5.0
     min_upload_bytes_per_second: int = 16 * 1024
     max_upload_seconds: float = 60.0
+    # The most of the in-flight byte budget one address, or one key, may hold
+    # (collector/admission.py), so one client cannot fill it alone.
+    client_share: float = 0.5
 
     @property
     def spool_path(self) -> Path:
@@ -298,6 +301,11 @@ def _add_connection_limit_arguments(
         help="seconds an OTLP/HTTP body may take in all "
         "(env STATETRAIL_MAX_UPLOAD_SECONDS; default %(default)s)",
     )
+    parser.add_argument(
+        "--client-share", type=_percent, default=env("CLIENT_SHARE", "50"),
+        help="percent of the in-flight byte budget one address or one key may hold "
+        "(env STATETRAIL_CLIENT_SHARE; default %(default)s; 100: no share)",
+    )
 
 
 def root_path_argument(text: str) -> str:
@@ -363,6 +371,7 @@ def serve_config(args: argparse.Namespace) -> Config:
         upload_grace_seconds=args.upload_grace,
         min_upload_bytes_per_second=args.min_upload_kib * 1024,
         max_upload_seconds=args.max_upload_seconds,
+        client_share=args.client_share / 100,
     )
     config.check_exposure()
     config.check_studio_access()
@@ -413,6 +422,13 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def _percent(text: str) -> int:
+    value = _positive_int(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 1 to 100")
     return value
 
 

@@ -45,8 +45,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from collector import otlp_json
-from collector.admission import Admission
-from collector.auth import KeyChecker, presented_key
+from collector.admission import Admission, Client, client_of
+from collector.auth import KeyChecker, digest, presented_key
 from collector.decode import DecodeError, parse_request
 from collector.ingest import Ingestor, IngestOutcome, RetryLater
 from collector.otlp_answers import (
@@ -169,8 +169,9 @@ class HttpTraceReceiver:
         return Response(body_format.serialize(response), media_type=body_format.value)
 
     async def _export(self, request: Request, body_format: BodyFormat) -> IngestOutcome:
+        key = presented_key(request.headers.items())
         # The key check may re-read the key table: keep it off the event loop.
-        if not await run_in_threadpool(self._keys.accepts, presented_key(request.headers.items())):
+        if not await run_in_threadpool(self._keys.accepts, key):
             raise Refused(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
         gzipped = _is_gzipped(request.headers.get("content-encoding"))
         declared = _declared_length(request.headers.get("content-length"))
@@ -179,7 +180,8 @@ class HttpTraceReceiver:
         # The share grows with the bytes read, declared or not (chunked, as Node's
         # exporters always send): reserving what a body declares let 32 uploads
         # that declared 100 KB and sent a byte a second hold every slot.
-        share = _Share(self.admission)
+        address = request.client.host if request.client else None
+        share = _Share(self.admission, client_of(address, digest(key) if key else None))
         try:
             body = await self._read_body(request, share)
             if not share.take_slot():
@@ -339,26 +341,27 @@ class _Share:
     """One upload's part of the admission budget: bytes as its body arrives and
     inflates, and a slot once it has arrived."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, client: Client) -> None:
         self._admission = admission
+        self._client = client
         self._size = 0
         self._slot = False
-        admission.open_upload()
+        admission.open_upload(client)
 
     def take_slot(self) -> bool:
-        self._slot = self._admission.try_take_slot()
+        self._slot = self._admission.try_take_slot(self._client)
         return self._slot
 
     def grow_to(self, size: int) -> bool:
         if size <= self._size:
             return True
-        if not self._admission.try_grow(size - self._size):
+        if not self._admission.try_grow(size - self._size, self._client):
             return False
         self._size = size
         return True
 
     def leave(self) -> None:
-        self._admission.leave(self._size, slot=self._slot)
+        self._admission.leave(self._size, self._client, slot=self._slot)
 
 
 def _is_gzipped(content_encoding: str | None) -> bool:

@@ -129,7 +129,9 @@ async def _lifespan(
         )
         # One budget for both transports: --max-inflight bounds the memory that
         # exports in progress hold, whichever way they arrive.
-        admission = Admission(config.max_inflight_requests, config.max_inflight_bytes)
+        admission = Admission(
+            config.max_inflight_requests, config.max_inflight_bytes, config.client_share
+        )
         if grpc:
             receiver = _start_grpc(config, ingestor, keys, admission)
             stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)

@@ -36,7 +36,8 @@ from slow_clients import (
 )
 from support import FIXTURE_API_KEY
 
-from collector.admission import InFlight
+from collector.admission import Admission, InFlight, client_of
+from collector.otlp_grpc import peer_address
 from collector.otlp_http import UploadPace
 
 KEY = {"x-junjo-api-key": FIXTURE_API_KEY}
@@ -207,3 +208,32 @@ def test_upload_pace_cuts_trickles_at_the_grace_and_never_a_full_speed_body() ->
     assert pace.deadline(0, last_arrival=59, received=64 * 2**20) == 60
     # A pause longer than the grace ends it, however much arrived before.
     assert pace.deadline(0, last_arrival=1, received=2**20) == 6
+
+
+def test_one_address_or_one_key_holds_at_most_its_share_of_the_bytes() -> None:
+    admission = Admission(max_requests=32, max_bytes=1000, client_share=0.5)
+    attacker = client_of("10.0.0.1", "key-a")
+    admission.open_upload(attacker)
+    admission.open_upload(attacker)
+    assert admission.try_grow(450, attacker)
+    assert not admission.try_grow(100, attacker)  # its address and its key: 550 of 500
+    # The same key from another address: refused by the key's share.
+    elsewhere = client_of("10.0.0.2", "key-a")
+    assert not admission.try_enter(100, elsewhere)
+    # Everyone else still has the rest, over either transport.
+    other = client_of("10.0.0.3", "key-b")
+    assert admission.try_enter(400, other)
+    admission.leave(400, other)
+    admission.leave(450, attacker, slot=False)
+    admission.leave(0, attacker, slot=False)
+    assert admission.in_flight() == NOTHING_IN_FLIGHT
+    # A client's only export may still be as large as the receive limit allows.
+    assert admission.try_enter(900, attacker)
+    admission.leave(900, attacker)
+    assert admission.in_flight() == NOTHING_IN_FLIGHT
+
+
+def test_grpc_peers_are_counted_by_address() -> None:
+    assert peer_address("ipv4:10.0.0.5:4711") == "10.0.0.5"
+    assert peer_address("ipv6:[::1]:4711") == "::1"
+    assert peer_address("unix:/run/statetrail.sock") == "unix:/run/statetrail.sock"
