@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import (
+    Config,
     ConfigError,
     add_db_argument,
     add_serve_arguments,
@@ -79,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
     from collector.gc_settings import freeze_startup
 
     # The collector's one import of the studio: serving is where the two sides meet.
-    from studio.app import SHUTDOWN_GRACE_SECONDS, create_app
+    from studio.app import create_app
 
     try:
         config = serve_config(args)
@@ -94,20 +95,32 @@ def _serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     app = create_app(config)
     freeze_startup()
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.http_port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        root_path=config.root_path,
+    uvicorn.run(app, log_level=args.log_level, **http_server_settings(config))
+    return 0
+
+
+def http_server_settings(config: Config) -> dict[str, Any]:
+    """uvicorn's settings for the studio and OTLP/HTTP port (tests serve with them too).
+
+    The protocol is named, not left to uvicorn's "auto" (httptools when
+    installed), because the request-head deadline is a subclass of its h11 one.
+    """
+    from collector.http_deadlines import head_deadline_protocol
+    from studio.app import SHUTDOWN_GRACE_SECONDS
+
+    return {
+        "host": config.host,
+        "port": config.http_port,
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_SECONDS,
+        "root_path": config.root_path,
+        "http": head_deadline_protocol(config.head_timeout_seconds),
+        "timeout_keep_alive": config.idle_timeout_seconds,
         # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1 (or its
         # own FORWARDED_ALLOW_IPS): any local client could then pick the address
         # the sign-in throttle counts it under.
-        proxy_headers=bool(config.forwarded_allow_ips),
-        forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
-    )
-    return 0
+        "proxy_headers": bool(config.forwarded_allow_ips),
+        "forwarded_allow_ips": list(config.forwarded_allow_ips) or None,
+    }
 
 
 def _executions(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,6 +118,20 @@ class Config:
     # forwarding ("/statetrail"), so every link the studio writes carries it;
     # "" when the studio is served at the root.
     root_path: str = ""
+    # Slow clients on the HTTP port (docs/connection-limits.md): a request head
+    # must arrive within `head_timeout_seconds` of the connection opening (or of
+    # its previous answer); a keep-alive connection idle for `idle_timeout_seconds`
+    # is closed; an OTLP/HTTP body may take `upload_grace_seconds` plus one second
+    # per `min_upload_bytes_per_second` it sent, at most `max_upload_seconds`,
+    # and pause no longer than the grace (collector/otlp_http.py UploadPace).
+    head_timeout_seconds: float = 10.0
+    idle_timeout_seconds: int = 5
+    upload_grace_seconds: float = 5.0
+    min_upload_bytes_per_second: int = 16 * 1024
+    max_upload_seconds: float = 60.0
+    # The most of the in-flight byte budget one address, or one key, may hold
+    # (collector/admission.py), so one client cannot fill it alone.
+    client_share: float = 0.5
 
     @property
     def spool_path(self) -> Path:
@@ -297,6 +311,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "forwarding, e.g. /statetrail; links and cookies then carry it "
         "(env STATETRAIL_ROOT_PATH; default: served at /)",
     )
+    _add_connection_limit_arguments(parser, env)
     parser.add_argument(
         "--retain", type=_retention_argument, default=env("RETAIN", "") or None,
         help="delete traces whose newest span ended longer ago than this, e.g. 30d "
@@ -306,6 +321,43 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "--prune-every", type=_duration_argument, default=env("PRUNE_EVERY", "10m"),
         help="how often the retention pruner runs, e.g. 10m "
         "(units s, m, h, d, w; env STATETRAIL_PRUNE_EVERY; default 10m)",
+    )
+
+
+def _add_connection_limit_arguments(
+    parser: argparse.ArgumentParser, env: Callable[[str, str], str]
+) -> None:
+    """The HTTP port's limits on slow clients (docs/connection-limits.md)."""
+    parser.add_argument(
+        "--head-timeout", type=_positive_seconds, default=env("HEAD_TIMEOUT", "10"),
+        help="seconds a client has to send a request's head (line and headers) before the "
+        "connection is closed with 408 (env STATETRAIL_HEAD_TIMEOUT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout", type=_positive_int, default=env("IDLE_TIMEOUT", "5"),
+        help="seconds a keep-alive connection may sit idle between requests "
+        "(env STATETRAIL_IDLE_TIMEOUT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--upload-grace", type=_positive_seconds, default=env("UPLOAD_GRACE", "5"),
+        help="seconds an OTLP/HTTP body may take before the minimum rate applies, and the "
+        "longest pause within it (env STATETRAIL_UPLOAD_GRACE; default %(default)s)",
+    )
+    parser.add_argument(
+        "--min-upload-kib", type=_positive_int, default=env("MIN_UPLOAD_KIB", "16"),
+        help="KiB a second an OTLP/HTTP body must keep up after the grace, or be answered "
+        "408 (env STATETRAIL_MIN_UPLOAD_KIB; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-upload-seconds", type=_positive_seconds,
+        default=env("MAX_UPLOAD_SECONDS", "60"),
+        help="seconds an OTLP/HTTP body may take in all "
+        "(env STATETRAIL_MAX_UPLOAD_SECONDS; default %(default)s)",
+    )
+    parser.add_argument(
+        "--client-share", type=_percent, default=env("CLIENT_SHARE", "50"),
+        help="percent of the in-flight byte budget one address or one key may hold "
+        "(env STATETRAIL_CLIENT_SHARE; default %(default)s; 100: no share)",
     )
 
 
@@ -371,6 +423,12 @@ def serve_config(args: argparse.Namespace) -> Config:
         # The first pass comes soon after start (a server restarted after a long
         # pause catches up at once), but not during start-up itself.
         prune_first_delay_seconds=min(interval, 30.0),
+        head_timeout_seconds=args.head_timeout,
+        idle_timeout_seconds=args.idle_timeout,
+        upload_grace_seconds=args.upload_grace,
+        min_upload_bytes_per_second=args.min_upload_kib * 1024,
+        max_upload_seconds=args.max_upload_seconds,
+        client_share=args.client_share / 100,
     )
     config.check_exposure()
     config.check_studio_access()
@@ -437,6 +495,23 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def _percent(text: str) -> int:
+    value = _positive_int(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 1 to 100")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return value
 
 

@@ -35,7 +35,7 @@ from collector.foreground import Foreground
 from collector.ingest import Ingestor
 from collector.keyring import ManagedKeys
 from collector.otlp_grpc import GrpcReceiver, TraceExportHandler
-from collector.otlp_http import TRACES_PATH, HttpTraceReceiver
+from collector.otlp_http import TRACES_PATH, HttpTraceReceiver, UploadPace
 from collector.pruner import Pruner
 from collector.replayer import Replayer
 from collector.sidecar import Sidecar, published
@@ -130,7 +130,9 @@ async def _lifespan(
         )
         # One budget for both transports: --max-inflight bounds the memory that
         # exports in progress hold, whichever way they arrive.
-        admission = Admission(config.max_inflight_requests, config.max_inflight_bytes)
+        admission = Admission(
+            config.max_inflight_requests, config.max_inflight_bytes, config.client_share
+        )
         if grpc:
             receiver = _start_grpc(config, ingestor, keys, admission)
             stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
@@ -193,6 +195,11 @@ def _otlp_http(
         admission,
         max_receive_bytes=config.max_receive_bytes,
         retry_after_seconds=config.retry_after_seconds,
+        pace=UploadPace(
+            grace_seconds=config.upload_grace_seconds,
+            min_bytes_per_second=config.min_upload_bytes_per_second,
+            max_seconds=config.max_upload_seconds,
+        ),
     )
 
 
