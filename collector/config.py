@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.durations import RETENTION_UNITS, DurationError, parse_duration
+from collector.jsondoc import DEFAULT_LIMITS, MAX_JSON_DEPTH, DocumentLimits
 
 DEFAULT_DB = "statetrail.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -110,6 +111,9 @@ class Config:
     # forwarding ("/statetrail"), so every link the studio writes carries it;
     # "" when the studio is served at the root.
     root_path: str = ""
+    # The most one replayed state may hold (docs/limits.md, "Documents"): a patch
+    # that would take a state past it is not applied, and the run says so.
+    document_limits: DocumentLimits = DEFAULT_LIMITS
 
     @property
     def spool_path(self) -> Path:
@@ -245,6 +249,24 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
         "(env STATETRAIL_ROOT_PATH; default: served at /)",
     )
     parser.add_argument(
+        "--max-state-mib", type=_positive_int,
+        default=env("MAX_STATE_MIB", str(DEFAULT_LIMITS.max_bytes // MIB)),
+        help="largest replayed state, as compact JSON; a patch that would make a state "
+        "larger is not applied (env STATETRAIL_MAX_STATE_MIB; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-state-nodes", type=_positive_int,
+        default=env("MAX_STATE_NODES", str(DEFAULT_LIMITS.max_nodes)),
+        help="most values (objects, arrays and scalars) in one replayed state "
+        "(env STATETRAIL_MAX_STATE_NODES; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-state-depth", type=_state_depth_argument,
+        default=env("MAX_STATE_DEPTH", str(DEFAULT_LIMITS.max_depth)),
+        help=f"deepest nesting of objects and arrays in one replayed state, at most "
+        f"{MAX_JSON_DEPTH} (env STATETRAIL_MAX_STATE_DEPTH; default %(default)s)",
+    )
+    parser.add_argument(
         "--retain", type=_retention_argument, default=env("RETAIN", "") or None,
         help="delete traces whose newest span ended longer ago than this, e.g. 30d "
         "(units h, d, w; env STATETRAIL_RETAIN; default: keep everything)",
@@ -310,6 +332,11 @@ def serve_config(args: argparse.Namespace) -> Config:
         studio_password=password,
         retain_nanos=args.retain,
         root_path=args.root_path,
+        document_limits=DocumentLimits(
+            max_bytes=args.max_state_mib * MIB,
+            max_nodes=args.max_state_nodes,
+            max_depth=args.max_state_depth,
+        ),
         prune_interval_seconds=interval,
         # The first pass comes soon after start (a server restarted after a long
         # pause catches up at once), but not during start-up itself.
@@ -365,6 +392,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return value
+
+
+def _state_depth_argument(text: str) -> int:
+    depth = _positive_int(text)
+    if depth > MAX_JSON_DEPTH:
+        # Deeper than the parse-side cap, which every recursive walker relies on.
+        raise argparse.ArgumentTypeError(f"{text!r} is over {MAX_JSON_DEPTH}, the deepest allowed")
+    return depth
 
 
 def _optional_path(value: str) -> Path | None:
