@@ -580,17 +580,36 @@ class DocumentMeter:
         `key` is the object member written (None for an array slot); `old` is
         what the write overwrites, MISSING for an insert.
         """
-        size, nodes, depth = measure(value)
+        # Scalars, most of what a long history writes, are sized inline: this
+        # runs for every operation replay applies.
+        if type(value) is str:
+            size, nodes, depth = len(value) + 2, 1, 0
+        elif type(value) is dict or type(value) is list:
+            size, nodes, depth = measure(value)
+        else:
+            size, nodes, depth = _scalar_size(value), 1, 0
         if at_depth == 0:
             self._admit(size, nodes, depth)
             return
         if old is MISSING:
-            size += _slot_size(key)
-        else:
+            size += 1 if key is None else len(key) + 4  # as _slot_size
+        elif type(old) is str:
+            size -= len(old) + 2
+            nodes -= 1
+        elif type(old) is dict or type(old) is list:
             old_size, old_nodes, _ = measure(old)
             size -= old_size
             nodes -= old_nodes
-        self._admit(self.size + size, self.nodes + nodes, at_depth + depth)
+        else:
+            size -= _scalar_size(old)
+            nodes -= 1
+        size += self.size
+        nodes += self.nodes
+        depth += at_depth
+        limits = self.limits
+        if size > limits.max_bytes or nodes > limits.max_nodes or depth > limits.max_depth:
+            self._admit(size, nodes, depth)
+        self.size, self.nodes = size, nodes
 
     def remove(self, key: str | None, old: JsonValue | Missing) -> None:
         """Count `old`, held in member `key` (None: an array slot), as removed."""
@@ -616,7 +635,10 @@ class DocumentMeter:
             return
         if kind == "copy":
             self._admit_copy(doc, value, target_parts)
+        elif not target_parts:
+            self.write(0, None, value, doc)  # the moved value becomes the whole document
         elif source_parts != target_parts[: len(source_parts)]:
+            # (A move onto itself changes nothing; one into itself jsonpatch refuses.)
             self._admit_move(doc, value, source_parts, target_parts)
 
     def _admit_copy(self, doc: JsonValue, value: JsonValue, target: tuple[str, ...]) -> None:
@@ -626,7 +648,7 @@ class DocumentMeter:
         parent = resolve_parts(doc, target[:-1])
         if type(parent) is dict:
             self.write(len(target), target[-1], value, parent.get(target[-1], MISSING))
-        elif type(parent) is list:
+        elif type(parent) is list and _insertable(parent, target[-1]):
             self.write(len(target), None, value, MISSING)
 
     def _admit_move(
@@ -643,9 +665,14 @@ class DocumentMeter:
         size = _slot_size(moved[-1] if type(parent) is dict else None) - _slot_size(source_key)
         nodes = 0
         if old is not MISSING:
-            old_size, nodes, _ = measure(old)
+            old_size, old_nodes, _ = measure(old)
+            if target == source[: len(target)]:
+                # The target holds the source: what it loses is less the value moved.
+                value_size, value_nodes, _ = measure(value)
+                old_size -= value_size + _slot_size(source_key)
+                old_nodes -= value_nodes
             size -= old_size + _slot_size(moved[-1])
-            nodes = -nodes
+            nodes = -old_nodes
         # Only a move deeper than its source can make the document deeper.
         depth = len(target) + measure(value)[2] if len(target) > len(source) else 0
         self._admit(self.size + size, self.nodes + nodes, depth)
@@ -659,6 +686,12 @@ class DocumentMeter:
         if nodes > limits.max_nodes:
             raise DocumentLimitError("nodes", nodes, limits.max_nodes)
         self.size, self.nodes = size, nodes
+
+
+def _insertable(items: list[JsonValue], token: str) -> bool:
+    """Whether `token` names a slot an add can insert into (else jsonpatch refuses it)."""
+    index = list_index(token)
+    return token == "-" or (index is not None and index <= len(items))
 
 
 def _index_after_removal(

@@ -28,6 +28,10 @@ Verification
       directly follows the previous one, it is not a conflicting duplicate, and
       its patch applies. After a gap or a failed patch, replay continues best
       effort (a patch that does not apply is skipped) with `verified=False`.
+    * A patch one of whose operations would take the state past the replay's
+      `DocumentLimits` is not applied either (document_limit_exceeded), and is
+      treated as one that does not apply, except that it never fails the run.
+      A start state over the limits is treated as unreadable.
     * If the chain is complete (every sequence of the interval present, every
       patch applied) but its end differs from the recorded end state, the
       evidence contradicts itself somewhere we cannot locate: no step is verified.
