@@ -66,6 +66,9 @@ class States:
         self._indexes = [-1]
         self._checkpoints: list[JsonValue | Unparsed] = [start]
         self._patches: list[str | None] = []
+        # The largest state (as DocumentMeter counts) among those kept or rebuilt:
+        # what holding one of them costs, whatever the start and end texts say.
+        self.peak_size = 0
 
     @classmethod
     def restored(cls, checkpoints: Sequence[tuple[int, str]], patches: list[str | None]) -> States:
@@ -73,6 +76,7 @@ class States:
         states._indexes = [index for index, _ in checkpoints]
         states._checkpoints = [Unparsed(text) for _, text in checkpoints]
         states._patches = patches
+        states.peak_size = max((len(text) for _, text in checkpoints), default=0)
         return states
 
     @property
@@ -177,6 +181,7 @@ class Tape:
         self._doc = clone(start)
         self._meter = meter
         self._size = max(start_size, meter.size)
+        self._states.peak_size = meter.size
         self._work = 0
         self.last_error = ""
         # Set when the last patch not applied was refused for crossing a limit.
@@ -204,6 +209,7 @@ class Tape:
         # What a patch built (a copy) can outweigh its text: checkpoints are
         # spaced by the state's real size then, not by the patch texts.
         self._size = max(self._size + len(text), self._meter.size)
+        self._states.peak_size = max(self._states.peak_size, self._meter.size)
         self._work += len(text) + _PATCH_WORK_BYTES
         if self._work >= max(self._size, _MIN_CHECKPOINT_WORK):
             self._states.checkpoint(clone(self._doc))

@@ -157,6 +157,11 @@ class History:
         return self._states.checkpoint_count if self._states is not None else 0
 
     @property
+    def peak_state_size(self) -> int:
+        """The largest state this history holds, in (compact) JSON characters; 0 without states."""
+        return self._states.peak_size if self._states is not None else 0
+
+    @property
     def has_states(self) -> bool:
         """Whether `state_at` can answer at all (there is a usable start state)."""
         return self._states is not None

@@ -173,9 +173,12 @@ class Inspector:
 def footprint(history: History) -> int:
     """Roughly the bytes a history holds: its checkpointed states and its steps."""
     execution = history.execution
-    state_text = 0
+    # A patch can build a state far larger than the start and end texts (docs/limits.md).
+    state_text = history.peak_state_size
     if execution is not None:
-        state_text = max(len(execution.state_start or ""), len(execution.state_end or ""))
+        state_text = max(
+            state_text, len(execution.state_start or ""), len(execution.state_end or "")
+        )
     checkpoints = history.checkpoint_count * state_text * _OBJECT_BYTES_PER_JSON_BYTE
     patches = sum(len(step.transition.patch_json) for step in history.steps)
     return checkpoints + patches + _BYTES_PER_STEP * len(history.steps)

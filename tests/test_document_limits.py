@@ -40,6 +40,7 @@ from collector.jsondoc import (
 from collector.provenance import provenance
 from collector.replay import replay
 from collector.snapshot import restore, take
+from studio.inspect import footprint
 
 LIMITS = DocumentLimits(max_bytes=4096, max_nodes=200, max_depth=12)
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
@@ -286,6 +287,21 @@ def test_replay_refuses_nesting_that_patches_build_deeper_than_the_limit() -> No
     json.dumps(history.state_at(10))
     field_index(history, "run")
     provenance(history, "/d")
+
+
+def test_inspector_counts_a_state_grown_by_patches_at_its_real_size() -> None:
+    execution = make_execution(
+        state_start=json.dumps({"x": "y" * 100}), state_end=None, transition_end=1,
+        revision_end=1, transition_count=1,
+    )  # fmt: skip
+
+    history = replay(execution, [make_transition(1, copies_from_root(10))])
+
+    grown = measure(history.replayed_end)[0]
+    assert grown > 100_000
+    assert history.peak_state_size == grown
+    # The cache's estimate of what the history holds follows the state, not the start text.
+    assert footprint(history) >= 2 * grown
 
 
 @pytest.mark.parametrize("levels", [10_000, 100_000])
