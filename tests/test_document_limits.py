@@ -446,11 +446,12 @@ def test_server_answers_the_exponential_copy_export_with_a_finding_in_bounded_me
         page = client.get(f"/executions/{copies}?step=1")
         assert page.status_code == 200
         assert "document_limit_exceeded" in page.text
-        for run in (copies, deepening):
+        for run, field in ((copies, "/a0"), (deepening, "/d" * 100)):
             for path in (
                 f"/executions/{run}", f"/executions/{run}?step=1", f"/executions/{run}?step=2",
+                f"/executions/{run}?step=1&path={field}",
                 f"/api/executions/{run}", f"/api/executions/{run}/timeline",
-                f"/api/executions/{run}/state", f"/api/executions/{run}/provenance?path=/a0",
+                f"/api/executions/{run}/state", f"/api/executions/{run}/provenance?path={field}",
             ):
                 answer = client.get(path)
                 assert answer.status_code == 200, (path, answer.text[:300])
