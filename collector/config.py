@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.durations import RETENTION_UNITS, DurationError, parse_duration
+from collector.jsondoc import DEFAULT_LIMITS, MAX_JSON_DEPTH, DocumentLimits
 
 DEFAULT_DB = "statetrail.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -118,7 +119,7 @@ class Config:
     # forwarding ("/statetrail"), so every link the studio writes carries it;
     # "" when the studio is served at the root.
     root_path: str = ""
-    # Slow clients on the HTTP port (docs/connection-limits.md): a request head
+    # Slow clients on the HTTP port (docs/limits.md): a request head
     # must arrive within `head_timeout_seconds` of the connection opening (or of
     # its previous answer); a keep-alive connection idle for `idle_timeout_seconds`
     # is closed; an OTLP/HTTP body may take `upload_grace_seconds` plus one second
@@ -132,6 +133,9 @@ class Config:
     # The most of the in-flight byte budget one address, or one key, may hold
     # (collector/admission.py), so one client cannot fill it alone.
     client_share: float = 0.5
+    # The most one replayed state may hold (docs/limits.md, "Documents"): a patch
+    # that would take a state past it is not applied, and the run says so.
+    document_limits: DocumentLimits = DEFAULT_LIMITS
 
     @property
     def spool_path(self) -> Path:
@@ -313,6 +317,24 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
     )
     _add_connection_limit_arguments(parser, env)
     parser.add_argument(
+        "--max-state-mib", type=_positive_int,
+        default=env("MAX_STATE_MIB", str(DEFAULT_LIMITS.max_bytes // MIB)),
+        help="largest replayed state, as compact JSON; a patch that would make a state "
+        "larger is not applied (env STATETRAIL_MAX_STATE_MIB; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-state-nodes", type=_positive_int,
+        default=env("MAX_STATE_NODES", str(DEFAULT_LIMITS.max_nodes)),
+        help="most values (objects, arrays and scalars) in one replayed state "
+        "(env STATETRAIL_MAX_STATE_NODES; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-state-depth", type=_state_depth_argument,
+        default=env("MAX_STATE_DEPTH", str(DEFAULT_LIMITS.max_depth)),
+        help=f"deepest nesting of objects and arrays in one replayed state, at most "
+        f"{MAX_JSON_DEPTH} (env STATETRAIL_MAX_STATE_DEPTH; default %(default)s)",
+    )
+    parser.add_argument(
         "--retain", type=_retention_argument, default=env("RETAIN", "") or None,
         help="delete traces whose newest span ended longer ago than this, e.g. 30d "
         "(units h, d, w; env STATETRAIL_RETAIN; default: keep everything)",
@@ -327,7 +349,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, s
 def _add_connection_limit_arguments(
     parser: argparse.ArgumentParser, env: Callable[[str, str], str]
 ) -> None:
-    """The HTTP port's limits on slow clients (docs/connection-limits.md)."""
+    """The HTTP port's limits on slow clients (docs/limits.md)."""
     parser.add_argument(
         "--head-timeout", type=_positive_seconds, default=env("HEAD_TIMEOUT", "10"),
         help="seconds a client has to send a request's head (line and headers) before the "
@@ -419,6 +441,11 @@ def serve_config(args: argparse.Namespace) -> Config:
         forwarded_allow_ips=args.forwarded_allow_ips,
         retain_nanos=args.retain,
         root_path=args.root_path,
+        document_limits=DocumentLimits(
+            max_bytes=args.max_state_mib * MIB,
+            max_nodes=args.max_state_nodes,
+            max_depth=args.max_state_depth,
+        ),
         prune_interval_seconds=interval,
         # The first pass comes soon after start (a server restarted after a long
         # pause catches up at once), but not during start-up itself.
@@ -513,6 +540,12 @@ def _positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return value
+def _state_depth_argument(text: str) -> int:
+    depth = _positive_int(text)
+    if depth > MAX_JSON_DEPTH:
+        # Deeper than the parse-side cap, which every recursive walker relies on.
+        raise argparse.ArgumentTypeError(f"{text!r} is over {MAX_JSON_DEPTH}, the deepest allowed")
+    return depth
 
 
 def _optional_path(value: str) -> Path | None:

@@ -10,10 +10,10 @@ nodes of every state the history passed through.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
+from collector.checkpoints import applied_ops
 from collector.fieldindex import (
     ABSENT,
     FieldIndex,
@@ -131,5 +131,4 @@ def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:
 
 def _shifting_in(patch_text: str) -> dict[str, int]:
     """`shifting_paths` of an applied patch's text (which therefore parses)."""
-    ops: list[JsonPatchOp] = json.loads(patch_text)
-    return shifting_paths(ops)
+    return shifting_paths(applied_ops(patch_text))

@@ -96,12 +96,13 @@ async def _lifespan(
         stack.callback(release_free_memory)
         # The replayer hands long histories to the inspector, so the first
         # view of a long run that was just ingested does not replay it again.
-        inspector = Inspector(store)
+        inspector = Inspector(store, limits=config.document_limits)
         replayer = Replayer(
             store,
             foreground,
             sink=inspector,
             burst=BurstMemory(store, config.burst_memory_limit),
+            limits=config.document_limits,
         )
         stack.callback(replayer.close)
         ingestor = Ingestor(

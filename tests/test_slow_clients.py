@@ -1,4 +1,4 @@
-"""Slow and hostile clients cannot hold the server (docs/connection-limits.md).
+"""Slow and hostile clients cannot hold the server (docs/limits.md).
 
 The server runs in this process under uvicorn with `statetrail serve`'s own
 settings (collector/cli.py `http_server_settings`), so the tests can read its
