@@ -14,6 +14,7 @@ from typing import TypeAlias
 
 from collector.model import Execution, Transition, span_subtree
 from collector.replay.history import History
+from collector.replay.jsondoc import DEFAULT_LIMITS, DocumentLimits
 from collector.replay.snapshot import MIN_SNAPSHOT_STEPS, restore
 from collector.replay.walk import AppliedObserver, replay
 from collector.store import Store
@@ -24,11 +25,15 @@ from collector.store.replays import SpanLink
 EvidenceVersion: TypeAlias = tuple[int, int]
 
 
-def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceVersion]:
+def load_history(
+    store: Store, execution: Execution, limits: DocumentLimits = DEFAULT_LIMITS
+) -> tuple[History, EvidenceVersion]:
     """Replay one execution from everything stored about its store and trace.
 
-    Also returns the `Store.evidence_version` of what was read, counted from the
-    evidence itself, which saves a read on a first view.
+    No replayed state crosses `limits` (a snapshot is restored as the replayer
+    took it, under the limits it ran with). Also returns the
+    `Store.evidence_version` of what was read, counted from the evidence
+    itself, which saves a read on a first view.
     """
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
     links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
@@ -40,7 +45,7 @@ def load_history(store: Store, execution: Execution) -> tuple[History, EvidenceV
         history = restore(snapshot, execution, transitions)
         if history is not None:
             return history, version
-    return replay_with(execution, transitions, links), version
+    return replay_with(execution, transitions, links, limits=limits), version
 
 
 def load_in_flight_history(store: Store, trace_id: str, store_id: str | None) -> History:
@@ -78,6 +83,7 @@ def replay_with(
     transitions: Sequence[Transition],
     links: Sequence[SpanLink],
     on_applied: AppliedObserver | None = None,
+    limits: DocumentLimits = DEFAULT_LIMITS,
 ) -> History:
     """Replay with the evidence already loaded: the owner's trace plus the carriers."""
     carriers = carriers_of(transitions)
@@ -96,4 +102,5 @@ def replay_with(
             execution.span_id, [(link.span.span_id, link.parent_span_id) for link in same_trace]
         ),
         on_applied=on_applied,
+        limits=limits,
     )

@@ -41,7 +41,7 @@ from collector.receive.keyring import KeyRequestInvalid as KeyRequestInvalid
 from collector.receive.keyring import ManagedKeys as ManagedKeys
 from collector.receive.otlp_grpc import GrpcReceiver, TraceExportHandler
 from collector.receive.otlp_http import TRACES_PATH as TRACES_PATH
-from collector.receive.otlp_http import HttpTraceReceiver
+from collector.receive.otlp_http import HttpTraceReceiver, UploadPace
 from collector.store import Store
 from collector.store.retention import PruneCounts
 
@@ -62,6 +62,8 @@ class WriteSide:
     managed_keys: ManagedKeys
     # Proves a caller of the admin routes can read the sidecar file (mode 0600).
     admin_token: str
+    # The in-flight budget both transports share (what exports in progress hold).
+    admission: Admission
     _ingestor: Ingestor
     _replayer: Replayer
     _keys: KeyChecker
@@ -123,6 +125,7 @@ def running(
             foreground,
             sink=sink,
             burst=BurstMemory(store, config.burst_memory_limit),
+            limits=config.document_limits,
         )
         stack.callback(replayer.close)
         ingestor = Ingestor(
@@ -151,7 +154,9 @@ def running(
         )
         # One budget for both transports: --max-inflight bounds the memory that
         # exports in progress hold, whichever way they arrive.
-        admission = Admission(config.max_inflight_requests, config.max_inflight_bytes)
+        admission = Admission(
+            config.max_inflight_requests, config.max_inflight_bytes, config.client_share
+        )
         if grpc:
             receiver = _start_grpc(config, ingestor, keys, admission)
             stack.callback(receiver.stop, SHUTDOWN_GRACE_SECONDS)
@@ -161,6 +166,11 @@ def running(
             admission,
             max_receive_bytes=config.max_receive_bytes,
             retry_after_seconds=config.retry_after_seconds,
+            pace=UploadPace(
+                grace_seconds=config.upload_grace_seconds,
+                min_bytes_per_second=config.min_upload_bytes_per_second,
+                max_seconds=config.max_upload_seconds,
+            ),
         )
         admin_token = secrets.token_urlsafe(32)
         stack.enter_context(
@@ -171,7 +181,7 @@ def running(
         )
         logger.info("statetrail ready: db=%s", config.db_path)
         yield WriteSide(
-            store, managed_keys, admin_token, ingestor, replayer, keys, otlp_http
+            store, managed_keys, admin_token, admission, ingestor, replayer, keys, otlp_http
         ), sink
 
 

@@ -19,8 +19,11 @@ Invariants:
   pattern). The login form itself uses a signed double-submit cookie, since
   there is no session yet. Bearer requests carry no ambient credentials, so
   they need neither.
-- Failed logins cost the client a pause, and past `MAX_FAILURES` in
-  `FAILURE_WINDOW_SECONDS` from one address, a 429 until the window passes.
+- Every check of the password, the login form's and a Bearer token's alike,
+  goes through one `LoginThrottle` (studio/login_throttle.py), keyed by the
+  client address uvicorn reports (a forwarded one only from proxies named by
+  --forwarded-allow-ips). While it refuses, the password is not checked and
+  the answer is 429 with Retry-After. A session cookie is never throttled.
 
 Templates get the session's CSRF token from `csrf_token(request)`.
 """
@@ -33,7 +36,6 @@ import hmac
 import secrets
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
@@ -46,6 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from studio.json_errors import json_error
 from studio.links import Links, route_path
+from studio.login_throttle import LoginThrottle, Refusal
 from studio.templating import templates
 
 LOGIN_PATH: Final = "/login"
@@ -61,9 +64,6 @@ EXEMPT_PREFIXES: Final = ("/static/", "/api/admin/")
 SESSION_SECONDS: Final = 12 * 3600
 LOGIN_FORM_SECONDS: Final = 3600
 MAX_SESSIONS: Final = 10_000
-FAILED_LOGIN_DELAY_SECONDS: Final = 0.5
-MAX_FAILURES: Final = 10
-FAILURE_WINDOW_SECONDS: Final = 300.0
 # A studio form is small; a bigger body is not a form this middleware reads.
 MAX_FORM_BYTES: Final = 1024 * 1024
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -95,15 +95,15 @@ class _Refused(Exception):
 class StudioAccess:
     """ASGI middleware: sessions, bearer tokens, CSRF, and the /login and /logout pages."""
 
-    def __init__(self, app: ASGIApp, *, password: str) -> None:
+    def __init__(self, app: ASGIApp, *, password: str, throttle: LoginThrottle) -> None:
         self._app = app
         self._password_digest = _digest(password)
+        self._throttle = throttle
         # Per process: restarting the server signs every session out.
         secret = secrets.token_bytes(32)
         self._session_signer = URLSafeTimedSerializer(secret, salt="statetrail-session")
         self._login_signer = URLSafeTimedSerializer(secret, salt="statetrail-login-form")
         self._sessions: dict[str, _Session] = {}
-        self._failures: dict[str, deque[float]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -111,7 +111,7 @@ class StudioAccess:
             return
         path = route_path(scope)
         if scope["type"] == "websocket":
-            if is_exempt(path) or self._authenticated(Request(scope)) is not None:
+            if is_exempt(path) or isinstance(self._authenticated(Request(scope)), str):
                 await self._app(scope, receive, send)
             else:
                 await send({"type": "websocket.close", "code": 1008})
@@ -136,6 +136,8 @@ class StudioAccess:
 
     async def _guarded(self, request: Request, send: Send) -> None:
         via = self._authenticated(request)
+        if isinstance(via, Refusal):
+            raise _Refused(_throttled(via))
         if via is None:
             raise _Refused(_unauthenticated(request))
         receive: Receive = request.receive
@@ -154,13 +156,28 @@ class StudioAccess:
                     raise _Refused(_forbidden("missing or wrong CSRF token; reload the page"))
         await self._app(request.scope, receive, send)
 
-    def _authenticated(self, request: Request) -> str | None:
-        """"bearer" or "cookie" when the request may pass, else None."""
+    def _authenticated(self, request: Request) -> str | Refusal | None:
+        """"bearer" or "cookie" when the request may pass; the throttle's refusal; else None."""
         authorization = request.headers.get("authorization", "")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() == "bearer" and token:
-            return "bearer" if _same_digest(_digest(token.strip()), self._password_digest) else None
+            checked = self._check_password(request, token.strip())
+            if isinstance(checked, Refusal):
+                return checked
+            return "bearer" if checked else None
         return "cookie" if self._session(request) is not None else None
+
+    def _check_password(self, request: Request, presented: str) -> bool | Refusal:
+        """Whether `presented` is the password, or the throttle's refusal to check it."""
+        address = request.client.host if request.client else ""
+        refusal = self._throttle.refusal(address)
+        if refusal is not None:
+            return refusal
+        if _same_digest(_digest(presented), self._password_digest):
+            self._throttle.succeeded(address)
+            return True
+        self._throttle.failed(address)
+        return False
 
     def _session(self, request: Request) -> _Session | None:
         cookie = request.cookies.get(SESSION_COOKIE)
@@ -193,18 +210,16 @@ class StudioAccess:
             return self._login_page(
                 request, next_path, "The sign-in form expired; try again.", status_code=403
             )
-        client = request.client.host if request.client else ""
-        if self._locked_out(client):
+        checked = self._check_password(request, str(form.get("password", "")))
+        if isinstance(checked, Refusal):
             response = self._login_page(
-                request, next_path, "Too many failed sign-ins; wait a few minutes.",
+                request, next_path,
+                f"Too many wrong passwords; try again in {checked.retry_after_seconds} s.",
                 status_code=429,
             )
-            response.headers["retry-after"] = str(int(FAILURE_WINDOW_SECONDS))
+            response.headers["retry-after"] = str(checked.retry_after_seconds)
             return response
-        if not _same_digest(_digest(str(form.get("password", ""))), self._password_digest):
-            self._record_failure(client)
-            # Slows guessing without blocking anyone else (the event loop keeps going).
-            await asyncio.sleep(FAILED_LOGIN_DELAY_SECONDS)
+        if not checked:
             return self._login_page(request, next_path, "Wrong password.", status_code=401)
         response = RedirectResponse(next_path, status_code=303)
         response.set_cookie(
@@ -279,20 +294,6 @@ class StudioAccess:
         self._sessions[session_id] = _Session(secrets.token_urlsafe(32), now + SESSION_SECONDS)
         return session_id
 
-    def _locked_out(self, client: str) -> bool:
-        failures = self._failures.get(client)
-        if failures is None:
-            return False
-        horizon = time.monotonic() - FAILURE_WINDOW_SECONDS
-        while failures and failures[0] < horizon:
-            failures.popleft()
-        return len(failures) >= MAX_FAILURES
-
-    def _record_failure(self, client: str) -> None:
-        if len(self._failures) > MAX_SESSIONS:
-            self._failures.clear()
-        self._failures.setdefault(client, deque(maxlen=MAX_FAILURES)).append(time.monotonic())
-
 
 def _digest(secret: str) -> bytes:
     # Comparing digests keeps the comparison constant-time whatever the lengths.
@@ -353,6 +354,14 @@ def _unauthenticated(request: Request) -> Response:
         # page (a stale tab after signing out); it navigates on HX-Redirect instead.
         return Response(status_code=200, headers={"HX-Redirect": login})
     return RedirectResponse(login, status_code=303)
+
+
+def _throttled(refusal: Refusal) -> Response:
+    return json_error(
+        429,
+        f"{refusal.reason}; the password is not checked for {refusal.retry_after_seconds} s",
+        headers={"retry-after": str(refusal.retry_after_seconds)},
+    )
 
 
 def _forbidden(message: str) -> Response:

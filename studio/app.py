@@ -23,12 +23,13 @@ from starlette.staticfiles import StaticFiles
 from collector.config import Config
 from collector.foreground import Foreground
 from collector.server import TRACES_PATH, running
-from collector.store import StoreError
+from collector.store import Store, StoreError
 from studio.access import StudioAccess
 from studio.assets import STATIC_DIR
 from studio.foreground_middleware import ForegroundRequests
 from studio.inspect import Inspector
 from studio.links import run_id_from_segment, run_id_segment
+from studio.login_throttle import LoginThrottle
 from studio.security import SecurityHeaders
 from studio.services import Services, services_of
 from studio.templating import compile_templates
@@ -62,8 +63,11 @@ async def _lifespan(
 ) -> AsyncIterator[None]:
     """Run the write side (collector/server.py) for as long as the app serves."""
     compile_templates()
-    with running(config, foreground, history_sink=Inspector, grpc=grpc) as (write_side, inspector):
-        app.state.services = Services(config, write_side, inspector)
+    def inspector(store: Store) -> Inspector:
+        return Inspector(store, limits=config.document_limits)
+
+    with running(config, foreground, history_sink=inspector, grpc=grpc) as (write_side, inspect):
+        app.state.services = Services(config, write_side, inspect)
         yield
 
 
@@ -73,7 +77,12 @@ def _access(config: Config) -> list[Middleware]:
         return []
     # check_studio_access refused to build such a config without a password.
     assert config.studio_password
-    return [Middleware(StudioAccess, password=config.studio_password)]
+    throttle = LoginThrottle(
+        address_failures=config.login_failures,
+        global_failures=config.login_failures_global,
+        window_seconds=config.login_window_seconds,
+    )
+    return [Middleware(StudioAccess, password=config.studio_password, throttle=throttle)]
 
 
 async def _export_traces(request: Request) -> Response:

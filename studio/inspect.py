@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from collector.evidence import EvidenceVersion, load_history, load_in_flight_history
 from collector.model import Execution
 from collector.replay.history import History
+from collector.replay.jsondoc import DEFAULT_LIMITS, DocumentLimits
 from collector.replay.provenance import Provenance, provenance
 from collector.store import Store
 from collector.store.in_flight import InFlightRow
@@ -101,8 +102,10 @@ class Inspector:
         capacity: int = CACHED_HISTORIES,
         budget_bytes: int = CACHE_BUDGET_BYTES,
         min_offered_steps: int = MIN_OFFERED_STEPS,
+        limits: DocumentLimits = DEFAULT_LIMITS,
     ) -> None:
         self._store = store
+        self._limits = limits
         self._capacity = capacity
         self._budget = budget_bytes
         self._min_offered_steps = min_offered_steps
@@ -121,7 +124,7 @@ class Inspector:
             if cached is not None:
                 # replace() hands the remembered provenances on to the new instance.
                 return cached if cached.row == row else dataclasses.replace(cached, row=row)
-        history, version = load_history(self._store, execution)
+        history, version = load_history(self._store, execution, self._limits)
         return self._remember(version, Inspection(run_id, row, execution, None, history))
 
     def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
@@ -170,9 +173,12 @@ class Inspector:
 def footprint(history: History) -> int:
     """Roughly the bytes a history holds: its checkpointed states and its steps."""
     execution = history.execution
-    state_text = 0
+    # A patch can build a state far larger than the start and end texts (docs/limits.md).
+    state_text = history.peak_state_size
     if execution is not None:
-        state_text = max(len(execution.state_start or ""), len(execution.state_end or ""))
+        state_text = max(
+            state_text, len(execution.state_start or ""), len(execution.state_end or "")
+        )
     checkpoints = history.checkpoint_count * state_text * _OBJECT_BYTES_PER_JSON_BYTE
     patches = sum(len(step.transition.patch_json) for step in history.steps)
     return checkpoints + patches + _BYTES_PER_STEP * len(history.steps)

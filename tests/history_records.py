@@ -110,3 +110,15 @@ def scenario(
         transition_count=len(patches),
     )
     return execution, transitions, states
+
+
+def pointers(doc: Any, prefix: str = "") -> list[str]:
+    """Every JSON pointer of a document, the whole document ("") first."""
+    found = [prefix]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            found += pointers(value, f"{prefix}/{key.replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            found += pointers(value, f"{prefix}/{index}")
+    return found

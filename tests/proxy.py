@@ -4,7 +4,9 @@
 forwards `/statetrail/x` as `/x` with the browser's Host header, and hands the
 answer back untouched (redirects and cookies included). Anything outside the
 prefix is answered 404 by the proxy itself, so a link that escapes the prefix
-fails the way it would behind a real proxy.
+fails the way it would behind a real proxy. With `forwarded`, it also does what
+docs/security.md's example adds: `proxy_set_header X-Forwarded-For $remote_addr;`
+and `X-Forwarded-Proto $scheme`, overwriting whatever the client sent.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ HOP_BY_HOP = frozenset({
 
 
 @contextmanager
-def stripping_proxy(upstream: str, prefix: str) -> Iterator[str]:
+def stripping_proxy(upstream: str, prefix: str, *, forwarded: bool = False) -> Iterator[str]:
     """Serve `upstream` (http://host:port) under `prefix`; yield the proxy's base URL."""
     target = urlsplit(upstream)
     if target.hostname is None:
@@ -51,6 +53,11 @@ def stripping_proxy(upstream: str, prefix: str) -> Iterator[str]:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            if forwarded:
+                headers = {k: v for k, v in headers.items()
+                           if k.lower() not in ("x-forwarded-for", "x-forwarded-proto")}
+                headers["X-Forwarded-For"] = self.client_address[0]
+                headers["X-Forwarded-Proto"] = "http"
             connection = http.client.HTTPConnection(host, port, timeout=60)
             try:
                 connection.request(

@@ -4,11 +4,14 @@ stopped), and `serve` takes its settings from flags or STATETRAIL_* variables.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import grpc
+import httpx
 import pytest
 from support import MakeServer, Server, export_raw, fixture_requests
 
@@ -124,3 +127,51 @@ def test_cli_executions_says_when_received_exports_are_not_stored_yet(tmp_path: 
     # Counted as the spool holds them (compressed), none of it stored yet.
     on_disk = sum(path.stat().st_size for path in spool_path_for(db).glob("*.seg"))
     assert unstored_bytes(spool_path_for(db), START) == on_disk > 0
+
+
+def test_serve_takes_its_secrets_from_the_environment_and_files_out_of_ps(
+    tmp_path: Path,
+) -> None:
+    password, key = "env-studio-password-42", "file-ingest-key-42"
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"{key}  # the exporters' key\n")
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--auth", "--keys-file", str(keys_file),
+        env={"STATETRAIL_STUDIO_PASSWORD": password},
+    ).start()
+    try:
+        assert server.process is not None
+        command_line = Path(f"/proc/{server.process.pid}/cmdline").read_bytes()
+        assert password.encode() not in command_line and key.encode() not in command_line
+        bearer = {"authorization": f"Bearer {password}"}
+        assert httpx.get(server.url + "/api/executions", headers=bearer).status_code == 200
+        body, _ = fixture_requests("a_linear")[0]
+        assert export_raw(server.grpc_target, body, [("x-junjo-api-key", key)]) == b""
+        with pytest.raises(grpc.RpcError) as refused:
+            export_raw(server.grpc_target, body)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        server.stop()
+
+
+def test_serve_reads_ingestion_keys_from_the_environment() -> None:
+    from collector.cli.main import _parser
+    from collector.config import serve_config
+
+    environ = {"STATETRAIL_API_KEY": "one,two", "STATETRAIL_STUDIO_PASSWORD": "pw"}
+    config = serve_config(_parser(environ).parse_args(["serve", "--auth"]))
+    assert config.api_keys == frozenset({"one", "two"})
+    assert config.studio_password == "pw"
+
+
+def test_serve_help_says_to_prefer_files_and_variables_for_secrets() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "COLUMNS": "1000"},  # no hyphenated flag broken over two lines
+    )
+    text = " ".join(shown.stdout.split())
+    for flag, preferred in [("--studio-password", "--studio-password-file"),
+                            ("--api-key", "--keys-file")]:
+        assert re.search(rf"{flag} \S+ .*?Prefer {preferred} or the variable", text), flag
+    assert "read a flag's value in ps" in text

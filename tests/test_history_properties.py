@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import jsonpatch
-from history_records import scenario
+from history_records import pointers, scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -231,17 +231,6 @@ def test_field_index_reads_each_moved_element_once_per_patch() -> None:
 SMALL = st.none() | st.integers(0, 3) | st.lists(st.integers(0, 3), max_size=3)
 
 
-def _pointers(doc: Any, prefix: str = "") -> list[str]:
-    found = [prefix]
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _pointers(value, f"{prefix}/{key.replace('~', '~0').replace('/', '~1')}")
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            found += _pointers(value, f"{prefix}/{index}")
-    return found
-
-
 def _containers(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if not isinstance(doc, dict | list):
         return []
@@ -261,7 +250,7 @@ def _patch(draw: st.DrawFn, doc: Any) -> tuple[list[dict[str, Any]], Any]:
     current = doc
     for _ in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["add", "append", "remove", "replace", "move", "copy"]))
-        paths = [p for p in _pointers(current) if p]
+        paths = [p for p in pointers(current) if p]
         target, container = draw(st.sampled_from(_containers(current)))
         if isinstance(container, list):
             slot = "-" if kind == "append" else str(draw(st.integers(0, len(container))))
@@ -331,7 +320,7 @@ def test_provenance_property_writers_are_exactly_the_steps_that_changed_the_valu
     changed it, and the last of them is its last writer."""
     execution_, transitions, states = chain(documents)
     pointer = data.draw(
-        st.sampled_from(sorted({p for state in states for p in _pointers(state)})), label="pointer"
+        st.sampled_from(sorted({p for state in states for p in pointers(state)})), label="pointer"
     )
     _assert_writers_are_the_changing_steps(execution_, transitions, states, pointer)
 
@@ -346,6 +335,6 @@ def test_provenance_property_writers_are_the_changing_steps_under_any_rfc6902_op
     which counted as a change. Hand-built patches do that far more often."""
     execution_, transitions, states = _hand_built_chain(data, start)
     pointer = data.draw(
-        st.sampled_from(sorted({p for state in states for p in _pointers(state)})), label="pointer"
+        st.sampled_from(sorted({p for state in states for p in pointers(state)})), label="pointer"
     )
     _assert_writers_are_the_changing_steps(execution_, transitions, states, pointer)

@@ -340,8 +340,8 @@ def test_otlp_http_chunked_uploads_are_charged_what_they_send(server: Server) ->
     assert server.get_json("/healthz")["spans"] == 5
 
 
-def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: MakeServer) -> None:
-    server = make_server("--max-inflight", "1")
+def test_otlp_http_stalled_body_is_408_and_holds_no_slot(make_server: MakeServer) -> None:
+    server = make_server("--max-inflight", "1", "--upload-grace", "2")
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as stalled:
         stalled.sendall(
@@ -349,14 +349,14 @@ def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: MakeServe
             b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\x00" * 10
         )
         started = time.monotonic()
-        # Until it is answered, the stalled upload holds the only slot.
-        deadline = started + 5
-        while _post(server, _linear()).status_code != 503:
-            assert time.monotonic() < deadline, "the stalled upload never held the slot"
+        # A body still on its way holds no slot: the only one serves the others.
+        assert _post(server, _linear()).status_code == 200
         answer = stalled.recv(65536)
         waited = time.monotonic() - started
+        while stalled.recv(65536):  # the rest of the answer; then the server closes
+            pass
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    assert 5 < waited < 40, waited
+    assert 1.5 < waited < 30, waited
     assert _post(server, _linear()).status_code == 200
     assert server.get_json("/healthz")["spans"] == 5
 

@@ -6,12 +6,14 @@ The heavy version is bench/overload.py.
 
 from __future__ import annotations
 
-import socket
 import time
+from pathlib import Path
 
 import grpc
+import httpx
 from crashload import ExportLoad, RssSampler, stored_spans
 from google.rpc import error_details_pb2
+from slow_clients import serve_in_process
 from support import MakeServer, Server, export_raw, fixture_requests
 
 EXPORTERS = 16
@@ -52,29 +54,33 @@ def test_overload_refuses_with_retry_info_and_lands_everything(make_server: Make
     assert report.acked <= stored.spans and stored.duplicates == 0
 
 
-def test_one_in_flight_budget_spans_grpc_and_http(make_server: MakeServer) -> None:
-    # --max-inflight bounds the exports in progress whichever way they arrive: an
-    # HTTP upload holding the only slot makes a gRPC export wait its turn.
-    server: Server = make_server("--max-inflight", "1")
-    host, port = server.url.removeprefix("http://").split(":")
+def test_one_in_flight_budget_spans_grpc_and_http(tmp_path: Path) -> None:
+    # --max-inflight bounds the exports in progress whichever way they arrive:
+    # with the only slot taken (as an export being stored takes it), both
+    # transports answer "retry later", and serve again once it is given back.
     body = fixture_requests("a_linear")[0][0]
-    with socket.create_connection((host, int(port)), timeout=60) as stalled:
-        stalled.sendall(
-            b"POST /v1/traces HTTP/1.1\r\nHost: statetrail\r\n"
-            b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\x00" * 10
-        )
-        refused = _first_refusal(server.grpc_target, body, until=time.monotonic() + 5)
-        assert refused is not None, "the stalled HTTP upload never held the slot"
-        assert refused.code() == grpc.StatusCode.UNAVAILABLE
-        retry = error_details_pb2.RetryInfo()
-        retry.ParseFromString(dict(refused.trailing_metadata() or ())["google.rpc.retryinfo-bin"])
-        assert retry.retry_delay.seconds > 0
-    # The upload gone, its slot is free again.
-    deadline = time.monotonic() + 10
-    while (refused := _first_refusal(server.grpc_target, body, until=0)) is not None:
-        assert refused.code() == grpc.StatusCode.UNAVAILABLE
-        assert time.monotonic() < deadline, "the slot was never given back"
-        time.sleep(0.1)
+    with serve_in_process(tmp_path, "--max-inflight", "1") as served:
+        assert served.admission.try_enter(len(body))
+        try:
+            refused = _first_refusal(f"127.0.0.1:{served.grpc_port}", body, until=0)
+            assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE
+            retry = error_details_pb2.RetryInfo()
+            trailers = dict(refused.trailing_metadata() or ())
+            retry.ParseFromString(trailers["google.rpc.retryinfo-bin"])
+            assert retry.retry_delay.seconds > 0
+            assert _post(served.url, body).status_code == 503
+        finally:
+            served.admission.leave(len(body))
+        assert _first_refusal(f"127.0.0.1:{served.grpc_port}", body, until=0) is None
+        assert _post(served.url, body).status_code == 200
+        assert served.admission.in_flight() == (0, 0, 0)
+
+
+def _post(url: str, body: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/traces", content=body, headers={"content-type": "application/x-protobuf"},
+        timeout=30,
+    )
 
 
 def _first_refusal(target: str, body: bytes, *, until: float) -> grpc.RpcError | None:

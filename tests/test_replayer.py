@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 from history_records import Patch, scenario
 
+from collector.foreground import Foreground
 from collector.jobs import replayer as replayer_module
 from collector.jobs.replayer import Replayer
 from collector.model import Evidence, Execution, Transition
@@ -18,6 +21,9 @@ from collector.store import IngestBatch, Store, WriteResult
 from collector.store.retention import delete_traces
 
 NOTHING_WRITTEN = WriteResult(store_ids=frozenset(), run_ids=frozenset())
+# A bound on waits for the replayer's thread, generous for a busy machine: the
+# tests wait for what it does, never for a time.
+WAIT_SECONDS = 60.0
 
 
 def _run() -> tuple[Execution, list[Transition]]:
@@ -87,30 +93,65 @@ def test_replays_wait_a_bounded_time_when_storing_stays_behind(
         store.close()
 
 
+class _ParkOnRefusal(logging.Handler):
+    """Holds the replayer's thread where it reports a refused replay, until released.
+
+    While it is held, no replay runs: the test reads and changes the store
+    with nothing else querying DuckDB, and the try again comes only after.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.refused = threading.Event()
+        self.resume = threading.Event()
+        self.refusals: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.getMessage().startswith("replay failed"):
+            return
+        self.refusals.append(record.getMessage())
+        if not self.refused.is_set():
+            self.refused.set()
+            self.resume.wait(WAIT_SECONDS)
+
+
 def test_a_replay_the_database_could_not_do_is_tried_again_until_it_is(
     tmp_path: Path,
 ) -> None:
     # Seen in bench_ingest: DuckDB ran out of memory reading a batch's evidence,
     # and those runs kept no verdict until some later commit touched their stores.
+    # Only the replay runs at the starved limit: a read of this thread's there
+    # would compete with the replayer's (and DuckDB's threads) for the same
+    # 4 MB, and whether it fit depended on what else ran at that moment.
     store = Store(tmp_path / "replayer.duckdb", memory_limit="128MB")
+    parked = _ParkOnRefusal()
+    replayer_log = logging.getLogger(replayer_module.__name__)
+    replayer_log.addHandler(parked)
+    # Held, this keeps the replayer from starting a replay until the limit is low.
+    studio = Foreground(max_yield_seconds=WAIT_SECONDS)
     replayer = None
     try:
         execution, transitions = _run()
         big_end = json.dumps({"n": 5, "padding": "x" * (4 * 2**20)})
         execution = dataclasses.replace(execution, state_end=big_end)
-        evidence = Evidence([execution], transitions, {})
-        result = store.write([IngestBatch(spans=[], evidence=evidence)])
+        store.write([IngestBatch(spans=[], evidence=Evidence([execution], transitions, {}))])
         store.checkpoint()  # so that DuckDB can evict the rows to this limit
-        assert store.limit_memory("4MB")
-        replayer = Replayer(store)  # the run is stale: replayed (and refused) at once
-        replayer.notify(result)
-        assert not replayer.wait_idle(1.0)  # refused, and waiting to try again
-        assert _verdict(store, "run-r") is None
-
+        with studio.serving():
+            replayer = Replayer(store, studio)  # the run is stale: replayed once let go
+            assert store.limit_memory("4MB")
+        assert parked.refused.wait(WAIT_SECONDS), "the replay was never refused"
+        assert "Out of Memory" in parked.refusals[0]
+        assert not replayer.wait_idle(0)  # the run waits to be tried again
         assert store.limit_memory()
-        assert replayer.wait_idle(30)
+        assert _verdict(store, "run-r") is None  # the refused replay saved nothing
+        parked.resume.set()
+
+        assert replayer.wait_idle(WAIT_SECONDS)
         assert _verdict(store, "run-r") == "failed"  # its end state is not what replay made
+        assert len(parked.refusals) == 1
     finally:
+        parked.resume.set()
+        replayer_log.removeHandler(parked)
         if replayer is not None:
             replayer.close()
         store.close()

@@ -3,8 +3,10 @@
 `serve --root-path /statetrail` against tests/proxy.py (what nginx's
 `proxy_pass http://upstream/;` does): every address a page holds must stay
 under the prefix and answer through the proxy, the scripts' requests included,
-and the login's redirects and cookies must work there too. Exporters and the
-CLI still reach the server directly, without the prefix.
+and the login's redirects and cookies must work there too. A root path means
+the studio is published, so it always has a login (the crawl signs in with a
+Bearer token). Exporters and the CLI still reach the server directly, without
+the prefix.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collector.config import root_path_argument
 
 PREFIX = "/statetrail"
 PASSWORD = "proxy-pass-word"
+BEARER = {"authorization": f"Bearer {PASSWORD}"}
 SCENARIOS = ("a_linear", "d_subflow", "c_concurrent", "e_exception")
 # A run id that every address must quote whole (telemetry chooses it).
 ODD_RUN_ID = "odd/run?id=1#frag%41 x"
@@ -62,6 +65,37 @@ def test_root_path_refuses_what_a_path_would_escape_or_end_at(given: str) -> Non
         root_path_argument(given)
 
 
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--root-path", "/statetrail"], "--root-path /statetrail"),
+        (["--forwarded-allow-ips", "127.0.0.1"], "--forwarded-allow-ips"),
+    ],
+)
+def test_serve_refuses_a_published_studio_without_a_password(
+    tmp_path: Path, args: list[str], reason: str
+) -> None:
+    # On loopback, but behind a proxy every visitor comes from loopback.
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "x.duckdb"), *args],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2
+    assert reason in result.stderr
+    assert "--studio-password-file" in result.stderr
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_serve_refuses_a_forwarded_allow_ips_that_is_not_an_address(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "x.duckdb"),
+         "--forwarded-allow-ips", "127.0.0.1,proxy.example"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "'proxy.example' is not an address or network" in result.stderr
+
+
 def test_serve_refuses_a_bad_root_path_with_the_reason(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "x.duckdb"),
@@ -75,7 +109,8 @@ def test_serve_refuses_a_bad_root_path_with_the_reason(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     server = Server.on_free_ports(
-        tmp_path_factory.mktemp("root-path") / "statetrail.duckdb", "--root-path", PREFIX
+        tmp_path_factory.mktemp("root-path") / "statetrail.duckdb", "--root-path", PREFIX,
+        env={"STATETRAIL_STUDIO_PASSWORD": PASSWORD},
     ).start()
     try:
         for scenario in SCENARIOS:
@@ -130,7 +165,7 @@ def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
     queue, seen, escaped, failed = [start, odd], {start, odd}, [], []
     kinds: set[str] = set()
     fetched_paths: set[str] = set()
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, headers=BEARER) as client:
         for _ in range(MAX_FETCHES):
             if not queue:
                 break
@@ -183,6 +218,7 @@ def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
 ) -> None:
     _, proxy = proxied
     linear = manifest("a_linear")["outcome"]["run_id"]
+    page.set_extra_http_headers(BEARER)
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.goto(f"{proxy}{PREFIX}/")
@@ -284,6 +320,32 @@ def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
                     headers={"origin": proxy},
                 )
                 assert (answer.status_code, answer.headers["location"]) == (303, lands), asked
+    finally:
+        server.stop()
+
+
+def test_the_documented_proxy_setup_keeps_the_throttle_on_the_real_client(
+    tmp_path: Path,
+) -> None:
+    # docs/security.md: the proxy overwrites X-Forwarded-For, serve believes only it.
+    server = Server.on_free_ports(
+        tmp_path / "statetrail.duckdb", "--root-path", PREFIX,
+        "--forwarded-allow-ips", "127.0.0.1", "--login-failures", "3",
+        env={"STATETRAIL_STUDIO_PASSWORD": PASSWORD},
+    ).start()
+    try:
+        with stripping_proxy(server.url, PREFIX, forwarded=True) as proxy, httpx.Client(
+            timeout=30
+        ) as client:
+            statuses = [
+                client.get(
+                    f"{proxy}{PREFIX}/api/executions",
+                    headers={"authorization": "Bearer guess", "x-forwarded-for": f"10.0.0.{n}"},
+                ).status_code
+                for n in range(5)
+            ]
+            # The client's own header never reached serve: one address, locked after 3.
+            assert statuses == [401, 401, 401, 429, 429]
     finally:
         server.stop()
 

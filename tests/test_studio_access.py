@@ -6,22 +6,19 @@ covered by the "nothing answers without a login" test without editing it.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
-import pytest
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Mount, Route
 from support import MakeServer, Server, fixture_requests
 
 from collector.config import Config
 from studio import access
-from studio.access import StudioAccess, is_exempt
+from studio.access import is_exempt
 from studio.app import create_app
 
 PASSWORD = "correct horse battery staple"
@@ -208,25 +205,112 @@ def test_serve_reads_the_studio_password_from_a_file(tmp_path: Path) -> None:
     assert "from-a-file" not in repr(config)
 
 
-def test_studio_access_rate_limits_failed_logins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(access, "FAILED_LOGIN_DELAY_SECONDS", 0.0)
-    asyncio.run(_guess_passwords())
+def _throttled_server(make_server: MakeServer, *args: str, window: str = "10m") -> Server:
+    """A login server whose throttle allows 5 wrong passwords an address, 12 in all."""
+    server: Server = make_server(
+        "--auth", "--studio-password", PASSWORD, "--login-failures", "5",
+        "--login-failures-global", "12", "--login-window", window, *args,
+    )
+    return server
 
 
-async def _guess_passwords() -> None:
-    inner = Starlette(routes=[Route("/", lambda request: PlainTextResponse("in"))])
-    app = StudioAccess(inner, password=PASSWORD)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://studio") as client:
-        statuses = []
-        for _ in range(access.MAX_FAILURES + 1):
-            page = await client.get("/login")
-            match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-            assert match is not None
-            answer = await client.post(
-                "/login", data={"csrf_token": match.group(1), "password": "guess"},
-                headers={"origin": "http://studio"},
-            )
-            statuses.append(answer.status_code)
-        assert statuses[:-1] == [401] * access.MAX_FAILURES
-        assert statuses[-1] == 429
+def _form_login(
+    client: httpx.Client, server: Server, password: str, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    token = _login_form(client)
+    return client.post(
+        "/login", data={"csrf_token": token, "password": password},
+        headers={"origin": server.url, **(headers or {})},
+    )
+
+
+def _bearer(client: httpx.Client, password: str, headers: dict[str, str] | None = None
+            ) -> httpx.Response:
+    return client.get(
+        "/api/executions", headers={"authorization": f"Bearer {password}", **(headers or {})}
+    )
+
+
+def _is_throttled(response: httpx.Response) -> bool:
+    retry_after = int(response.headers.get("retry-after", "0"))
+    return response.status_code == 429 and retry_after >= 1
+
+
+def test_studio_access_bearer_and_form_share_one_throttle(make_server: MakeServer) -> None:
+    server = _throttled_server(make_server)
+    with _client(server) as client:
+        assert [_bearer(client, f"guess-{n}").status_code for n in range(5)] == [401] * 5
+        locked = _bearer(client, "guess-5")
+        assert _is_throttled(locked), locked.text
+        assert "not checked" in locked.json()["error"]
+        # While locked out the password is not checked: the right one is refused too,
+        # so a lockout tells a guesser nothing.
+        assert _is_throttled(_bearer(client, PASSWORD))
+        form = _form_login(client, server, PASSWORD)
+        assert _is_throttled(form)
+        assert "Too many wrong passwords" in form.text
+    with _client(server) as other:
+        assert _is_throttled(_form_login(other, server, "guess"))
+
+
+def test_studio_access_session_survives_a_lockout(make_server: MakeServer) -> None:
+    server = _throttled_server(make_server)
+    with _client(server) as signed_in, _client(server) as guesser:
+        assert _login(signed_in, server).status_code == 303
+        for n in range(6):
+            _bearer(guesser, f"guess-{n}")
+        assert _is_throttled(_bearer(guesser, "guess"))
+        assert signed_in.get("/api/executions").status_code == 200
+
+
+def test_studio_access_lockout_expires_for_the_right_password(make_server: MakeServer) -> None:
+    # The first lockout lasts a sixteenth of the window: 2 s.
+    server = _throttled_server(make_server, window="32s")
+    with _client(server) as client:
+        for n in range(5):
+            assert _form_login(client, server, f"guess-{n}").status_code == 401
+        locked = _bearer(client, PASSWORD)
+        assert _is_throttled(locked)
+        assert int(locked.headers["retry-after"]) <= 2
+        time.sleep(int(locked.headers["retry-after"]) + 0.5)
+        assert _bearer(client, PASSWORD).status_code == 200
+
+
+def test_studio_access_ignores_forwarded_for_from_unnamed_proxies(
+    make_server: MakeServer,
+) -> None:
+    server = _throttled_server(make_server)
+    with _client(server) as client:
+        answers = [
+            _form_login(client, server, "guess", {"x-forwarded-for": f"10.0.0.{n}"})
+            for n in range(7)
+        ]
+        # Every guess counted against the real peer, 127.0.0.1, whatever the header said.
+        assert [a.status_code for a in answers[:5]] == [401] * 5
+        assert all(_is_throttled(a) for a in answers[5:])
+
+
+def test_studio_access_named_proxy_keys_on_the_forwarded_address_within_a_global_budget(
+    make_server: MakeServer,
+) -> None:
+    server = _throttled_server(make_server, "--forwarded-allow-ips", "127.0.0.1")
+    with _client(server) as client:
+        # The operator signs in from 192.0.2.1 (through the proxy) before the attack.
+        assert _bearer(client, PASSWORD, {"x-forwarded-for": "192.0.2.1"}).status_code == 200
+        # One forwarded address is locked out on its own budget...
+        for _ in range(5):
+            assert _bearer(client, "guess", {"x-forwarded-for": "10.0.0.1"}).status_code == 401
+        assert _is_throttled(_bearer(client, "guess", {"x-forwarded-for": "10.0.0.1"}))
+        # ...and each other one has its own, but the global budget
+        # (12 wrong passwords) stops the rotation.
+        statuses = [
+            _bearer(client, "guess", {"x-forwarded-for": f"10.1.0.{n}"}).status_code
+            for n in range(40)
+        ]
+        assert statuses.count(401) == 12 - 5
+        assert set(statuses[7:]) == {429}
+        fresh = _bearer(client, PASSWORD, {"x-forwarded-for": "10.2.0.1"})
+        assert _is_throttled(fresh)
+        assert "everywhere" in fresh.json()["error"]
+        # An address that signed in before still may, during the global lockout.
+        assert _bearer(client, PASSWORD, {"x-forwarded-for": "192.0.2.1"}).status_code == 200

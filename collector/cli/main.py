@@ -14,12 +14,14 @@ from typing import Any
 from collector.cli.keys import add_keys_command
 from collector.cli.prune import add_prune_command
 from collector.config import (
+    Config,
     ConfigError,
     add_db_argument,
     add_serve_arguments,
     serve_config,
     spool_path_for,
 )
+from collector.private_files import owner_only_umask
 
 GIL_SWITCH_INTERVAL_SECONDS = 0.001
 
@@ -32,7 +34,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         parser.print_help()
         return 2
     try:
-        result: int = args.handler(args)
+        # Whatever a command creates (the database, its WAL, the spool) holds
+        # telemetry: see collector/private_files.py.
+        with owner_only_umask():
+            result: int = args.handler(args)
     except BrokenPipeError:
         # `statetrail executions | head`: the reader left, so stop quietly. As
         # Python's docs advise, point stdout at devnull so the flush at exit
@@ -75,7 +80,6 @@ def _serve(args: argparse.Namespace) -> int:
     from collector.process.gc_settings import freeze_startup
 
     # The collector's one import of the studio: serving is where the two sides meet.
-    from collector.server import SHUTDOWN_GRACE_SECONDS
     from studio.app import create_app
 
     try:
@@ -91,15 +95,32 @@ def _serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     app = create_app(config)
     freeze_startup()
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.http_port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        root_path=config.root_path,
-    )
+    uvicorn.run(app, log_level=args.log_level, **http_server_settings(config))
     return 0
+
+
+def http_server_settings(config: Config) -> dict[str, Any]:
+    """uvicorn's settings for the studio and OTLP/HTTP port (tests serve with them too).
+
+    The protocol is named, not left to uvicorn's "auto" (httptools when
+    installed), because the request-head deadline is a subclass of its h11 one.
+    """
+    from collector.receive.http_deadlines import head_deadline_protocol
+    from collector.server import SHUTDOWN_GRACE_SECONDS
+
+    return {
+        "host": config.host,
+        "port": config.http_port,
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_SECONDS,
+        "root_path": config.root_path,
+        "http": head_deadline_protocol(config.head_timeout_seconds),
+        "timeout_keep_alive": config.idle_timeout_seconds,
+        # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1 (or its
+        # own FORWARDED_ALLOW_IPS): any local client could then pick the address
+        # the sign-in throttle counts it under.
+        "proxy_headers": bool(config.forwarded_allow_ips),
+        "forwarded_allow_ips": list(config.forwarded_allow_ips) or None,
+    }
 
 
 def _executions(args: argparse.Namespace) -> int:

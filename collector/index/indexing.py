@@ -10,7 +10,6 @@ nodes of every state the history passed through.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
@@ -22,6 +21,7 @@ from collector.index.fields import (
     index_nodes,
     index_rows,
 )
+from collector.replay.checkpoints import applied_ops
 from collector.replay.history import History, walk
 from collector.replay.jsondoc import (
     JsonPatchOp,
@@ -131,5 +131,4 @@ def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:
 
 def _shifting_in(patch_text: str) -> dict[str, int]:
     """`shifting_paths` of an applied patch's text (which therefore parses)."""
-    ops: list[JsonPatchOp] = json.loads(patch_text)
-    return shifting_paths(ops)
+    return shifting_paths(applied_ops(patch_text))

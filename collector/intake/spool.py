@@ -33,6 +33,10 @@ Crash safety: a record is acknowledged only after fdatasync, and readers never
 look past the last synced byte. A crash mid-append leaves a torn record at the
 tail of the newest segment, which nobody acknowledged; opening the spool cuts
 it off (a record running past the end, or whose CRC does not match).
+
+Privacy: the directory, the quarantine folder and every file in them are
+owner-only (collector/private_files.py), whatever the umask; ones an older
+version left open to others are tightened when the spool opens.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 import zstandard
+
+from collector.private_files import make_private_directory, open_private, tighten
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +175,8 @@ class Spool:
 
     def __init__(self, directory: Path, resume_at: Position) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        make_private_directory(directory)
+        _tighten_contents(directory)
         self._lock = threading.Lock()
         numbers = _segment_numbers(directory)
         for number in numbers:
@@ -196,7 +203,7 @@ class Spool:
                 self._sealed[active] = size
             active, size = resume_at.segment + 1, 0
         self._active = active
-        self._file = open(self._path(active), "ab", buffering=0)  # noqa: SIM115
+        self._file = open(self._path(active), "ab", buffering=0, opener=open_private)  # noqa: SIM115
         self._sync_directory()
         self._durable_end = Position(active, size)
 
@@ -245,7 +252,9 @@ class Spool:
     def _start_next_segment(self) -> None:
         number = self._active + 1
         try:
-            following = open(self._path(number), "ab", buffering=0)  # noqa: SIM115
+            following = open(  # noqa: SIM115
+                self._path(number), "ab", buffering=0, opener=open_private
+            )
             self._sync_directory()
         except OSError:
             # Keep appending to the current segment; rotation is tried again later.
@@ -353,7 +362,7 @@ class Spool:
     def quarantine(self, record: SpoolRecord, reason: str) -> Path:
         """Keep a record that could not be processed, for a person to look at."""
         folder = self.directory / QUARANTINE_DIR
-        folder.mkdir(exist_ok=True)
+        make_private_directory(folder)
         name = f"{record.start.segment:020d}-{record.start.offset:012d}"
         try:
             body = export_bytes(record.export)
@@ -361,8 +370,10 @@ class Spool:
             # Kept as written: the frame itself is then what a person must look at.
             body = payload(record.export)
             reason = f"{reason} (the record does not decompress: {exc})"
-        (folder / f"{name}.pb").write_bytes(body)
-        (folder / f"{name}.txt").write_text(reason + "\n", encoding="utf-8")
+        with open(folder / f"{name}.pb", "wb", opener=open_private) as kept:
+            kept.write(body)
+        with open(folder / f"{name}.txt", "w", encoding="utf-8", opener=open_private) as note:
+            note.write(reason + "\n")
         return folder / f"{name}.pb"
 
     # -- files -------------------------------------------------------------------
@@ -378,6 +389,13 @@ class Spool:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def _tighten_contents(directory: Path) -> None:
+    """Make the segments and the quarantine an older version left owner-only."""
+    tighten(directory / QUARANTINE_DIR)
+    for path in [*directory.glob(f"*{SEGMENT_SUFFIX}"), *directory.glob(f"{QUARANTINE_DIR}/*")]:
+        tighten(path)
 
 
 def write_all(descriptor: int, pieces: list[bytes]) -> None:

@@ -25,6 +25,7 @@ from collector.index.indexing import TouchedValues, field_index
 from collector.jobs.burst_memory import BurstMemory
 from collector.model import Execution
 from collector.replay.history import History
+from collector.replay.jsondoc import DEFAULT_LIMITS, DocumentLimits
 from collector.replay.lineage import enclosing_runs
 from collector.replay.snapshot import Snapshot, take, worth_taking
 from collector.store import Store, StoreError, StoreOutOfMemory, WriteResult
@@ -141,8 +142,10 @@ class Replayer:
         sink: HistorySink | None = None,
         burst: BurstMemory | None = None,
         compaction: CompactionPolicy = DEFAULT_COMPACTION,
+        limits: DocumentLimits = DEFAULT_LIMITS,
     ) -> None:
         self._store = store
+        self._limits = limits
         self._compaction = compaction
         self._foreground = foreground or Foreground()
         self._sink = sink
@@ -311,6 +314,7 @@ class Replayer:
                 between=self._foreground.give_way,
                 sink=self._sink,
                 storeless_runs=sorted(batch.runs),
+                limits=self._limits,
             )
         except StoreError as exc:
             # The evidence is stored, and its verdicts must not stay pending
@@ -353,6 +357,7 @@ def replay_stores(
     sink: HistorySink | None = None,
     storeless_runs: Sequence[str] = (),
     save_every: int = REPLAY_BATCH_STORES,
+    limits: DocumentLimits = DEFAULT_LIMITS,
 ) -> int:
     """Replay and save every execution owning one of these stores; return how many.
 
@@ -363,7 +368,7 @@ def replay_stores(
     then replayed and saved `save_every` at a time, each group in one
     transaction. `between` runs before each execution's replay (the replayer
     gives way to studio requests there); each history is offered to `sink` as
-    it is made.
+    it is made. No replayed state crosses `limits`.
     """
     batch = store.replay_batch(store_ids, storeless_runs)
     # Each execution needs its own trace's spans and its carriers elsewhere; hand
@@ -375,7 +380,7 @@ def replay_stores(
     executions = batch.executions
     for start in range(0, len(executions), save_every):
         group = executions[start : start + save_every]
-        _replay_and_save(store, batch, group, by_trace, between, sink, versions)
+        _replay_and_save(store, batch, group, by_trace, between, sink, versions, limits)
     return len(executions)
 
 
@@ -387,6 +392,7 @@ def _replay_and_save(
     between: Callable[[], object],
     sink: HistorySink | None,
     versions: tuple[dict[str, int], dict[str, int]] | None,
+    limits: DocumentLimits,
 ) -> None:
     now = time.time_ns()
     records: list[ReplayRecord] = []
@@ -398,7 +404,7 @@ def _replay_and_save(
         carrier_traces = {t.trace_id for t in received} | {execution.trace_id}
         relevant = [link for trace in carrier_traces for link in by_trace.get(trace, ())]
         touched = TouchedValues()
-        history = replay_with(execution, received, relevant, on_applied=touched)
+        history = replay_with(execution, received, relevant, on_applied=touched, limits=limits)
         index = field_index(history, execution.run_id, touched.nodes)
         records.append(replay_record(history, execution.run_id, index, now))
         indexes.append(index)

@@ -25,7 +25,7 @@ from google.rpc import code_pb2
 
 from collector.decode.otlp import DecodeError, parse_request
 from collector.intake.sink import ExportSink, RetryLater
-from collector.receive.admission import Admission
+from collector.receive.admission import Admission, client_of
 from collector.receive.answers import (
     AT_CAPACITY_MESSAGE,
     UNAUTHENTICATED_MESSAGE,
@@ -34,7 +34,7 @@ from collector.receive.answers import (
     retry_delay_seconds,
     retry_info,
 )
-from collector.receive.auth import KeyChecker, presented_key
+from collector.receive.auth import KeyChecker, digest, presented_key
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +70,16 @@ class TraceExportHandler:
         self._retry_after_seconds = retry_after_seconds
 
     def export(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        if not self._keys.accepts(presented_key(context.invocation_metadata())):
+        key = presented_key(context.invocation_metadata())
+        if not self._keys.accepts(key):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
-        if not self._admission.try_enter(len(body)):
+        client = client_of(peer_address(context.peer()), digest(key) if key else None)
+        if not self._admission.try_enter(len(body), client):
             self._abort_retryable(context, AT_CAPACITY_MESSAGE)
         try:
             return self._export_admitted(body, context)
         finally:
-            self._admission.leave(len(body))
+            self._admission.leave(len(body), client)
 
     def _export_admitted(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         try:
@@ -119,6 +121,15 @@ class TraceExportHandler:
                 ),
             )
         )
+
+
+def peer_address(peer: str) -> str:
+    """The address in grpcio's peer string ("ipv4:10.0.0.5:4711", "ipv6:[::1]:4711"),
+    without the port; other kinds (a unix socket) as they are."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rpartition(":")[0].strip("[]")
+    return peer
 
 
 class GrpcReceiver:

@@ -11,6 +11,9 @@ Invariants:
 - one request never holds more than the receive limit, compressed or inflated:
   Content-Length is checked before reading, and bytes are counted while reading
   and while inflating (a gzip bomb stops at the limit);
+- a body in transit holds the admission bytes it has sent and no slot; it takes
+  a slot once it is complete (collector/receive/admission.py), and is cut off (408,
+  its bytes freed at once) when it arrives slower than the `UploadPace` allows;
 - every answer is in the request's encoding: an ExportTraceServiceResponse on
   success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
 
@@ -18,7 +21,7 @@ Status codes follow the OTLP/HTTP specification:
 - 400 INVALID_ARGUMENT: the body is not an export request, or the gzip stream
   is corrupt (not retryable); a malformed id rejects only its span (partial success);
 - 401 UNAUTHENTICATED: no accepted key (with WWW-Authenticate);
-- 408: the body stalled (see BODY_IDLE_SECONDS);
+- 408: the body arrived too slowly (see UploadPace);
 - 413: over the receive limit; 415: a content type or encoding we do not read;
 - 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
   shutdown (retryable).
@@ -31,6 +34,7 @@ import enum
 import json
 import logging
 import zlib
+from dataclasses import dataclass
 from typing import Final
 
 from google.protobuf import json_format
@@ -43,7 +47,7 @@ from starlette.responses import Response
 from collector.decode.otlp import DecodeError, parse_request
 from collector.intake.sink import ExportSink, IngestOutcome, RetryLater
 from collector.receive import otlp_json
-from collector.receive.admission import Admission
+from collector.receive.admission import Admission, Client, client_of
 from collector.receive.answers import (
     AT_CAPACITY_MESSAGE,
     UNAUTHENTICATED_MESSAGE,
@@ -52,7 +56,7 @@ from collector.receive.answers import (
     retry_delay_seconds,
     retry_info,
 )
-from collector.receive.auth import KeyChecker, presented_key
+from collector.receive.auth import KeyChecker, digest, presented_key
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +65,6 @@ PROTOBUF_MEDIA_TYPE: Final = "application/x-protobuf"
 JSON_MEDIA_TYPE: Final = "application/json"
 # Inflate in steps of this size so the limit is checked long before a bomb is out.
 INFLATE_CHUNK_BYTES: Final = 256 * 1024
-# An upload that sends nothing for this long, or has not sent its whole body by
-# the second deadline, is answered 408 and its admission freed (nginx's
-# client_body_timeout is 60 s between reads; exporters send a batch at once).
-BODY_IDLE_SECONDS: Final = 10.0
-BODY_READ_SECONDS: Final = 60.0
 # Exporters send one gzip member; a body of thousands is an attack, not a batch.
 MAX_GZIP_MEMBERS: Final = 64
 # Compressed input handed to zlib at a time (see HttpTraceReceiver._gunzip).
@@ -95,6 +94,31 @@ class BodyFormat(enum.Enum):
         return json.dumps(json_format.MessageToDict(message), separators=(",", ":")).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class UploadPace:
+    """How fast a body must arrive, or be answered 408 and its admission freed.
+
+    Like Apache's mod_reqtimeout (`body=grace,MinRate=rate`): the body may take
+    `grace_seconds`, plus one second for every `min_bytes_per_second` it has
+    sent, never more than `max_seconds` in all, and may not pause for longer
+    than `grace_seconds`. Exporters send a batch at once; a client trickling
+    bytes to hold its place is cut off after the grace.
+    """
+
+    grace_seconds: float = 5.0
+    min_bytes_per_second: int = 16 * 1024
+    max_seconds: float = 60.0
+
+    def deadline(self, started: float, last_arrival: float, received: int) -> float:
+        """The loop time by which more of the body must have arrived."""
+        earned = received / self.min_bytes_per_second if self.min_bytes_per_second else float("inf")
+        return min(
+            last_arrival + self.grace_seconds,
+            started + self.grace_seconds + earned,
+            started + self.max_seconds,
+        )
+
+
 class Refused(Exception):
     """An export answered with an error status instead of being stored."""
 
@@ -116,12 +140,14 @@ class HttpTraceReceiver:
         *,
         max_receive_bytes: int,
         retry_after_seconds: int,
+        pace: UploadPace | None = None,
     ) -> None:
         self._sink = sink
         self._keys = keys
-        self._admission = admission
+        self.admission = admission
         self._max_receive_bytes = max_receive_bytes
         self._retry_after_seconds = retry_after_seconds
+        self._pace = pace or UploadPace()
 
     async def export(self, request: Request) -> Response:
         body_format = BodyFormat.of(request.headers.get("content-type"))
@@ -143,52 +169,49 @@ class HttpTraceReceiver:
         return Response(body_format.serialize(response), media_type=body_format.value)
 
     async def _export(self, request: Request, body_format: BodyFormat) -> IngestOutcome:
+        key = presented_key(request.headers.items())
         # The key check may re-read the key table: keep it off the event loop.
-        if not await run_in_threadpool(self._keys.accepts, presented_key(request.headers.items())):
+        if not await run_in_threadpool(self._keys.accepts, key):
             raise Refused(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
         gzipped = _is_gzipped(request.headers.get("content-encoding"))
         declared = _declared_length(request.headers.get("content-length"))
         if declared is not None and declared > self._max_receive_bytes:
             raise self._too_large()
-        # Unknown length (chunked, as Node's exporters always send): the share
-        # grows with the bytes read. Reserving the receive limit for each made
-        # four concurrent uploads fill the byte budget of an idle server.
-        share = _Share(self._admission, 0 if declared is None else declared)
-        if not share.enter():
-            raise self._at_capacity()
+        # The share grows with the bytes read, declared or not (chunked, as Node's
+        # exporters always send): reserving what a body declares let 32 uploads
+        # that declared 100 KB and sent a byte a second hold every slot.
+        address = request.client.host if request.client else None
+        share = _Share(self.admission, client_of(address, digest(key) if key else None))
         try:
             body = await self._read_body(request, share)
+            if not share.take_slot():
+                raise self._at_capacity()
             return await run_in_threadpool(self._ingest, body, gzipped, body_format, share)
         finally:
             share.leave()
 
     async def _read_body(self, request: Request, share: _Share) -> bytes:
-        """The body, within the receive limit, the admission budget and the read deadlines.
+        """The body, within the receive limit, the admission budget and the upload pace.
 
-        The deadlines free the admission a stalled upload holds: 32 connections
-        that sent headers and then nothing held every slot, refusing all other
-        HTTP exports for as long as they stayed open.
+        The pace frees the bytes a stalled or trickling upload holds, and its
+        connection (collector/receive/http_deadlines.py closes a connection answered
+        before its body was read).
         """
         chunks: list[bytes] = []
         size = 0
         pieces = aiter(request.stream())
         loop = asyncio.get_running_loop()
-        whole_deadline = loop.time() + BODY_READ_SECONDS
+        started = last_arrival = loop.time()
         try:
             while True:
-                deadline = min(loop.time() + BODY_IDLE_SECONDS, whole_deadline)
                 try:
-                    async with asyncio.timeout_at(deadline):
+                    async with asyncio.timeout_at(self._pace.deadline(started, last_arrival, size)):
                         chunk = await anext(pieces)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise Refused(
-                        408,
-                        code_pb2.DEADLINE_EXCEEDED,
-                        f"the body did not arrive in time (nothing for {BODY_IDLE_SECONDS:g} s, "
-                        f"or not all of it within {BODY_READ_SECONDS:g} s)",
-                    ) from None
+                    raise self._too_slow() from None
+                last_arrival = loop.time()
                 size += len(chunk)
                 if size > self._max_receive_bytes:
                     raise self._too_large()
@@ -273,6 +296,16 @@ class HttpTraceReceiver:
             "(after decompression); send smaller batches",
         )
 
+    def _too_slow(self) -> Refused:
+        pace = self._pace
+        return Refused(
+            408,
+            code_pb2.DEADLINE_EXCEEDED,
+            f"the body arrived too slowly: send it within {pace.grace_seconds:g} s plus one "
+            f"second per {pace.min_bytes_per_second} bytes, without pausing "
+            f"{pace.grace_seconds:g} s, and within {pace.max_seconds:g} s in all",
+        )
+
     def _at_capacity(self) -> Refused:
         return self._unavailable(AT_CAPACITY_MESSAGE)
 
@@ -287,6 +320,9 @@ class HttpTraceReceiver:
             retry = retry_info(delay)
             headers["Retry-After"] = str(delay)
             logger.debug("export refused, client told to retry: %s", refusal.message)
+        elif refusal.http_status == 408:
+            # The rest of the body may still be on its way: end the connection.
+            headers["Connection"] = "close"
         elif refusal.http_status == 401:
             # RFC 9110: a 401 names the scheme that would be accepted.
             headers["WWW-Authenticate"] = 'Bearer realm="statetrail"'
@@ -302,25 +338,30 @@ class HttpTraceReceiver:
 
 
 class _Share:
-    """One request's part of the admission budget, grown as its body inflates."""
+    """One upload's part of the admission budget: bytes as its body arrives and
+    inflates, and a slot once it has arrived."""
 
-    def __init__(self, admission: Admission, size: int) -> None:
+    def __init__(self, admission: Admission, client: Client) -> None:
         self._admission = admission
-        self._size = size
+        self._client = client
+        self._size = 0
+        self._slot = False
+        admission.open_upload(client)
 
-    def enter(self) -> bool:
-        return self._admission.try_enter(self._size)
+    def take_slot(self) -> bool:
+        self._slot = self._admission.try_take_slot(self._client)
+        return self._slot
 
     def grow_to(self, size: int) -> bool:
         if size <= self._size:
             return True
-        if not self._admission.try_grow(size - self._size):
+        if not self._admission.try_grow(size - self._size, self._client):
             return False
         self._size = size
         return True
 
     def leave(self) -> None:
-        self._admission.leave(self._size)
+        self._admission.leave(self._size, self._client, slot=self._slot)
 
 
 def _is_gzipped(content_encoding: str | None) -> bool:

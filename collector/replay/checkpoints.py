@@ -29,6 +29,8 @@ from typing import Final
 from collector.replay.jsondoc import (
     MISSING,
     PATCH_ERRORS,
+    DocumentLimitError,
+    DocumentMeter,
     JsonPatchOp,
     JsonValue,
     clone,
@@ -64,6 +66,9 @@ class States:
         self._indexes = [-1]
         self._checkpoints: list[JsonValue | Unparsed] = [start]
         self._patches: list[str | None] = []
+        # The largest state (as DocumentMeter counts) among those kept or rebuilt:
+        # what holding one of them costs, whatever the start and end texts say.
+        self.peak_size = 0
 
     @classmethod
     def restored(cls, checkpoints: Sequence[tuple[int, str]], patches: list[str | None]) -> States:
@@ -71,6 +76,7 @@ class States:
         states._indexes = [index for index, _ in checkpoints]
         states._checkpoints = [Unparsed(text) for _, text in checkpoints]
         states._patches = patches
+        states.peak_size = max((len(text) for _, text in checkpoints), default=0)
         return states
 
     @property
@@ -106,7 +112,7 @@ class States:
         doc = clone(self._checkpoint(position))
         for text in self._patches[self._indexes[position] + 1 : index + 1]:
             if text is not None:
-                doc = patch_in_place(doc, json.loads(text))
+                doc = patch_in_place(doc, applied_ops(text))
         return doc
 
     def spaced(self, min_work: int) -> list[tuple[int, JsonValue]]:
@@ -141,6 +147,21 @@ class States:
         return found
 
 
+def applied_ops(text: str) -> list[JsonPatchOp]:
+    """The operations of a patch that replay applied, parsed again for a rebuild.
+
+    Plain `json.loads`, without `parse_patch`'s checks: the text passed them
+    (depth included) when replay applied it, and a snapshot restores only the
+    steps that did. Should a stored text no longer parse, the state is
+    unavailable rather than an exception from the parser (RecursionError too).
+    """
+    try:
+        ops: list[JsonPatchOp] = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise StateUnavailableError("a replayed patch no longer parses as JSON") from exc
+    return ops
+
+
 @dataclass(frozen=True, slots=True)
 class Unparsed:
     """A checkpoint as saved JSON text, parsed when a state is first rebuilt from it."""
@@ -149,31 +170,46 @@ class Unparsed:
 
 
 class Tape:
-    """One working document, patched in place step by step, with checkpoints."""
+    """One working document, patched in place step by step, with checkpoints.
 
-    def __init__(self, start: JsonValue, start_size: int) -> None:
+    Its meter (built from the start state) bounds every state the tape makes:
+    a patch whose operation would cross a limit is not applied at all.
+    """
+
+    def __init__(self, start: JsonValue, start_size: int, meter: DocumentMeter) -> None:
         self._states = States(start)
         self._doc = clone(start)
-        self._size = start_size
+        self._meter = meter
+        self._size = max(start_size, meter.size)
+        self._states.peak_size = meter.size
         self._work = 0
         self.last_error = ""
+        # Set when the last patch not applied was refused for crossing a limit.
+        self.last_limit: DocumentLimitError | None = None
 
     def apply(self, text: str, ops: list[JsonPatchOp]) -> bool:
         """Apply the next step's patch, parsed from `text` into `ops` (which it consumes).
 
-        Returns False, with the reason in `last_error`, when the patch does not apply.
+        Returns False, with the reason in `last_error` (and `last_limit` if an
+        operation would have crossed a limit), when the patch does not apply.
         """
+        totals = self._meter.totals
         try:
-            self._doc = patch_in_place(self._doc, ops)
-        except PATCH_ERRORS as exc:
+            self._doc = patch_in_place(self._doc, ops, self._meter)
+        except (*PATCH_ERRORS, DocumentLimitError) as exc:
             # A patch can fail after some of its operations changed the working
             # document, so rebuild it instead of trusting what is left.
+            self._meter.restore(totals)
             self._states.record(None)
             self._doc = self._states.after(self._states.last_index)
             self.last_error = str(exc) or type(exc).__name__
+            self.last_limit = exc if isinstance(exc, DocumentLimitError) else None
             return False
         self._states.record(text)
-        self._size += len(text)
+        # What a patch built (a copy) can outweigh its text: checkpoints are
+        # spaced by the state's real size then, not by the patch texts.
+        self._size = max(self._size + len(text), self._meter.size)
+        self._states.peak_size = max(self._states.peak_size, self._meter.size)
         self._work += len(text) + _PATCH_WORK_BYTES
         if self._work >= max(self._size, _MIN_CHECKPOINT_WORK):
             self._states.checkpoint(clone(self._doc))

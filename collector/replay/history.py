@@ -21,7 +21,6 @@ this module's public API.
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from types import MappingProxyType
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 from collector.model import Execution, Transition, withheld
-from collector.replay.checkpoints import States
+from collector.replay.checkpoints import States, applied_ops
 
 # Part of History's API (state_at raises it), so callers import it from here.
 from collector.replay.checkpoints import StateUnavailableError as StateUnavailableError
@@ -64,6 +63,7 @@ DiagnosticCode: TypeAlias = Literal[
     "unknown_contract_version",
     "no_start_state",
     "patch_not_committed",
+    "document_limit_exceeded",
 ]
 
 
@@ -155,6 +155,11 @@ class History:
     def checkpoint_count(self) -> int:
         """Whole-state copies kept for `state_at` (start and end included); 0 without states."""
         return self._states.checkpoint_count if self._states is not None else 0
+
+    @property
+    def peak_state_size(self) -> int:
+        """The largest state this history holds, in (compact) JSON characters; 0 without states."""
+        return self._states.peak_size if self._states is not None else 0
 
     @property
     def has_states(self) -> bool:
@@ -341,7 +346,7 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
     doc = history._require_states(history.start_sequence).after(-1)
     for step in history.steps:
         if step.applied:
-            doc = patch_in_place(doc, json.loads(step.transition.patch_json))
+            doc = patch_in_place(doc, applied_ops(step.transition.patch_json))
         yield step, doc
 
 

@@ -11,6 +11,12 @@ number that overflows a double, no nesting deeper than MAX_JSON_DEPTH, and a
 patch only of well-formed operations. Equality is JSON's, not Python's (`true`
 is not `1`). The only functions that mutate a document are `patch_in_place`
 and `apply_op_recording`, and only the document they are handed.
+
+A patch can make its document far larger or deeper than its own text (a
+`copy` from "" doubles the document). `patch_in_place` with a `DocumentMeter`
+keeps a running count of the document's size, nodes and depth, updated per
+operation, and refuses (DocumentLimitError) the operation that would cross
+its `DocumentLimits` before that operation allocates or changes anything.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import jsonpatch
 import jsonpointer
@@ -278,13 +285,20 @@ def _is_list_slot(doc: JsonValue, parts: Sequence[str]) -> bool:
 # --- copying and patching -------------------------------------------------------------
 
 
-def patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
+def patch_in_place(
+    doc: JsonValue, ops: list[JsonPatchOp], meter: DocumentMeter | None = None
+) -> JsonValue:
     """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again.
 
     Values of add/replace ops become part of the document, and older jsonpatch
     releases insert them without copying. Parsing each application afresh from
     the patch text means the document never shares objects with patch data that
     a later step, or a rebuild from a checkpoint, would read again.
+
+    With a `meter` (built from `doc`), each operation is measured first and one
+    that would take the document past the meter's limits raises
+    DocumentLimitError, unapplied; the operations before it stay applied, as
+    when jsonpatch fails part-way, so the caller rebuilds the document.
     """
     # jsonpatch's own operation classes, applied one by one: `JsonPatch(ops)`
     # would build every operation object twice and deep-copy each op on the way
@@ -292,11 +306,17 @@ def patch_in_place(doc: JsonValue, ops: list[JsonPatchOp]) -> JsonValue:
     # cost of replaying a long history.
     # A long history writes the same few paths over and over, so the parsed
     # pointers are shared; jsonpatch takes a JsonPointer in place of the string.
-    for op in ops:
-        written = _write_plainly(doc, op)
-        if written is _NOT_PLAIN:
-            operation = {**op, "path": _json_pointer(str(op["path"]))}
-            written = _OPERATIONS[str(op["op"])](operation).apply(doc)
+    for index, op in enumerate(ops):
+        try:
+            written = _write_plainly(doc, op, meter)
+            if written is _NOT_PLAIN:
+                if meter is not None:
+                    meter.admit_copy_or_move(doc, op)
+                operation = {**op, "path": _json_pointer(str(op["path"]))}
+                written = _OPERATIONS[str(op["op"])](operation).apply(doc)
+        except DocumentLimitError as exc:
+            exc.op_index = index
+            raise
         doc = written
     return doc
 
@@ -306,7 +326,7 @@ _PLAIN_OPS: Final = frozenset({"add", "replace", "remove"})
 _NOT_PLAIN: Final = object()
 
 
-def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
+def _write_plainly(doc: JsonValue, op: JsonPatchOp, meter: DocumentMeter | None) -> Any:
     """Apply an add, replace or remove op that succeeds on plain JSON, as jsonpatch would.
 
     Most of a replay's ops are these, and jsonpatch spends most of applying
@@ -314,7 +334,8 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
     value (which `patch_in_place`'s caller owns already). Anything else (other
     ops, a path through a missing member or past an array's end, any error)
     returns `_NOT_PLAIN` having changed nothing, and jsonpatch applies it, so
-    its errors stay jsonpatch's own.
+    its errors stay jsonpatch's own. The meter, if any, is told of each write
+    just before it is made, and may refuse it.
     """
     kind, path = op.get("op"), op.get("path")
     if kind not in _PLAIN_OPS or type(path) is not str or (kind != "remove" and "value" not in op):
@@ -322,29 +343,45 @@ def _write_plainly(doc: JsonValue, op: JsonPatchOp) -> Any:
     parts = _plain_parts(path)
     if not parts:
         # The whole document: replaced (add or replace), or an error (remove, bad pointer).
-        return op["value"] if parts is not None and kind != "remove" else _NOT_PLAIN
+        if parts is None or kind == "remove":
+            return _NOT_PLAIN
+        if meter is not None:
+            meter.write(0, None, op["value"], doc)
+        return op["value"]
     # The container written to; MISSING (a path through nothing) fails the type checks below.
     target = resolve_parts(doc, parts[:-1])
     last = parts[-1]
     if type(target) is dict:
-        if kind == "add":
-            target[last] = op["value"]
-        elif last not in target:
+        if kind != "add" and last not in target:
             return _NOT_PLAIN
-        elif kind == "replace":
-            target[last] = op["value"]
-        else:
+        if meter is not None:
+            old = target.get(last, MISSING)
+            if kind == "remove":
+                meter.remove(last, old)
+            else:
+                meter.write(len(parts), last, op["value"], old)
+        if kind == "remove":
             del target[last]
+        else:
+            target[last] = op["value"]
         return doc
     if type(target) is not list:
         return _NOT_PLAIN
     items = target
     if kind == "add" and last == "-":
+        if meter is not None:
+            meter.write(len(parts), None, op["value"], MISSING)
         items.append(op["value"])
         return doc
     index = list_index(last)
     if index is None or index > len(items) or (index == len(items) and kind != "add"):
         return _NOT_PLAIN
+    if meter is not None:
+        if kind == "remove":
+            meter.remove(None, items[index])
+        else:
+            overwritten = items[index] if kind == "replace" else MISSING
+            meter.write(len(parts), None, op["value"], overwritten)
     if kind == "add":
         items.insert(index, op["value"])
     elif kind == "replace":
@@ -400,6 +437,278 @@ class _Pointer(jsonpointer.JsonPointer):
 def _json_pointer(path: str) -> jsonpointer.JsonPointer:
     """A parsed pointer; never changed once built, so safe to share."""
     return _Pointer(path)
+
+
+# --- bounding what patches build -------------------------------------------------------
+
+MIB: Final = 1024 * 1024
+LimitName: TypeAlias = Literal["bytes", "nodes", "depth"]
+_LIMIT_UNITS: Final[dict[LimitName, str]] = {
+    "bytes": "bytes of JSON",
+    "nodes": "values",
+    "depth": "levels of nesting",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentLimits:
+    """The most one replayed state may hold (docs/limits.md, section "Documents").
+
+    `max_bytes` counts a document as `measure` does (its compact JSON text);
+    `max_nodes` counts every value in it, containers included; `max_depth` the
+    containers nested in one another, at most MAX_JSON_DEPTH, the parse-side
+    cap that every recursive walker of a document relies on.
+    """
+
+    max_bytes: int = 16 * MIB
+    max_nodes: int = 1_000_000
+    max_depth: int = MAX_JSON_DEPTH
+
+    def __post_init__(self) -> None:
+        if min(self.max_bytes, self.max_nodes, self.max_depth) < 1:
+            raise ValueError("document limits must be at least 1")
+        if self.max_depth > MAX_JSON_DEPTH:
+            raise ValueError(f"the depth limit can be at most {MAX_JSON_DEPTH}")
+
+
+DEFAULT_LIMITS: Final = DocumentLimits()
+
+
+class DocumentLimitError(Exception):
+    """An operation would take its document past a limit; it was refused unapplied."""
+
+    def __init__(self, limit: LimitName, reached: int, allowed: int) -> None:
+        super().__init__(
+            f"the state would reach {reached:,} {_LIMIT_UNITS[limit]}, "
+            f"over the limit of {allowed:,}"
+        )
+        self.limit: Final = limit
+        self.reached: Final = reached
+        self.allowed: Final = allowed
+        # Which operation of its patch (0-based), set by `patch_in_place`.
+        self.op_index: int | None = None
+
+
+def measure(value: JsonValue) -> tuple[int, int, int]:
+    """(size, nodes, depth) of a JSON value, as DocumentLimits bound them.
+
+    Size is the length of its compact JSON text, each string counted as its
+    characters plus quotes (escapes are not counted) and one separator after
+    every member or element; nodes are every value, containers included;
+    depth is the containers nested in one another (0 for a scalar).
+    Recursive, so only for values whose depth is bounded already: parsed by
+    `parse_json`, or built by patches under a meter.
+    """
+    kind = type(value)
+    if kind is dict:
+        members: dict[str, JsonValue] = value  # type: ignore[assignment]
+        return _measure_children(members.values(), 2 + sum(len(key) + 4 for key in members))
+    if kind is list:
+        items: list[JsonValue] = value  # type: ignore[assignment]
+        return _measure_children(items, 2 + len(items))
+    return _scalar_size(value), 1, 0
+
+
+def _measure_children(children: Iterable[JsonValue], size: int) -> tuple[int, int, int]:
+    nodes = 1
+    deepest = 0
+    for child in children:
+        kind = type(child)
+        if kind is str:
+            # Most values of a state: counted here, without a call.
+            size += len(child) + 2  # type: ignore[arg-type]
+            nodes += 1
+        elif kind is dict or kind is list:
+            child_size, child_nodes, child_depth = measure(child)
+            size += child_size
+            nodes += child_nodes
+            deepest = max(deepest, child_depth)
+        else:
+            size += _scalar_size(child)
+            nodes += 1
+    return size, nodes, deepest + 1
+
+
+def _scalar_size(value: JsonValue) -> int:
+    if type(value) is str:
+        return len(value) + 2
+    if value is None or value is True:
+        return 4
+    if value is False:
+        return 5
+    return len(repr(value))
+
+
+def _slot_size(key: str | None) -> int:
+    """What holding a value costs its container: a separator, and an object's key."""
+    return 1 if key is None else len(key) + 4
+
+
+class DocumentMeter:
+    """The running size and node count of one document being patched, against its limits.
+
+    Built from the document (one walk; DocumentLimitError if it is over a
+    limit already). `patch_in_place` then tells it of every write before the
+    write is made: the value written and the value it overwrites or removes
+    are measured, never the document, so the count stays exact at the cost of
+    what the patch touches. Depth needs no running count: a write makes the
+    document as deep as its path's length plus its value's depth, so refusing
+    each write that would pass the limit keeps the whole document within it.
+    `totals` and `restore` let a caller roll the count back with the document.
+    """
+
+    __slots__ = ("limits", "nodes", "size")
+
+    def __init__(self, doc: JsonValue, limits: DocumentLimits) -> None:
+        self.limits: Final = limits
+        self.size = 0
+        self.nodes = 0
+        self._admit(*measure(doc))
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        return self.size, self.nodes
+
+    def restore(self, totals: tuple[int, int]) -> None:
+        self.size, self.nodes = totals
+
+    def write(
+        self, at_depth: int, key: str | None, value: JsonValue, old: JsonValue | Missing
+    ) -> None:
+        """Admit `value` written `at_depth` tokens deep (0: the whole document), over `old`.
+
+        `key` is the object member written (None for an array slot); `old` is
+        what the write overwrites, MISSING for an insert.
+        """
+        # Scalars, most of what a long history writes, are sized inline: this
+        # runs for every operation replay applies.
+        if type(value) is str:
+            size, nodes, depth = len(value) + 2, 1, 0
+        elif type(value) is dict or type(value) is list:
+            size, nodes, depth = measure(value)
+        else:
+            size, nodes, depth = _scalar_size(value), 1, 0
+        if at_depth == 0:
+            self._admit(size, nodes, depth)
+            return
+        if old is MISSING:
+            size += 1 if key is None else len(key) + 4  # as _slot_size
+        elif type(old) is str:
+            size -= len(old) + 2
+            nodes -= 1
+        elif type(old) is dict or type(old) is list:
+            old_size, old_nodes, _ = measure(old)
+            size -= old_size
+            nodes -= old_nodes
+        else:
+            size -= _scalar_size(old)
+            nodes -= 1
+        size += self.size
+        nodes += self.nodes
+        depth += at_depth
+        limits = self.limits
+        if size > limits.max_bytes or nodes > limits.max_nodes or depth > limits.max_depth:
+            self._admit(size, nodes, depth)
+        self.size, self.nodes = size, nodes
+
+    def remove(self, key: str | None, old: JsonValue | Missing) -> None:
+        """Count `old`, held in member `key` (None: an array slot), as removed."""
+        if old is not MISSING:
+            old_size, old_nodes, _ = measure(old)
+            self.size -= old_size + _slot_size(key)
+            self.nodes -= old_nodes
+
+    def admit_copy_or_move(self, doc: JsonValue, op: JsonPatchOp) -> None:
+        """Admit a copy or move, before jsonpatch applies it (other ops change nothing here).
+
+        Ops that jsonpatch will refuse (a missing source, a move into itself,
+        a target through nothing) are let through uncounted: they fail.
+        """
+        kind, source, path = op.get("op"), op.get("from"), op.get("path")
+        if kind not in OPS_WITH_FROM or type(source) is not str or type(path) is not str:
+            return
+        source_parts, target_parts = _plain_parts(source), _plain_parts(path)
+        if source_parts is None or target_parts is None:
+            return
+        value = resolve_parts(doc, source_parts)
+        if value is MISSING:
+            return
+        if kind == "copy":
+            self._admit_copy(doc, value, target_parts)
+        elif not target_parts:
+            self.write(0, None, value, doc)  # the moved value becomes the whole document
+        elif source_parts != target_parts[: len(source_parts)]:
+            # (A move onto itself changes nothing; one into itself jsonpatch refuses.)
+            self._admit_move(doc, value, source_parts, target_parts)
+
+    def _admit_copy(self, doc: JsonValue, value: JsonValue, target: tuple[str, ...]) -> None:
+        if not target:
+            self.write(0, None, value, doc)
+            return
+        parent = resolve_parts(doc, target[:-1])
+        if type(parent) is dict:
+            self.write(len(target), target[-1], value, parent.get(target[-1], MISSING))
+        elif type(parent) is list and _insertable(parent, target[-1]):
+            self.write(len(target), None, value, MISSING)
+
+    def _admit_move(
+        self, doc: JsonValue, value: JsonValue, source: tuple[str, ...], target: tuple[str, ...]
+    ) -> None:
+        """A move: out of its source's slot, into the target's (over what is there)."""
+        source_parent = resolve_parts(doc, source[:-1])
+        source_key = source[-1] if type(source_parent) is dict else None
+        # jsonpatch resolves the target once the source is removed: an index
+        # past the source's, in the source's array, then names the next element.
+        moved = _index_after_removal(source, target, source_parent)
+        parent = resolve_parts(doc, moved[:-1])
+        old = parent.get(moved[-1], MISSING) if type(parent) is dict else MISSING
+        size = _slot_size(moved[-1] if type(parent) is dict else None) - _slot_size(source_key)
+        nodes = 0
+        if old is not MISSING:
+            old_size, old_nodes, _ = measure(old)
+            if target == source[: len(target)]:
+                # The target holds the source: what it loses is less the value moved.
+                value_size, value_nodes, _ = measure(value)
+                old_size -= value_size + _slot_size(source_key)
+                old_nodes -= value_nodes
+            size -= old_size + _slot_size(moved[-1])
+            nodes = -old_nodes
+        # Only a move deeper than its source can make the document deeper.
+        depth = len(target) + measure(value)[2] if len(target) > len(source) else 0
+        self._admit(self.size + size, self.nodes + nodes, depth)
+
+    def _admit(self, size: int, nodes: int, depth: int) -> None:
+        limits = self.limits
+        if depth > limits.max_depth:
+            raise DocumentLimitError("depth", depth, limits.max_depth)
+        if size > limits.max_bytes:
+            raise DocumentLimitError("bytes", size, limits.max_bytes)
+        if nodes > limits.max_nodes:
+            raise DocumentLimitError("nodes", nodes, limits.max_nodes)
+        self.size, self.nodes = size, nodes
+
+
+def _insertable(items: list[JsonValue], token: str) -> bool:
+    """Whether `token` names a slot an add can insert into (else jsonpatch refuses it)."""
+    index = list_index(token)
+    return token == "-" or (index is not None and index <= len(items))
+
+
+def _index_after_removal(
+    source: tuple[str, ...], target: tuple[str, ...], source_parent: JsonValue | Missing
+) -> tuple[str, ...]:
+    """`target` as it reads before `source` is removed from its array (unchanged otherwise)."""
+    depth = len(source) - 1
+    if (
+        type(source_parent) is not list
+        or len(target) <= depth + 1
+        or target[:depth] != source[:depth]
+    ):
+        return target
+    removed, index = list_index(source[-1]), list_index(target[depth])
+    if removed is None or index is None or index < removed:
+        return target
+    return (*target[:depth], str(index + 1), *target[depth + 1 :])
 
 
 def apply_op_recording(

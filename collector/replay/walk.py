@@ -28,6 +28,10 @@ Verification
       directly follows the previous one, it is not a conflicting duplicate, and
       its patch applies. After a gap or a failed patch, replay continues best
       effort (a patch that does not apply is skipped) with `verified=False`.
+    * A patch one of whose operations would take the state past the replay's
+      `DocumentLimits` is not applied either (document_limit_exceeded), and is
+      treated as one that does not apply, except that it never fails the run.
+      A start state over the limits is treated as unreadable.
     * If the chain is complete (every sequence of the interval present, every
       patch applied) but its end differs from the recorded end state, the
       evidence contradicts itself somewhere we cannot locate: no step is verified.
@@ -64,6 +68,7 @@ Cost
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -93,7 +98,12 @@ from collector.replay.history import (
     recorded_end_of,
 )
 from collector.replay.jsondoc import (
+    DEFAULT_LIMITS,
     MISSING,
+    OPS_WITH_FROM,
+    DocumentLimitError,
+    DocumentLimits,
+    DocumentMeter,
     JsonPatchOp,
     JsonValue,
     Missing,
@@ -137,6 +147,7 @@ def replay(
     evidence_spans: Iterable[EvidenceSpan] = (),
     owner_span_ids: Collection[str] | None = None,
     on_applied: AppliedObserver | None = None,
+    limits: DocumentLimits = DEFAULT_LIMITS,
 ) -> History:
     """Replay `execution`'s store from its start state through `transitions`.
 
@@ -146,13 +157,15 @@ def replay(
     so that OTLP loss counters can be reported. `owner_span_ids`, when given, is
     the owner span's subtree; a transition carried by any other span (e.g. a
     concurrent execution sharing the store) is then attributed as foreign.
-    `on_applied` watches each applied patch (see AppliedObserver).
+    `on_applied` watches each applied patch (see AppliedObserver). No state
+    replay makes crosses `limits`: a start state over them is not replayed,
+    and a patch that would cross them is not applied (document_limit_exceeded).
     """
     received = tuple(transitions)
     evidence = tuple(evidence_spans)
     if execution is None:
         return _in_flight(received, evidence)
-    return _Replay(execution, received, evidence, owner_span_ids, on_applied).run()
+    return _Replay(execution, received, evidence, owner_span_ids, on_applied, limits).run()
 
 
 # --- the replay itself ---------------------------------------------------------------
@@ -168,12 +181,14 @@ class _Replay:
         evidence: tuple[EvidenceSpan, ...],
         owner_span_ids: Collection[str] | None,
         on_applied: AppliedObserver | None = None,
+        limits: DocumentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.execution = execution
         self.received = received
         self.evidence = evidence
         self.owner_span_ids = owner_span_ids
         self.on_applied = on_applied
+        self.limits = limits
         self.diagnostics: list[Diagnostic] = []
         # The spans whose losses touch this run (selection.own_evidence), set by `run`.
         self.own_evidence: list[EvidenceSpan] = []
@@ -205,14 +220,15 @@ class _Replay:
         sequenced, ambiguous, foreign = self._select(interval)
         start = self._start_state(has_transitions=bool(sequenced))
         recorded_end = self._recorded_end()
+        meter = self._meter(start)
 
-        if start is MISSING:
+        if start is MISSING or meter is None:
             steps = tuple(_unreplayed_step(sequence, t, foreign) for sequence, t in sequenced)
             nothing = not steps and recorded_end is MISSING and execution.state_end is None
             verdict: Verdict = "not_applicable" if nothing or self._start_withheld() else "failed"
             return self._finish(steps, verdict, interval, None, recorded_end)
 
-        tape = Tape(start, len(execution.state_start or ""))
+        tape = Tape(start, len(execution.state_start or ""), meter)
         chain = self._walk(tape, sequenced, interval, ambiguous, foreign)
         states = tape.finish()
         last_received = sequenced[-1][0] if sequenced else interval.lower
@@ -299,6 +315,21 @@ class _Replay:
             )
         return parsed
 
+    def _meter(self, start: JsonValue | Missing) -> DocumentMeter | None:
+        """The start state's meter, or None (with a finding) if it is over a limit already."""
+        if start is MISSING:
+            return None
+        try:
+            return DocumentMeter(start, self.limits)
+        except DocumentLimitError as exc:
+            self.report(
+                "document_limit_exceeded",
+                "error",
+                f"The start state is over a limit on replayed states: {exc} "
+                f"({limit_setting(exc)}). No state is rebuilt, so none can be shown.",
+            )
+            return None
+
     def _recorded_end(self) -> JsonValue | Missing:
         """`recorded_end_of`, reporting why the end state cannot be compared with."""
         execution = self.execution
@@ -334,6 +365,7 @@ class _Replay:
         complete = True
         failed_at_first_step = False
         skipped_after_doubt: list[int] = []
+        over_limit: list[int] = []
         previous = interval.lower
         for sequence, recorded in sequenced:
             if not interval.by_time and sequence != previous + 1:
@@ -347,6 +379,10 @@ class _Replay:
                 self.on_applied(ops, paths, tape.document)
             if ops is None:
                 tape.skip()
+            elif not applied and tape.last_limit is not None:
+                if not over_limit:
+                    self._report_over_limit(sequence, transition, ops, tape.last_limit)
+                over_limit.append(sequence)
             elif not applied and verified:
                 self._report_patch_failed(sequence, transition, tape.last_error)
                 failed_at_first_step = not steps
@@ -373,6 +409,15 @@ class _Replay:
                 "did not apply to the best-effort state that follows missing or broken "
                 "evidence; they were skipped. This follows from the earlier findings.",
                 sequence=skipped_after_doubt[0],
+            )
+        if len(over_limit) > 1:
+            self.report(
+                "document_limit_exceeded",
+                "warning",
+                f"{counted(len(over_limit) - 1, 'later patch', 'later patches')} from sequence "
+                f"{over_limit[1]} would also have taken the replayed state past a limit; "
+                "they were not applied either.",
+                sequence=over_limit[1],
             )
         return _Chain(tuple(steps), complete, failed_at_first_step)
 
@@ -429,6 +474,27 @@ class _Replay:
             f"The patch of transition {sequence} (action {transition.action!r}, span "
             f"{span_label(transition)}) does not apply to the replayed state: {error}. "
             "It was skipped, and the states from here on cannot be verified.",
+            sequence=sequence,
+            span_id=transition.span_id,
+        )
+
+    def _report_over_limit(
+        self,
+        sequence: int,
+        transition: Transition,
+        ops: list[JsonPatchOp],
+        exc: DocumentLimitError,
+    ) -> None:
+        index = exc.op_index or 0
+        op = _op_label(ops[index]) if index < len(ops) else "an operation"
+        self.report(
+            "document_limit_exceeded",
+            "error",
+            f"The patch of transition {sequence} (action {transition.action!r}, span "
+            f"{span_label(transition)}) was not applied: its operation {index + 1} of "
+            f"{len(ops)} ({op}) would take the replayed state past a limit: {exc} "
+            f"({limit_setting(exc)}). The history stops there: the states from sequence "
+            f"{sequence} on are best effort and cannot be verified.",
             sequence=sequence,
             span_id=transition.span_id,
         )
@@ -526,6 +592,31 @@ def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, .
         states=None,
         recorded_end=MISSING,
     )
+
+
+# The `statetrail serve` flag that sets each limit, named in the findings.
+_LIMIT_SETTINGS: Final = {
+    "bytes": "--max-state-mib",
+    "nodes": "--max-state-nodes",
+    "depth": "--max-state-depth",
+}
+
+
+def limit_setting(exc: DocumentLimitError) -> str:
+    """Where the limit an error names is set, in words for a finding."""
+    return f"set by {_LIMIT_SETTINGS[exc.limit]}"
+
+
+def _op_label(op: JsonPatchOp) -> str:
+    """An operation named by its kind and pointers (never its value), cut for a sentence."""
+    source = op.get("from") if op.get("op") in OPS_WITH_FROM else None
+    text = f"{op.get('op')} " + (f"from {_quoted(source)} to " if isinstance(source, str) else "")
+    text += _quoted(op.get("path"))
+    return text if len(text) <= PATCH_SHOWN_CHARS else text[:PATCH_SHOWN_CHARS] + "…"
+
+
+def _quoted(pointer: JsonValue) -> str:
+    return json.dumps(pointer, ensure_ascii=False)
 
 
 def _unreplayed_step(sequence: int, transition: Transition, foreign: frozenset[int]) -> Step:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import duckdb
 
+from collector.private_files import tighten
+
 # How DuckDB prints a size setting ("122.0 MiB"): powers of 1024.
 _PRINTED_SIZE = re.compile(r"([0-9.]+)\s*(bytes|KiB|MiB|GiB|TiB)")
+WAL_SUFFIX = ".wal"
+# DuckDB's default temp_directory, where it spills what does not fit in memory.
+TEMP_SUFFIX = ".tmp"
 _UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
@@ -32,6 +38,11 @@ def connect(
         settings["memory_limit"] = memory_limit
     if threads is not None:
         settings["threads"] = threads
+    if not read_only:
+        # Files an older version created readable by every local user; new
+        # ones are owner-only by the umask the commands run under.
+        for own in (path, path + WAL_SUFFIX, path + TEMP_SUFFIX):
+            tighten(Path(own))
     connection = duckdb.connect(path, read_only=read_only, config=settings)
     # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
     # default) for reuse, outside memory_limit. Replay's queries left a

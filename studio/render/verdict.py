@@ -60,6 +60,12 @@ def verdict_sentences(
             f" {reason}" if reason else ""
         )]
     sentences = _missing_sentences(history, waterfall)
+    over_limit = next(
+        (d for d in history.diagnostics if d.code == "document_limit_exceeded"), None
+    )
+    if over_limit is not None and history.verdict != "failed":
+        # Said before the trust sentence: it is why the verified states end there.
+        sentences.append(over_limit.message)
     sentences.append(_trust_sentence(history))
     if history.recorded_end is not MISSING:
         mismatch = any(d.code == "end_state_mismatch" for d in history.diagnostics)
