@@ -8,18 +8,19 @@ studio/provenance_view.py.
 
 Invariant: the work is bounded whatever the run's size. The timeline is a window
 of TIMELINE_WINDOW transitions around the selected one and diff values are cut
-at DIFF_VALUE_CHARS (studio/view_text.py), so a 10,000-transition run on a
-large state renders in a bounded time.
+at DIFF_VALUE_CHARS and MAX_RENDER_DEPTH levels (studio/view_text.py,
+studio/bounded.py), so a 10,000-transition run on a large or deeply nested
+state renders in a bounded time.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from collector.history import History, Step
+from collector.jsondoc import Missing, parse_json
 from studio.links import Links
 from studio.view_text import cut_text, href, json_text
 from studio.window import centred_window
@@ -272,7 +273,8 @@ def step_detail(
 
 
 def _pretty_patch(text: str) -> str:
-    try:
-        return cut_text(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
-    except ValueError:
+    """The patch indented, or as it came when it is no JSON replay accepts (too deep, say)."""
+    parsed = parse_json(text)
+    if isinstance(parsed, Missing):
         return cut_text(text)
+    return json_text(parsed) or ""
