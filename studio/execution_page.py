@@ -276,7 +276,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         timeline=build_timeline(
             history, links, base, selected, selection.step, writers, selection.pointer
         ),
-        step=step_detail(history, selected, links, writers),
+        step=step_detail(history, selected, links, writers, run_id),
         state=state_view(
             inspection, links, base, selected, selection.pointer,
             recorded=selection.shows_recorded(history),
@@ -494,7 +494,7 @@ def _finding(
     if diagnostic.code == "foreign_writer" and diagnostic.span_id is not None:
         writer = writers.run_of(diagnostic.trace_id or trace_id, diagnostic.span_id)
     return Finding(
-        diagnostic.code, diagnostic.severity, diagnostic.message,
+        diagnostic.code, diagnostic.severity, cut_text(diagnostic.message, MESSAGE_CHARS),
         diagnostic.sequence, diagnostic.span_id, target, trace_href,
         writer, links.execution(writer) if writer else None,
     )

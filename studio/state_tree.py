@@ -32,7 +32,7 @@ from collector.jsondoc import (
 from studio.bounded import MAX_RENDER_DEPTH
 from studio.inspect import Inspection
 from studio.links import Links
-from studio.view_text import href, keys_text, leaf_text
+from studio.view_text import LINK_POINTER_CHARS, href, keys_text, leaf_text
 
 TREE_CHILDREN_SHOWN: Final = 100
 # Tokens past which only children on a changed or selected path are drawn.
@@ -213,7 +213,7 @@ def _expand(
 ) -> list[_Pending]:
     """Put out `value`'s own token; return what follows it in order (children, gaps, close)."""
     pointer = pointer_text(parts)
-    link = ctx.field_href(pointer)
+    link = ctx.field_href(pointer) if len(pointer) <= LINK_POINTER_CHARS else "#state"
     changed = pointer in ctx.changed
     if not isinstance(value, dict | list):
         text, full = leaf_text(value)

@@ -22,7 +22,7 @@ from typing import Final
 from collector.history import History, Step
 from collector.jsondoc import Missing, parse_json
 from studio.links import Links
-from studio.view_text import cut_text, href, json_text
+from studio.view_text import LINK_POINTER_CHARS, cut_text, href, json_text
 from studio.window import centred_window
 from studio.writers import Writers
 
@@ -82,6 +82,8 @@ class Change:
     from_path: str | None
     before: str | None
     after: str | None
+    # The field's provenance panel; None for a pointer too long to put in a URL.
+    href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,12 +229,13 @@ def _timeline_row(
 
 
 def step_detail(
-    history: History, sequence: int, links: Links, writers: Writers
+    history: History, sequence: int, links: Links, writers: Writers, run_id: str = ""
 ) -> StepDetail | None:
     """The step at `sequence` with its patch and per-operation diff; None at the start state.
 
     Its span is linked where it can be read (`Writers.span_href`): a foreign
-    step's span may sit in another run's trace, not on this page.
+    step's span may sit in another run's trace, not on this page. Each change
+    links to its field's provenance on `run_id`'s page.
     """
     step = history.find_step(sequence)
     if step is None:
@@ -240,7 +243,11 @@ def step_detail(
     changes: tuple[Change, ...] = ()
     if history.has_states:
         changes = tuple(
-            Change(c.op, c.path, c.from_path, json_text(c.before), json_text(c.after))
+            Change(
+                c.op, c.path, c.from_path, json_text(c.before), json_text(c.after),
+                links.provenance(run_id, c.path, step=sequence)
+                if len(c.path) <= LINK_POINTER_CHARS else None,
+            )
             for c in history.changes(sequence)
         )
     transition = step.transition

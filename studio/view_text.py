@@ -20,6 +20,11 @@ DIFF_VALUE_CHARS: Final = 4000
 # The most of one scalar a page holds behind "show all".
 FULL_VALUE_CHARS: Final = 20_000
 
+# The most of a member name or pointer a page prints; longer ones are cut, saying so.
+LABEL_CHARS: Final = 300
+# A field whose pointer is longer has no provenance link (its URL would be as long).
+LINK_POINTER_CHARS: Final = 2000
+
 # How the empty pointer (RFC 6901: the whole document) is named; "/" is the key "".
 WHOLE_STATE: Final = "the whole state"
 
@@ -76,8 +81,15 @@ def key_label(key: str) -> str:
     An empty name, one edged with white space (HTML collapses it), one that
     starts with a quote (so a quoted label stays unambiguous) or one holding an
     unprintable character is quoted, with the unprintable escaped: `/meta/""` is
-    not `/meta`, and `" spaced "` is not `spaced`.
+    not `/meta`, and `" spaced "` is not `spaced`. A name longer than LABEL_CHARS
+    is cut, saying how long it is.
     """
+    if len(key) > LABEL_CHARS:
+        return f"{_key_label(key[:LABEL_CHARS])}… ({len(key):,} characters)"
+    return _key_label(key)
+
+
+def _key_label(key: str) -> str:
     if key and key == key.strip() and not key.startswith('"') and key.isprintable():
         return key
     return '"' + "".join(_escaped(char) for char in key) + '"'
@@ -93,8 +105,11 @@ def pointer_label(pointer: str) -> str:
     """An RFC 6901 pointer as shown: WHOLE_STATE for "", else each token through key_label.
 
     Tokens keep their `~0`/`~1` escapes, as in the patches received. Text that
-    is no pointer (a malformed `?path=`) is shown as it came.
+    is no pointer (a malformed `?path=`) is shown as it came. A pointer longer
+    than LABEL_CHARS is cut, saying how long it is.
     """
+    if len(pointer) > LABEL_CHARS:
+        return f"{pointer_label(pointer[:LABEL_CHARS])}… ({len(pointer):,} characters)"
     if not pointer:
         return WHOLE_STATE
     if not pointer.startswith("/"):
