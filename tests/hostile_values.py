@@ -120,7 +120,9 @@ def spoiled_run(tag: str, *mutations: Mutate) -> bytes:
     return spoiled
 
 
-def pages_of(run_id: str, other_run_id: str, node_span_id: str) -> dict[str, str]:
+def pages_of(
+    run_id: str, other_run_id: str, node_span_id: str, owner_span_id: str
+) -> dict[str, str]:
     """Every page and JSON twin that shows some part of a run, by a short name."""
     base = f"/executions/{run_id}"
     api = f"/api/executions/{run_id}"
@@ -132,6 +134,7 @@ def pages_of(run_id: str, other_run_id: str, node_span_id: str) -> dict[str, str
         "page_provenance": base + "?step=8&path=/x",
         "provenance_partial": base + "/provenance?step=8&path=/x",
         "span_page": f"{base}/spans/{node_span_id}",
+        "owner_span_page": f"{base}/spans/{owner_span_id}",
         "compare": f"/compare?a={run_id}&b={other_run_id}",
         "api_detail": api,
         "api_timeline": api + "/timeline",
