@@ -21,8 +21,10 @@ from typing import Final
 
 from collector.history import History, Step
 from collector.jsondoc import Missing, parse_json
+from studio.bounded import cut_line
 from studio.links import Links
 from studio.view_text import LINK_POINTER_CHARS, cut_text, href, json_text
+from studio.waterfall import NAME_CHARS
 from studio.window import centred_window
 from studio.writers import Writers
 
@@ -209,7 +211,7 @@ def _timeline_row(
         sequence=step.sequence,
         href=step_href,
         offset_nano=max(transition.time_unix_nano - origin, 0),
-        span_name=transition.span_name,
+        span_name=cut_line(transition.span_name, NAME_CHARS),
         span_id=transition.span_id,
         action=transition.action,
         paths=paths[:PATHS_PER_ROW],
@@ -254,7 +256,7 @@ def step_detail(
     return StepDetail(
         sequence=step.sequence,
         action=transition.action,
-        span_name=transition.span_name,
+        span_name=cut_line(transition.span_name, NAME_CHARS),
         span_id=transition.span_id,
         store_id=transition.store_id,
         revision_before=transition.revision_before,
