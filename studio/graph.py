@@ -275,7 +275,8 @@ def _parse(snapshot_json: str) -> tuple[dict[str, _Node], list[dict[str, Any]]]:
             children=tuple(str(c) for c in children) if isinstance(children, list) else (),
             inner=tuple(str(i) for i in inner if isinstance(i, str)),
         )
-    raw_edges = snapshot.get("edges") or []
+    raw_edges = snapshot.get("edges")
+    raw_edges = raw_edges if isinstance(raw_edges, list) else []
     edges = [
         e
         for e in raw_edges
@@ -290,8 +291,8 @@ def _check_size(snapshot: dict[str, Any]) -> None:
     """Refuse a graph too large to lay out and draw in a bounded time and page."""
     raw_nodes: list[Any] = snapshot["nodes"]
     raw_edges = snapshot.get("edges")
-    links = (len(raw_edges) if isinstance(raw_edges, list) else 0) + sum(
-        len(raw.get("childNodeRuntimeIds") or ()) for raw in raw_nodes if isinstance(raw, dict)
+    links = _length(raw_edges) + sum(
+        _length(raw.get("childNodeRuntimeIds")) for raw in raw_nodes if isinstance(raw, dict)
     )
     if len(raw_nodes) > MAX_GRAPH_NODES or links > MAX_GRAPH_LINKS:
         raise GraphError(
@@ -299,6 +300,10 @@ def _check_size(snapshot: dict[str, Any]) -> None:
             f"and groupings; this page draws at most {MAX_GRAPH_NODES:,} nodes and "
             f"{MAX_GRAPH_LINKS:,} edges and groupings)"
         )
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
 
 
 def _nested_ids(nodes: Mapping[str, _Node], edges: Sequence[Mapping[str, Any]]) -> set[str]:

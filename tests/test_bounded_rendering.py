@@ -33,6 +33,7 @@ from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 from collector import junjo
 from collector.jsondoc import JsonValue
 from studio.bounded import API_MAX_DEPTH, TRUNCATED_KEY, api_value, truncation_marker
+from studio.graph import MAX_GRAPH_NODES, GraphError, layout
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
 # Far above any bounded page here (about 100 KB), far below an unbounded one.
@@ -184,3 +185,25 @@ def test_bounded_rendering_huge_shallow_values_render_bounded_pages(
         page, mark = marks[case]
         assert mark in answers[page].text, (case, page)
         assert "<b>x</b>" not in answers[page].text
+
+
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        '{"nodes": [{"nodeRuntimeId": "a", "childNodeRuntimeIds": 5}], "edges": 7}',
+        '{"nodes": [{"nodeRuntimeId": "a", "nodeLabel": {"x": [1]}}], "edges": null}',
+        deep_object(100_000),
+        '{"nodes": [1]}',
+        json.dumps({"nodes": [{"nodeRuntimeId": str(i)} for i in range(MAX_GRAPH_NODES + 1)]}),
+    ],
+)
+def test_bounded_rendering_graph_snapshots_of_any_shape_are_drawn_or_refused(
+    snapshot: str,
+) -> None:
+    # Drawn, or a GraphError the page shows; never another exception (a 500).
+    try:
+        graph = layout(snapshot, {})
+    except GraphError as error:
+        assert str(error)
+    else:
+        assert len(graph.nodes) <= MAX_GRAPH_NODES
