@@ -28,11 +28,19 @@ from hostile_values import (
     stacked_patches,
     workflow_attribute,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector import junjo
 from collector.jsondoc import JsonValue
-from studio.bounded import API_MAX_DEPTH, TRUNCATED_KEY, api_value, truncation_marker
+from studio.bounded import (
+    API_MAX_DEPTH,
+    TRUNCATED_KEY,
+    api_value,
+    json_preview,
+    truncation_marker,
+)
 from studio.graph import MAX_GRAPH_NODES, GraphError, layout
 
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
@@ -207,3 +215,29 @@ def test_bounded_rendering_graph_snapshots_of_any_shape_are_drawn_or_refused(
         assert str(error)
     else:
         assert len(graph.nodes) <= MAX_GRAPH_NODES
+
+
+JSON_VALUES: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(max_size=5), children, max_size=5),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=JSON_VALUES,
+    limit=st.integers(min_value=0, max_value=300),
+    indent=st.sampled_from([None, 2]),
+)
+def test_bounded_rendering_preview_is_json_dumps_within_budget_and_cut_past_it(
+    value: Any, limit: int, indent: int | None
+) -> None:
+    whole = json.dumps(value, indent=indent, ensure_ascii=False)
+    shown = json_preview(value, limit, indent=indent)
+    if len(whole) <= limit:
+        assert shown == whole
+    else:
+        assert shown == whole[:limit] + "\n… more not shown"
