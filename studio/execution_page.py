@@ -42,6 +42,7 @@ from collector.lineage import carrier_runs
 from collector.model import Execution
 from collector.store import Store
 from collector.store.listing import ExecutionRow
+from studio.bounded import cut_line, cut_text
 from studio.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
@@ -63,7 +64,7 @@ from studio.timeline_view import (
 )
 from studio.verdict_text import verdict_sentences
 from studio.view_text import href
-from studio.waterfall import Waterfall, build_waterfall
+from studio.waterfall import MESSAGE_CHARS, NAME_CHARS, Waterfall, build_waterfall
 from studio.writers import Writers, foreign_carriers, other_traces
 
 POLL_SECONDS: Final = 2
@@ -275,7 +276,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         timeline=build_timeline(
             history, links, base, selected, selection.step, writers, selection.pointer
         ),
-        step=step_detail(history, selected, links, writers),
+        step=step_detail(history, selected, links, writers, run_id),
         state=state_view(
             inspection, links, base, selected, selection.pointer,
             recorded=selection.shows_recorded(history),
@@ -417,9 +418,10 @@ def _header(
             received=len(history.steps), expected=None, application_writes=None,
         )
     return Header(
-        run_id=inspection.run_id, title=execution.name, kind=execution.kind,
-        service=execution.service, status=execution.status,
-        error_type=execution.error_type, error_message=execution.status_message,
+        run_id=inspection.run_id, title=cut_line(execution.name, NAME_CHARS),
+        kind=execution.kind, service=execution.service, status=execution.status,
+        error_type=execution.error_type and cut_line(execution.error_type, NAME_CHARS),
+        error_message=cut_text(execution.status_message, MESSAGE_CHARS),
         start_unix_nano=execution.start_unix_nano,
         duration_nano=execution.end_unix_nano - execution.start_unix_nano,
         trace_id=execution.trace_id, span_id=execution.span_id, store_id=execution.store_id,
@@ -492,7 +494,7 @@ def _finding(
     if diagnostic.code == "foreign_writer" and diagnostic.span_id is not None:
         writer = writers.run_of(diagnostic.trace_id or trace_id, diagnostic.span_id)
     return Finding(
-        diagnostic.code, diagnostic.severity, diagnostic.message,
+        diagnostic.code, diagnostic.severity, cut_text(diagnostic.message, MESSAGE_CHARS),
         diagnostic.sequence, diagnostic.span_id, target, trace_href,
         writer, links.execution(writer) if writer else None,
     )
