@@ -95,7 +95,9 @@ class RunEmitter:
         """Make this run the current span and run for the duration of a block."""
         token = CURRENT_RUN_ID.set(self.run_id)
         try:
-            with trace.use_span(self._span, end_on_exit=False):
+            # The run records its own error once, in finish().
+            with trace.use_span(self._span, end_on_exit=False, record_exception=False,
+                                set_status_on_exception=False):
                 yield
         finally:
             CURRENT_RUN_ID.reset(token)
