@@ -128,7 +128,9 @@ class StateJournal:
 
     @property
     def run_id(self) -> str:
-        return self._running().run_id
+        if self._emitter is None:
+            raise JournalError("start() the journal first")
+        return self._emitter.run_id
 
     @property
     def store_id(self) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+_BAD_ESCAPE = re.compile(r"~(?![01])")
+
 
 class PointerError(ValueError):
     """A string that is not a JSON Pointer."""
@@ -22,6 +26,8 @@ def parse(pointer: str) -> list[str]:
         return []
     if not pointer.startswith("/"):
         raise PointerError(f"a JSON Pointer starts with '/': {pointer!r}")
+    if _BAD_ESCAPE.search(pointer):
+        raise PointerError(f"'~' must be followed by 0 or 1 in a JSON Pointer: {pointer!r}")
     return [unescape(part) for part in pointer[1:].split("/")]
 
 
