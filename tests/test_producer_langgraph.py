@@ -467,3 +467,15 @@ def test_producer_langgraph_journal_inside_a_node_names_the_graph_run_as_parent(
     assert attrs(journal)["statetrail.run.parent_id"] == graph_run
     assert journal.parent is not None
     assert journal.context.trace_id == evidence.owner(graph_run).context.trace_id
+
+
+def test_producer_langgraph_without_an_sdk_runs_untouched() -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    app = trace_graph(_brief_graph().compile(checkpointer=InMemorySaver()),
+                      tracer_provider=NoOpTracerProvider())
+    plain = _brief_graph().compile(checkpointer=InMemorySaver())
+    assert app.invoke({"topic": "z"}, _thread("t-noop")) == plain.invoke({"topic": "z"},
+                                                                        _thread("t-noop"))
+    assert list(app.stream({"topic": "z"}, _thread("t-noop-2"), stream_mode="updates")) == list(
+        plain.stream({"topic": "z"}, _thread("t-noop-2"), stream_mode="updates"))

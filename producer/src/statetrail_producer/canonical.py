@@ -220,12 +220,6 @@ def digest(canonical: str) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def canonical_object(members: Mapping[str, str]) -> str:
-    """The canonical text of an object whose members' canonical texts are already known."""
-    keys = sorted(members, key=_utf16_key)
-    return "{" + ",".join(f"{_string_json(k)}:{members[k]}" for k in keys) + "}"
-
-
 def es_number(number: float) -> str:
     """A finite double as ECMAScript's Number.prototype.toString writes it (RFC 8785 3.2.2.3)."""
     if number == 0:
@@ -262,7 +256,7 @@ def _encode(value: JSON, parts: list[str]) -> None:
     elif value is False:
         parts.append("false")
     elif isinstance(value, str):
-        parts.append(_string_json(value))
+        parts.append(json_string(value))
     elif isinstance(value, int):
         parts.append(str(value))
     elif isinstance(value, float):
@@ -276,21 +270,21 @@ def _encode(value: JSON, parts: list[str]) -> None:
         parts.append("]")
     else:
         parts.append("{")
-        for i, key in enumerate(sorted(value, key=_utf16_key)):
+        for i, key in enumerate(sorted(value, key=utf16_key)):
             if i:
                 parts.append(",")
-            parts.append(_string_json(key))
+            parts.append(json_string(key))
             parts.append(":")
             _encode(value[key], parts)
         parts.append("}")
 
 
-def _string_json(text: str) -> str:
+def json_string(text: str) -> str:
     # json.dumps escapes exactly what JCS escapes, with lowercase \u00xx.
     return json.dumps(text, ensure_ascii=False)
 
 
-def _utf16_key(key: str) -> bytes:
+def utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
@@ -333,10 +327,11 @@ __all__ = [
     "Policy",
     "Projector",
     "canonical_json",
-    "canonical_object",
     "compact_json",
     "digest",
     "es_number",
+    "json_string",
     "mode_of",
     "project",
+    "utf16_key",
 ]

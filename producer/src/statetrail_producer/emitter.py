@@ -102,6 +102,15 @@ class RunEmitter:
         finally:
             CURRENT_RUN_ID.reset(token)
 
+    def enter(self) -> tuple[contextvars.Token[str | None], object]:
+        """`current()` without a context manager, for hot loops: pair with `leave`."""
+        return CURRENT_RUN_ID.set(self.run_id), otel_context.attach(self._context)
+
+    def leave(self, tokens: tuple[contextvars.Token[str | None], object]) -> None:
+        run_token, otel_token = tokens
+        otel_context.detach(otel_token)  # type: ignore[arg-type]
+        CURRENT_RUN_ID.reset(run_token)
+
     def start(self, state: RecordedState, *, sequence: int, revision: int | None = None,
               graph: str | None = None) -> None:
         """Send the start state; `sequence` is the store's sequence before the first transition."""
@@ -133,7 +142,7 @@ class RunEmitter:
         step: int | None = None,
         writes: Sequence[dict[str, Any]] | None = None,
         writes_mode: str = keys.MODE_FULL,
-        reducers: dict[str, str] | None = None,
+        reducers: dict[str, str] | str | None = None,
         transaction: tuple[str, int] | None = None,
         span_name: str | None = None,
         patch_json: str | None = None,
@@ -157,7 +166,8 @@ class RunEmitter:
         if writes is not None:
             attributes[keys.WRITES] = compact_json(list(writes))
             attributes[keys.WRITES_MODE] = writes_mode
-            attributes[keys.REDUCERS] = compact_json(reducers or {})
+            attributes[keys.REDUCERS] = (reducers if isinstance(reducers, str)
+                                         else compact_json(reducers or {}))
         if transaction is not None:
             attributes[keys.TRANSACTION_ID] = transaction[0]
             attributes[keys.TRANSACTION_BEGIN] = transaction[1]
@@ -247,8 +257,6 @@ class RunEmitter:
                                       attributes={
                                           keys.CONVENTION_VERSION: keys.CONVENTION_VERSION_NUMBER,
                                           keys.SPAN_TYPE: span_type,
-                                          keys.RUN_ID: self.run_id,
-                                          keys.STORE_ID: self.store_id,
                                       })
         span.add_event(event, attributes, timestamp=now)
         span.end(end_time=now)

@@ -17,7 +17,6 @@ outer traced graph, not by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -123,15 +122,20 @@ class _GraphTracer:
             yield from base(graph, input, config, **kwargs)
             return
         run = _Run(self, graph, input, call.thread_id)
+        if not run.recording:
+            yield from base(graph, input, config, **kwargs)
+            return
         inner = base(graph, input, call.config, **call.kwargs)
         try:
             while True:
-                with run.current():
-                    try:
-                        chunk = next(inner)
-                    except StopIteration:
-                        break
-                    out = run.observe(chunk, call)
+                tokens = run.root.emitter.enter()
+                try:
+                    chunk = next(inner)
+                except StopIteration:
+                    break
+                finally:
+                    run.root.emitter.leave(tokens)
+                out = run.observe(chunk, call)
                 if out is not _SKIP:
                     yield out
         except GeneratorExit:
@@ -153,15 +157,21 @@ class _GraphTracer:
                 yield chunk
             return
         run = _Run(self, graph, input, call.thread_id)
+        if not run.recording:
+            async for chunk in base(graph, input, config, **kwargs):
+                yield chunk
+            return
         inner = base(graph, input, call.config, **call.kwargs)
         try:
             while True:
-                with run.current():
-                    try:
-                        chunk = await anext(inner)
-                    except StopAsyncIteration:
-                        break
-                    out = run.observe(chunk, call)
+                tokens = run.root.emitter.enter()
+                try:
+                    chunk = await anext(inner)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    run.root.emitter.leave(tokens)
+                out = run.observe(chunk, call)
                 if out is not _SKIP:
                     yield out
         except GeneratorExit:
@@ -182,22 +192,28 @@ class _GraphTracer:
         own = dict((graph.config or {}).get("configurable") or {})
         if configurable.get("checkpoint_ns") or graph.checkpointer is False:
             return None
+        inner_kwargs = dict(kwargs)
         if _CHECKPOINTER_KEY not in configurable and graph.checkpointer is None:
             configurable[_CHECKPOINTER_KEY] = NullSaver()
             if "thread_id" not in configurable and "thread_id" not in own:
                 configurable["thread_id"] = f"statetrail-{new_id()}"
+            # Nothing is kept, so nothing need be saved per step: the checkpoint stream is
+            # produced either way, without a save handed to a thread at every superstep.
+            if inner_kwargs.get("durability") is None:
+                inner_kwargs["durability"] = "exit"
         thread_id = str(configurable.get("thread_id", own.get("thread_id", "")))
         requested = kwargs.get("stream_mode") or graph.stream_mode
         single = isinstance(requested, str)
         modes = [requested] if single else list(requested)
-        inner_kwargs = dict(kwargs)
         inner_kwargs["stream_mode"] = modes + [m for m in _OBSERVED_MODES if m not in modes]
-        inner_kwargs["subgraphs"] = True
+        wanted = bool(kwargs.get("subgraphs", False))
+        # Streaming subgraphs costs LangGraph a good deal per step: only when there are some.
+        inner_kwargs["subgraphs"] = wanted or self.has_subgraphs()
         return _Call(
             config=cast(RunnableConfig, {**(config or {}), "configurable": configurable}),
-            kwargs=inner_kwargs, modes=frozenset(modes), single=single,
-            subgraphs=bool(kwargs.get("subgraphs", False)),
-            v2=kwargs.get("version", "v1") == "v2", thread_id=thread_id,
+            kwargs=inner_kwargs, modes=frozenset(modes), single=single, subgraphs=wanted,
+            inner_subgraphs=inner_kwargs["subgraphs"], v2=kwargs.get("version", "v1") == "v2",
+            thread_id=thread_id,
         )
 
     def graph_json(self, graph: Pregel[Any, Any, Any, Any]) -> str | None:
@@ -207,22 +223,32 @@ class _GraphTracer:
         return self._graph_json[key]
 
     def subgraph(self, namespace: tuple[str, ...]) -> Pregel[Any, Any, Any, Any] | None:
+        return self._known_subgraphs().get("|".join(s.split(":")[0] for s in namespace))
+
+    def has_subgraphs(self) -> bool:
+        """Whether LangGraph finds subgraphs in the graph (one called from inside a node's
+        function is not found: its writes are recorded as its node's, not as a run)."""
+        return bool(self._known_subgraphs())
+
+    def _known_subgraphs(self) -> dict[str, Pregel[Any, Any, Any, Any]]:
         if self._subgraphs is None:
             found = self._root.get_subgraphs(recurse=True)
             self._subgraphs = {path: g for path, g in found if isinstance(g, Pregel)}
-        return self._subgraphs.get("|".join(segment.split(":")[0] for segment in namespace))
+        return self._subgraphs
 
 
 class _Call:
     """One call's arguments to LangGraph and the output shape its caller asked for."""
 
     def __init__(self, *, config: RunnableConfig, kwargs: dict[str, Any], modes: frozenset[str],
-                 single: bool, subgraphs: bool, v2: bool, thread_id: str) -> None:
+                 single: bool, subgraphs: bool, inner_subgraphs: bool, v2: bool,
+                 thread_id: str) -> None:
         self.config = config
         self.kwargs = kwargs
         self.modes = modes
         self.single = single
         self.subgraphs = subgraphs
+        self.inner_subgraphs = inner_subgraphs
         self.v2 = v2
         self.thread_id = thread_id
 
@@ -256,6 +282,8 @@ class _Namespace:
         self.next: list[str] = []
         self.interrupted = False
         self.error_action: str | None = None
+        # The reducers attribute by the fields a superstep wrote, in order: supersteps repeat.
+        self.reducers: dict[tuple[str, ...], str] = {}
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         if not self.started:
@@ -278,17 +306,15 @@ class _Run:
         self.namespaces: dict[tuple[str, ...], _Namespace] = {(): self.root}
         self.recording = root.recording
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        with self.root.emitter.current():
-            yield
-
     def observe(self, chunk: Any, call: _Call) -> Any:
         if call.v2:
             namespace, mode, payload = tuple(chunk["ns"]), chunk["type"], chunk["data"]
-        else:
+        elif call.inner_subgraphs:
             namespace, mode, payload = chunk
-        if self.recording and mode in _OBSERVED_MODES:
+        else:
+            namespace = ()
+            mode, payload = chunk
+        if mode in _OBSERVED_MODES:
             if mode == "checkpoints":
                 self._checkpoint(namespace, payload)
             elif "result" in payload:
@@ -329,9 +355,12 @@ class _Run:
         if not run.writes and run.next == ["__start__"] and run is self.root:
             self._input_write(run)
         change = run.state.track(raw, run.written)
-        channels = run.graph.channels if run.graph is not None else {}
-        reducers = {field: reducer_name(channels.get(field))
-                    for write in run.writes for field in write["update"]}
+        fields = tuple(field for write in run.writes for field in write["update"])
+        reducers = run.reducers.get(fields)
+        if reducers is None:
+            channels = run.graph.channels if run.graph is not None else {}
+            reducers = compact_json({field: reducer_name(channels.get(field)) for field in fields})
+            run.reducers[fields] = reducers
         action = ", ".join(write["writer"] for write in run.writes) or f"superstep {step}"
         run.emitter.transition(
             run.state, change, sequence=step + 1, action=action, step=step,

@@ -18,10 +18,11 @@ from statetrail_producer.canonical import (
     Policy,
     Projector,
     canonical_json,
-    canonical_object,
     digest,
+    json_string,
     load_json,
     mode_of,
+    utf16_key,
 )
 from statetrail_producer.patch import apply, diff
 from statetrail_producer.pointer import escape, parse
@@ -64,6 +65,9 @@ class RecordedState:
         self._fields: dict[str, _Field] = {}
         # The object each field was last projected from: an unchanged object is not re-read.
         self._sources: dict[str, object] = {}
+        # The canonical member order (and quoted keys) of the current set of fields.
+        self._order_of: tuple[str, ...] = ()
+        self._order: list[tuple[str, str]] = []
 
     def load(self, raw: Mapping[str, object]) -> None:
         """Replace the whole state with the projection of `raw`."""
@@ -85,9 +89,11 @@ class RecordedState:
         for key, value in raw.items():
             if key not in written and key in self._sources and self._sources[key] is value:
                 continue
+            old = self._fields.get(key)
+            if old is not None and self._appended(key, old, value, change):
+                continue
             self._sources[key] = value
             fresh = self._project_field(key, value)
-            old = self._fields.get(key)
             if old is not None and old.canonical == fresh.canonical:
                 continue
             change.truncated |= fresh.truncated
@@ -98,6 +104,35 @@ class RecordedState:
                 change.ops.extend(diff(old.value, fresh.value, "/" + escape(key)))
             self._fields[key] = fresh
         return change
+
+    def _appended(self, key: str, old: _Field, value: object, change: Change) -> bool:
+        """A list that only grew (a reducer such as `operator.add` builds a new list holding
+        the old items): project and add just the new items. Items are compared by identity,
+        so an item edited in place would go unseen; frameworks treat state as immutable."""
+        source = self._sources.get(key)
+        if (type(value) is not list or type(source) is not list or value is source
+                or not isinstance(old.value, list) or len(old.value) != len(source)
+                or len(value) < len(source)
+                or not all(a is b for a, b in zip(source, value, strict=False))):
+            return False
+        start = len(source)
+        projector = Projector(self.policy)
+        items = [projector.project(item, (key, str(start + i)))
+                 for i, item in enumerate(value[start:])]
+        self._sources[key] = value
+        if not items:
+            return True
+        special = old.special or projector.special
+        texts = ",".join(canonical_json(item, special) for item in items)
+        canonical = old.canonical[:-1] + ("," if old.value else "") + texts + "]"
+        self._fields[key] = _Field([*old.value, *items], canonical, special,
+                                   old.truncated or projector.truncated,
+                                   old.redacted or projector.redacted)
+        change.absorb(projector)
+        path = "/" + escape(key)
+        change.ops.extend({"op": "add", "path": f"{path}/{start + i}", "value": item}
+                          for i, item in enumerate(items))
+        return True
 
     def apply(self, change: Change) -> None:
         """Apply operations whose values are already projected (atomic for one operation)."""
@@ -162,7 +197,13 @@ class RecordedState:
         return key in self._fields
 
     def canonical(self) -> str:
-        return canonical_object({key: f.canonical for key, f in self._fields.items()})
+        """The canonical JSON of the whole state, joined from the fields' cached texts."""
+        keys = tuple(self._fields)
+        if keys != self._order_of:
+            self._order_of = keys
+            self._order = [(k, json_string(k)) for k in sorted(keys, key=utf16_key)]
+        fields = self._fields
+        return "{" + ",".join(f"{quoted}:{fields[k].canonical}" for k, quoted in self._order) + "}"
 
     def digest(self) -> str:
         return digest(self.canonical())
