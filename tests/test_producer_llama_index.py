@@ -148,3 +148,36 @@ def test_producer_llama_index_typed_state_and_runs_sharing_a_context() -> None:
     patch_paths = [e["statetrail.transition.patch"] for e in evidence.events(
         "statetrail.transition")]
     assert all("state_data" not in p for p in patch_paths), "paths are the state's own"
+
+
+class Watcher(Workflow):
+    """Writes, then looks at what has already been exported while the run is still going."""
+
+    def __init__(self, capture: Capture, seen: dict[str, Any]) -> None:
+        super().__init__(timeout=30)
+        self.capture = capture
+        self.seen = seen
+
+    @step
+    async def work(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("progress", 1)
+        evidence = self.capture.evidence()
+        self.seen["starts"] = len(evidence.events("statetrail.run.start"))
+        self.seen["transitions"] = [e["statetrail.transition.patch"]
+                                    for e in evidence.events("statetrail.transition")]
+        self.seen["owners"] = len(evidence.owners())
+        return StopEvent(result="ok")
+
+
+def test_producer_llama_index_start_and_writes_leave_before_the_run_ends() -> None:
+    capture = Capture()
+    seen: dict[str, Any] = {}
+    wf = trace_workflow(Watcher(capture, seen), tracer_provider=capture.provider)
+
+    async def run() -> Any:
+        return await wf.run()
+
+    assert asyncio.run(run()) == "ok"
+    assert seen == {"starts": 1, "transitions": ['[{"op":"add","path":"/progress","value":1}]'],
+                    "owners": 0}
+    assert len(capture.evidence().owners()) == 1
