@@ -18,9 +18,11 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -479,3 +481,28 @@ def test_producer_langgraph_without_an_sdk_runs_untouched() -> None:
                                                                         _thread("t-noop"))
     assert list(app.stream({"topic": "z"}, _thread("t-noop-2"), stream_mode="updates")) == list(
         plain.stream({"topic": "z"}, _thread("t-noop-2"), stream_mode="updates"))
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def test_producer_langgraph_add_messages_history_replays_as_message_dumps() -> None:
+    def reply(state: Chat) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}",
+                                       id="ai-1")]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    capture = Capture()
+    app = trace_graph(builder.compile(checkpointer=InMemorySaver()),
+                      tracer_provider=capture.provider)
+    app.invoke({"messages": [HumanMessage(content="hi", id="h-1")]}, _thread("t-chat"))
+    evidence = capture.evidence()
+    steps = evidence.replay(_only_run(evidence))
+    history = {step: {k: [m.model_dump(mode="json") for m in v] for k, v in values.items()}
+               for step, values in _history_by_step(app, _thread("t-chat")).items()}
+    _assert_matches_history(steps, history)
+    assert reducers(steps[-1].attributes) == {"messages": "langgraph.graph.message.add_messages"}
+    assert steps[-1].state["messages"][-1]["content"] == "echo: hi"

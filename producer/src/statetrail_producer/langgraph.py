@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -454,6 +455,12 @@ def function_name(function: Callable[..., Any]) -> str:
         return type(function).__qualname__
     if module in ("_operator", "operator"):
         return f"operator.{name}"
+    if "<locals>" in str(name) and module in sys.modules:
+        # A decorated function (LangGraph's add_messages is one): the name its module
+        # exports it under says more than the inner function's qualified name.
+        exported = [k for k, v in vars(sys.modules[module]).items() if v is function]
+        if exported:
+            return f"{module}.{exported[0]}"
     return f"{module}.{name}" if module else str(name)
 
 
