@@ -89,6 +89,15 @@ def _brief_graph() -> StateGraph[Brief]:
     return builder
 
 
+def _single_node(schema: Any, node: Any, capture: Capture) -> Any:
+    """A traced one-node graph over `schema`, with an in-memory checkpointer."""
+    builder = StateGraph(schema)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    return trace_graph(builder.compile(checkpointer=InMemorySaver()),
+                       tracer_provider=capture.provider)
+
+
 def _history_by_step(app: Any, config: RunnableConfig) -> dict[int, dict[str, Any]]:
     return {s.metadata["step"]: dict(s.values) for s in app.get_state_history(config)}
 
@@ -436,12 +445,8 @@ def test_producer_langgraph_non_json_state_values_are_projected_and_verify() -> 
         return {"ratio": float("nan"), "tags": {"b", "a"},
                 "when": datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)}
 
-    builder = StateGraph(Odd)
-    builder.add_node("node", node)
-    builder.add_edge(START, "node")
     capture = Capture()
-    app = trace_graph(builder.compile(checkpointer=InMemorySaver()),
-                      tracer_provider=capture.provider)
+    app = _single_node(Odd, node, capture)
     app.invoke({"blob": b"\x00\xff", "ratio": 0.5}, _thread("t-odd"))
     evidence = capture.evidence()
     end = evidence.verified_end(_only_run(evidence))
@@ -457,11 +462,7 @@ def test_producer_langgraph_journal_inside_a_node_names_the_graph_run_as_parent(
             journal.set("seen", state["topic"])
         return {"draft": "ok"}
 
-    builder = StateGraph(Brief)
-    builder.add_node("node", node)
-    builder.add_edge(START, "node")
-    app = trace_graph(builder.compile(checkpointer=InMemorySaver()),
-                      tracer_provider=capture.provider)
+    app = _single_node(Brief, node, capture)
     app.invoke({"topic": "x"}, _thread("t-nested"))
     evidence = capture.evidence()
     graph_run = _only_run(evidence, run_kind="graph")
@@ -492,12 +493,8 @@ def test_producer_langgraph_add_messages_history_replays_as_message_dumps() -> N
         return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}",
                                        id="ai-1")]}
 
-    builder = StateGraph(Chat)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
     capture = Capture()
-    app = trace_graph(builder.compile(checkpointer=InMemorySaver()),
-                      tracer_provider=capture.provider)
+    app = _single_node(Chat, reply, capture)
     app.invoke({"messages": [HumanMessage(content="hi", id="h-1")]}, _thread("t-chat"))
     evidence = capture.evidence()
     steps = evidence.replay(_only_run(evidence))
