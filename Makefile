@@ -28,8 +28,8 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install --quiet -e ".[test]"
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml producer/pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test]" -e "./producer[langgraph,llama-index]"
 	touch $@
 
 # Browser tests drive Debian's Chromium through Playwright (no browser download).

@@ -1,8 +1,9 @@
 """The execution page as a person uses it, in headless Chromium.
 
-Stepping through a timeline with the keyboard, opening a field's provenance, and a
+Stepping through a timeline with the keyboard, opening a field's provenance, a
 run whose state holds hostile strings (a <script>, an <img onerror>, a javascript:
-URL) that must show as text and run nothing. The `page` fixture (tests/browser.py)
+URL) that must show as text and run nothing, and a run nested and sized past every
+bound, whose cuts must be marked where a person sees them. The `page` fixture (tests/browser.py)
 fails a test on any console error, so a Content-Security-Policy violation counts.
 
 Screenshots: run with STATETRAIL_SCREENSHOTS=docs/screenshots to refresh
@@ -17,15 +18,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hostile_values import (
+    SCRIPT_PROBE,
+    deep_object,
+    node_error,
+    spoiled_run,
+    stacked_patches,
+    workflow_attribute,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from playwright.sync_api import Browser, Page, expect
 from support import (
+    FIXTURE_API_KEY,
+    MakeServer,
     Server,
     export_raw,
     fixture_requests,
     manifest,
     send_scenario,
 )
+
+from collector.producers import junjo
 
 pytestmark = pytest.mark.browser
 # The `browser`, `page` and `screenshot` fixtures.
@@ -278,3 +291,36 @@ def test_browser_execution_span_names_stay_readable_on_a_phone(
         assert spill == 0
     finally:
         context.close()
+
+
+def test_browser_execution_cuts_are_marked_and_hostile_strings_in_them_stay_text(
+    make_server: MakeServer, page: Page, dialogs: list[str], screenshot: Screenshot
+) -> None:
+    # A state nested past the page's depth, a failing node whose message is a probe
+    # then JSON 10,000 levels deep, and a start state holding the probe 2,000 times.
+    server = make_server()
+    start = json.dumps({"probe": SCRIPT_PROBE * 2_000, "x": {}})
+    body = spoiled_run(
+        "hostile",
+        workflow_attribute(junjo.WORKFLOW_STATE_START, start),
+        stacked_patches(12),
+        node_error(SCRIPT_PROBE + deep_object(10_000)),
+    )
+    export_raw(server.grpc_target, body, [("x-junjo-api-key", FIXTURE_API_KEY)], timeout=60)
+    server.wait_replayed()
+    run_id = server.get_json("/api/executions")["executions"][0]["id"]
+
+    # Step 13 wrote 156 levels down, so the tree opens along that path to its cut.
+    page.goto(f"{server.url}/executions/{run_id}?step=13")
+    expect(page.get_by_text("deeper levels not shown").first).to_be_visible()
+    # The failed node's message, in its row of the waterfall (closed, but in the page).
+    spans = page.locator("#spans")
+    expect(spans).to_contain_text(SCRIPT_PROBE)
+    expect(spans).to_contain_text("not shown in full")
+    page.get_by_text("show all").first.click()
+    expect(page.get_by_text("value of 88,000 characters not shown in full")).to_be_visible()
+    screenshot(page, "execution-bounded.png")
+
+    assert page.locator("img[src='x']").count() == 0
+    assert page.title() != "pwned"
+    assert dialogs == []

@@ -4,6 +4,12 @@ Stage: pure. Input is what `studio.inspect.Inspector.inspect` returns for two
 runs; output is a `Comparison` of plain values that the HTML page and its JSON
 twin both render. No I/O, no clock, and inputs are never mutated.
 
+Bounded: states are compared with an explicit stack (no recursion, whatever
+their depth), at most MAX_DIFF_ENTRIES places are reported, a place deeper
+than API_MAX_DEPTH levels is reported whole, and the values kept are copies cut
+at that depth (studio/render/bounded.py), so a hostile pair of states costs a bounded
+comparison that both the page and the JSON twin can write.
+
 Alignment is by position: step k of one run is set against step k of the other
 (k = 1..n, with k = 0 the start states), since two runs of a workflow need not
 share sequence numbers, store ids or even the same number of steps. The first
@@ -13,15 +19,17 @@ the runs reached.
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
 
 from collector.replay.history import History, Step, walk
-from collector.replay.jsondoc import MISSING, JsonValue, Missing, iter_differences, json_equal
+from collector.replay.jsondoc import MISSING, JsonValue, Missing, escape_token, json_equal
 from collector.timestamps import rfc3339
 from studio.inspect import Inspection
+from studio.render.bounded import API_MAX_DEPTH, copy_to_depth, cut_line, cut_text, deeper_than
+from studio.render.waterfall import MESSAGE_CHARS, NAME_CHARS
 
 MAX_DIFF_ENTRIES: Final = 500
 """Most entries a comparison reports per diff; a whole-state rewrite stays readable."""
@@ -93,15 +101,116 @@ def bounded_diff(
 ) -> tuple[list[DiffEntry], bool]:
     """The first MAX_DIFF_ENTRIES places `a` and `b` differ, and whether there are more.
 
-    Positional, in document order (`collector.replay.jsondoc.iter_differences`); the
-    values are the callers' own (not copied). Only one entry past the bound is
-    looked for, so a rewrite of a large state costs no more than the entries shown.
+    Positional, in document order (`differences`); the values are the callers'
+    own (not copied). Only one entry past the bound is looked for, so a rewrite
+    of a large state costs no more than the entries shown.
     """
     found = [
         DiffEntry(pointer, left, right)
-        for pointer, left, right in islice(iter_differences(a, b), MAX_DIFF_ENTRIES + 1)
+        for pointer, left, right in islice(differences(a, b), MAX_DIFF_ENTRIES + 1)
     ]
     return found[:MAX_DIFF_ENTRIES], len(found) > MAX_DIFF_ENTRIES
+
+
+def differences(
+    a: JsonValue | Missing, b: JsonValue | Missing
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
+    """(pointer, a's value, b's value) at each leaf-most place the two differ, lazily.
+
+    As `collector.replay.jsondoc.iter_differences` orders them (object keys sorted,
+    array items by index, depth first), but walked with an explicit stack of
+    lazy child pairs, and two containers API_MAX_DEPTH levels down are compared
+    whole and reported as one place, so no depth of nesting can exhaust the
+    interpreter's stack and the first few places cost little in a huge state.
+    """
+    pending: list[Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]] = [
+        iter((("", a, b),))
+    ]
+    while pending:
+        item = next(pending[-1], None)
+        if item is None:
+            pending.pop()
+            continue
+        pointer, left, right = item
+        children = _paired_children(left, right) if len(pending) <= API_MAX_DEPTH else None
+        if children is not None:
+            pending.append(_under(pointer, children))
+        elif not _equal_here(left, right):
+            yield pointer, left, right
+
+
+def _under(
+    pointer: str, children: Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
+    return ((f"{pointer}/{escape_token(key)}", one, other) for key, one, other in children)
+
+
+def _paired_children(
+    left: JsonValue | Missing, right: JsonValue | Missing
+) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]] | None:
+    """The two containers' children side by side; None unless both are objects or arrays."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        return (
+            (key, left.get(key, MISSING), right.get(key, MISSING))
+            for key in sorted(left.keys() | right.keys())
+        )
+    if isinstance(left, list) and isinstance(right, list):
+        return (
+            (
+                str(index),
+                left[index] if index < len(left) else MISSING,
+                right[index] if index < len(right) else MISSING,
+            )
+            for index in range(max(len(left), len(right)))
+        )
+    return None
+
+
+def _equal_here(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """JSON's equality at one place; containers met at the depth bound are walked for it."""
+    if isinstance(left, dict | list) and isinstance(right, dict | list):
+        return type(left) is type(right) and next(differences_below(left, right), None) is None
+    return _leaf_equal(left, right)
+
+
+def differences_below(left: JsonValue, right: JsonValue) -> Iterator[None]:
+    """One item per leaf that differs between two containers, at any depth, without recursion."""
+    pending: list[tuple[JsonValue | Missing, JsonValue | Missing]] = [(left, right)]
+    while pending:
+        one, other = pending.pop()
+        children = _paired_children(one, other)
+        if children is not None:
+            pending += [(a, b) for _, a, b in children]
+        elif not _leaf_equal(one, other):
+            yield None
+
+
+def _leaf_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
+    """JSON's equality where the two are not both objects or both arrays.
+
+    Numbers are equal by value (`1` is `1.0`), a boolean is never a number
+    (`true` is not `1`), and values of different kinds never are.
+    """
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and left == right
+
+
+def states_equal(a: JsonValue | Missing, b: JsonValue | Missing) -> bool:
+    """JSON's equality of two states, at any depth.
+
+    `collector.replay.jsondoc.json_equal` compares in C but recursively, so states
+    nested deeper than API_MAX_DEPTH are compared with an explicit stack instead.
+    """
+    if _deep(a) or _deep(b):
+        return next(differences(a, b), None) is None
+    return json_equal(a, b)
+
+
+def _deep(value: JsonValue | Missing) -> bool:
+    return not isinstance(value, Missing) and deeper_than(value, API_MAX_DEPTH)
 
 
 def compare(a: Inspection, b: Inspection) -> Comparison:
@@ -128,7 +237,7 @@ def first_divergence(a: History, b: History) -> tuple[Divergence | None, int]:
     when either history has no start state.
     """
     start_a, start_b = _start_state(a), _start_state(b)
-    if not json_equal(start_a, start_b):
+    if not states_equal(start_a, start_b):
         return _divergence(0, None, None, start_a, start_b), 0
     walk_a, walk_b = walk(a), walk(b)
     position = 0
@@ -140,7 +249,7 @@ def first_divergence(a: History, b: History) -> tuple[Divergence | None, int]:
         # A run that ran out of steps stays in its last state.
         step_a, state_a = next_a if next_a is not None else (None, a.replayed_end)
         step_b, state_b = next_b if next_b is not None else (None, b.replayed_end)
-        if step_a is None or step_b is None or not json_equal(state_a, state_b):
+        if step_a is None or step_b is None or not states_equal(state_a, state_b):
             return _divergence(position, step_a, step_b, state_a, state_b), position
 
 
@@ -150,13 +259,13 @@ def outcome(inspection: Inspection) -> Outcome:
     if row is not None:
         return Outcome(
             run_id=row.run_id,
-            workflow=row.name,
+            workflow=cut_line(row.name, NAME_CHARS),
             service=row.service,
             kind=row.kind,
             status=row.status,
             verdict=inspection.history.verdict,
-            error=row.status_message or None,
-            error_type=row.error_type,
+            error=cut_text(row.status_message, MESSAGE_CHARS) or None,
+            error_type=row.error_type and cut_line(row.error_type, NAME_CHARS),
             start_unix_nano=row.start_unix_nano,
             duration_nano=row.end_unix_nano - row.start_unix_nano,
             received_transitions=len(inspection.history.steps),
@@ -251,7 +360,11 @@ def _unavailable(a: Inspection, b: Inspection) -> str | None:
 
 
 def _copied(entries: list[DiffEntry]) -> tuple[DiffEntry, ...]:
-    return tuple(DiffEntry(e.pointer, copy.deepcopy(e.a), copy.deepcopy(e.b)) for e in entries)
+    return tuple(DiffEntry(e.pointer, _copy(e.a), _copy(e.b)) for e in entries)
+
+
+def _copy(value: JsonValue | Missing) -> JsonValue | Missing:
+    return value if isinstance(value, Missing) else copy_to_depth(value)
 
 
 def _outcome_json(found: Outcome) -> dict[str, Any]:

@@ -21,16 +21,21 @@ span's structural id is its graph's, which every subflow of that shape shares
 (two instances of one subflow, or two one-node subflows), so a subflow span is
 joined by its definition id, which is its node's runtime id in this snapshot,
 the span's owner's own (SCHEMA.md section 5).
+
+Bounded: the snapshot is read by collector.replay.jsondoc.parse_json (no nesting past
+MAX_JSON_DEPTH), and one of more than MAX_GRAPH_NODES nodes or MAX_GRAPH_LINKS
+edges is refused with a GraphError that says so, which the page shows instead.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from collector.producers.junjo import WORKFLOW_NODE_COUNT
+from collector.replay.jsondoc import MAX_JSON_DEPTH, Missing, parse_json
+from studio.render.bounded import cut_line
 from studio.render.waterfall import WaterfallRow, own_level
 
 NODE_HEIGHT: Final = 40
@@ -42,6 +47,10 @@ LOOP_MARGIN: Final = 90
 CHAR_WIDTH: Final = 8
 MIN_NODE_WIDTH: Final = 96
 MAX_LABEL_CHARS: Final = 32
+MAX_TITLE_CHARS: Final = 200
+# A larger graph is refused with a note: layering is quadratic, and no real one comes close.
+MAX_GRAPH_NODES: Final = 500
+MAX_GRAPH_LINKS: Final = 2000
 
 
 class GraphError(ValueError):
@@ -239,12 +248,15 @@ def layout(
 
 
 def _parse(snapshot_json: str) -> tuple[dict[str, _Node], list[dict[str, Any]]]:
-    try:
-        snapshot = json.loads(snapshot_json)
-    except ValueError as exc:
-        raise GraphError(f"the execution graph snapshot is not valid JSON: {exc}") from exc
+    snapshot: Any = parse_json(snapshot_json)
+    if isinstance(snapshot, Missing):
+        raise GraphError(
+            "the execution graph snapshot is not JSON this page can read (malformed, or "
+            f"nested deeper than {MAX_JSON_DEPTH} levels)"
+        )
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("nodes"), list):
         raise GraphError("the execution graph snapshot has no node list")
+    _check_size(snapshot)
     nodes: dict[str, _Node] = {}
     for raw in snapshot["nodes"]:
         if not isinstance(raw, dict) or not isinstance(raw.get("nodeRuntimeId"), str):
@@ -263,7 +275,8 @@ def _parse(snapshot_json: str) -> tuple[dict[str, _Node], list[dict[str, Any]]]:
             children=tuple(str(c) for c in children) if isinstance(children, list) else (),
             inner=tuple(str(i) for i in inner if isinstance(i, str)),
         )
-    raw_edges = snapshot.get("edges") or []
+    raw_edges = snapshot.get("edges")
+    raw_edges = raw_edges if isinstance(raw_edges, list) else []
     edges = [
         e
         for e in raw_edges
@@ -272,6 +285,25 @@ def _parse(snapshot_json: str) -> tuple[dict[str, _Node], list[dict[str, Any]]]:
         and e.get("headNodeRuntimeId") in nodes
     ]
     return nodes, edges
+
+
+def _check_size(snapshot: dict[str, Any]) -> None:
+    """Refuse a graph too large to lay out and draw in a bounded time and page."""
+    raw_nodes: list[Any] = snapshot["nodes"]
+    raw_edges = snapshot.get("edges")
+    links = _length(raw_edges) + sum(
+        _length(raw.get("childNodeRuntimeIds")) for raw in raw_nodes if isinstance(raw, dict)
+    )
+    if len(raw_nodes) > MAX_GRAPH_NODES or links > MAX_GRAPH_LINKS:
+        raise GraphError(
+            f"it is too large to draw here ({len(raw_nodes):,} nodes and {links:,} edges "
+            f"and groupings; this page draws at most {MAX_GRAPH_NODES:,} nodes and "
+            f"{MAX_GRAPH_LINKS:,} edges and groupings)"
+        )
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
 
 
 def _nested_ids(nodes: Mapping[str, _Node], edges: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -454,7 +486,10 @@ def _box(
     return NodeBox(
         runtime_id=node.runtime_id,
         label=_cut(node.label),
-        title=f"{node.label} ({node.node_type})" if node.node_type else node.label,
+        title=cut_line(
+            f"{node.label} ({node.node_type})" if node.node_type else node.label,
+            MAX_TITLE_CHARS,
+        ),
         kind=kind,
         x=x,
         y=y,

@@ -24,7 +24,8 @@ leaves it) is a detail inside the node that raised, and one whose error the
 node caught did not end the run. An agent's model-request and tool spans are
 Junjo's, kind `operation` (their names say which).
 Everything is read from spans that arrived; a span that never did is not
-guessed at, so the banner can say less, never something false.
+guessed at, so the banner can say less, never something false. Messages and
+error types are cut (studio/render/waterfall.py's MESSAGE_CHARS, NAME_CHARS), saying so.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from typing import Any, Final
 from collector.model import ExecutionStatus
 from collector.producers.junjo import AGENT_OPERATION_TYPE
 from studio.links import Links
-from studio.render.waterfall import Waterfall, WaterfallRow, own_level
+from studio.render.bounded import cut_line, cut_text
+from studio.render.waterfall import MESSAGE_CHARS, NAME_CHARS, Waterfall, WaterfallRow, own_level
 
 # Telemetry can nest child runs in a cycle: the search stops this deep.
 MAX_CHILD_DEPTH: Final = 16
@@ -129,6 +131,10 @@ def outcome(
     """The banner of a failed or cancelled run; None for one that ended well (`ended_badly`)."""
     if not ended_badly(status, error_type):
         return None
+    message = cut_text(message, MESSAGE_CHARS)
+    error_type = None if error_type is None else cut_line(error_type, NAME_CHARS)
+    if cancelled_reason is not None:
+        cancelled_reason = cut_text(cancelled_reason, MESSAGE_CHARS)
     failed = status == "error" or error_type is not None
     owner = next((row for row in waterfall.rows if row.is_owner), None)
     rows = waterfall.rows

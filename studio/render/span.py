@@ -5,12 +5,13 @@ The resource and the instrumentation scope are shown from their own stored
 bytes, as sent: each attribute with its OTLP type, a repeated key as often as
 it came, bytes as hex, NaN as NaN, with their schema URLs and dropped counts.
 Resources stored before their bytes were kept show their JSON attributes, and
-the page says what was not recorded.
+the page says what was not recorded. Every value, the name and the status
+message are cut at SPAN_VALUE_CHARS, saying how long they were
+(studio/render/bounded.py), so a hostile span costs a bounded page.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -23,12 +24,16 @@ from collector.decode.otlp import (
     span_details,
     typed_attributes,
 )
+from collector.replay.jsondoc import parse_json
 from collector.store.spans import ResourceRow, SpanRow
+from studio.render.bounded import cut_text
 from studio.render.waterfall import SPAN_KINDS, attribute_text
 
 # OTLP's Status.StatusCode, as the span page names it (a code OTLP does not define is
 # shown as its number).
 STATUS_CODES: Final = ("unset", "ok", "error")
+# The most of one attribute value, name or message the span page holds.
+SPAN_VALUE_CHARS: Final = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +91,21 @@ class SpanView:
     # The span's OTLP kind and status code in words (internal, server...; unset, ok, error).
     kind: str = ""
     status: str = ""
+    name: str = ""
+    status_message: str = ""
 
 
 def span_view(span: SpanRow, resource: ResourceRow | None) -> SpanView:
     details = span_details(span.raw)
     return SpanView(
+        name=cut_text(span.name, SPAN_VALUE_CHARS),
+        status_message=cut_text(span.status_message, SPAN_VALUE_CHARS),
         kind=_named(SPAN_KINDS, span.kind),
         status=_named(STATUS_CODES, span.status_code),
         attributes=_sorted_texts(details["attributes"]),
         events=tuple(
             ShownEvent(
-                name=event["name"],
+                name=cut_text(event["name"], SPAN_VALUE_CHARS),
                 offset_nano=max(event["time_unix_nano"] - span.start, 0),
                 attributes=_sorted_texts(event["attributes"]),
             )
@@ -138,7 +147,9 @@ def sent_under(row: ResourceRow) -> SentUnder:
 
 def _unrecorded(row: ResourceRow) -> SentUnder:
     # Only what the JSON column kept: a key's last value, bytes already hex.
-    attributes: dict[str, Any] = json.loads(row.attributes_json)
+    attributes: Any = parse_json(row.attributes_json)
+    if not isinstance(attributes, dict):
+        attributes = {}
     return SentUnder(
         recorded=False,
         service_name=row.service_name,
@@ -156,7 +167,11 @@ def _unrecorded(row: ResourceRow) -> SentUnder:
 def _typed(attributes: Iterable[TypedAttribute]) -> tuple[ShownAttribute, ...]:
     # In the order sent: with repeated keys, the order says which value a reader finds.
     return tuple(
-        ShownAttribute(a.key, a.value_type, _typed_text(a.value)) for a in attributes
+        ShownAttribute(
+            cut_text(a.key, SPAN_VALUE_CHARS), a.value_type,
+            cut_text(_typed_text(a.value), SPAN_VALUE_CHARS),
+        )
+        for a in attributes
     )
 
 
@@ -171,4 +186,9 @@ def _typed_text(value: AttributeValue) -> str:
 
 
 def _sorted_texts(attributes: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((key, attribute_text(value)) for key, value in attributes.items()))
+    return tuple(
+        sorted(
+            (cut_text(key, SPAN_VALUE_CHARS), cut_text(attribute_text(value), SPAN_VALUE_CHARS))
+            for key, value in attributes.items()
+        )
+    )

@@ -5,9 +5,11 @@ frozen dataclasses the template renders; no request, store or I/O. Every
 field's link opens its provenance panel (`?step=N&path=/a/b#provenance`), so
 the tree works with JavaScript off.
 
-Invariant: the work is bounded whatever the state's size. A container draws at
-most TREE_CHILDREN_SHOWN children (plus those on a changed or selected path) and
-every leaf is cut at STRING_PREVIEW_CHARS (studio/render/text.py).
+Invariant: the work is bounded whatever the state's size or depth. A container
+draws at most TREE_CHILDREN_SHOWN children (plus those on a changed or selected
+path), the tree at most about TREE_TOKENS tokens and MAX_RENDER_DEPTH levels
+(studio/render/bounded.py), and every leaf is cut at STRING_PREVIEW_CHARS
+(studio/render/text.py).
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ from collector.replay.jsondoc import (
     JsonValue,
     Missing,
     json_equal,
+    list_index,
     pointer_text,
     resolve,
     unescape_token,
 )
 from studio.inspect import Inspection
 from studio.links import Links
-from studio.render.text import href, keys_text, leaf_text
+from studio.render.bounded import MAX_RENDER_DEPTH
+from studio.render.text import LINK_POINTER_CHARS, href, keys_text, leaf_text
 
 TREE_CHILDREN_SHOWN: Final = 100
+# Tokens past which only children on a changed or selected path are drawn.
+TREE_TOKENS: Final = 3000
 
-TokenKind: TypeAlias = Literal["open", "close", "leaf", "more"]
+TokenKind: TypeAlias = Literal["open", "close", "leaf", "more", "deep"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +178,22 @@ def tree_tokens(
     Containers along a changed or selected path start open (so the change is in
     view); others below the first level start closed. A container shows its
     first TREE_CHILDREN_SHOWN children plus any on a changed or selected path,
-    with a "more" token for each run of children left out.
+    with a "more" token for each run of children left out. The walk keeps its own
+    stack: a container MAX_RENDER_DEPTH levels down is a "deep" token, and once
+    TREE_TOKENS tokens are out only children on a changed or selected path are
+    drawn, so any value costs a bounded page.
     """
     focus = {*changed, *([selected] if selected else [])}
+    ctx = _Context(field_href, changed, focus)
     tokens: list[Token] = []
-    _emit(tokens, "state", (), value, _Context(field_href, changed, focus))
+    pending: list[_Pending] = [("state", (), value)]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Token):
+            tokens.append(item)
+            continue
+        key, parts, node = item
+        pending += reversed(_expand(tokens, key, parts, node, ctx))
     return tuple(tokens)
 
 
@@ -187,55 +204,78 @@ class _Context:
     focus: set[str]
 
 
-def _emit(
+# A child still to walk (key, its path, its value), or a token ready to go out.
+_Pending: TypeAlias = "tuple[str, tuple[str, ...], JsonValue] | Token"
+
+
+def _expand(
     tokens: list[Token], key: str, parts: tuple[str, ...], value: JsonValue, ctx: _Context
-) -> None:
+) -> list[_Pending]:
+    """Put out `value`'s own token; return what follows it in order (children, gaps, close)."""
     pointer = pointer_text(parts)
-    link = ctx.field_href(pointer)
+    link = ctx.field_href(pointer) if len(pointer) <= LINK_POINTER_CHARS else "#state"
     changed = pointer in ctx.changed
     if not isinstance(value, dict | list):
         text, full = leaf_text(value)
         tokens.append(
             Token("leaf", key, pointer, link, "", text, full, _type(value), changed, False)
         )
-        return
-    children: list[tuple[str, JsonValue]] = (
-        list(value.items()) if isinstance(value, dict) else [(str(i), v) for i, v in
-                                                             enumerate(value)]
-    )
+        return []
+    summary = keys_text(len(value)) if isinstance(value, dict) else f"[{len(value):,}]"
+    if len(parts) >= MAX_RENDER_DEPTH:
+        tokens.append(
+            Token("deep", key, pointer, link, summary, "", None, _type(value), changed, False)
+        )
+        return []
     on_focus = any(f == pointer or f.startswith(pointer + "/") for f in ctx.focus)
     expanded = len(parts) < 1 or on_focus
-    summary = keys_text(len(children)) if isinstance(value, dict) else f"[{len(children)}]"
     tokens.append(
         Token("open", key, pointer, link, summary, "", None, _type(value), changed, expanded)
     )
-    shown = _shown_children(children, pointer, ctx.focus)
+    # Keys, not (key, child) pairs: a container of a million items is read only where drawn.
+    keys: list[str] | range = list(value) if isinstance(value, dict) else range(len(value))
+    budget_left = len(tokens) < TREE_TOKENS
+    shown = _shown_children(keys, pointer, ctx.focus, TREE_CHILDREN_SHOWN if budget_left else 0)
+    following: list[_Pending] = []
     previous = -1
     for position in shown:
         if position > previous + 1:
-            tokens.append(_more(position - previous - 1))
-        child_key, child = children[position]
-        _emit(tokens, child_key, (*parts, child_key), child, ctx)
+            following.append(_more(position - previous - 1))
+        child_key = str(keys[position])
+        child = value[child_key] if isinstance(value, dict) else value[position]
+        following.append((child_key, (*parts, child_key), child))
         previous = position
-    if previous < len(children) - 1:
-        tokens.append(_more(len(children) - previous - 1))
-    tokens.append(Token("close", key, pointer, "", "", "", None, "", False, False))
+    if previous < len(keys) - 1:
+        following.append(_more(len(keys) - previous - 1))
+    following.append(Token("close", key, pointer, "", "", "", None, "", False, False))
+    return following
 
 
 def _shown_children(
-    children: Sequence[tuple[str, JsonValue]], pointer: str, focus: Iterable[str]
+    keys: Sequence[str] | range, pointer: str, focus: Iterable[str], first: int
 ) -> list[int]:
-    if len(children) <= TREE_CHILDREN_SHOWN:
-        return list(range(len(children)))
-    wanted = set(range(TREE_CHILDREN_SHOWN))
-    positions = {key: position for position, (key, _) in enumerate(children)}
+    """The positions drawn: the `first` few, and any on a path in `focus`."""
+    if len(keys) <= first:
+        return list(range(len(keys)))
+    wanted = set(range(first))
     prefix = pointer + "/"
     for target in focus:
         if target.startswith(prefix):
-            head = unescape_token(target[len(prefix) :].split("/", 1)[0])
-            if head in positions:
-                wanted.add(positions[head])
+            position = _position(keys, unescape_token(target[len(prefix) :].split("/", 1)[0]))
+            if position is not None:
+                wanted.add(position)
     return sorted(wanted)
+
+
+def _position(keys: Sequence[str] | range, head: str) -> int | None:
+    """Where the child named `head` (an array index, or a member name) sits, if anywhere."""
+    if isinstance(keys, range):
+        index = list_index(head)
+        return index if index is not None and index < len(keys) else None
+    try:
+        return keys.index(head)
+    except ValueError:
+        return None
 
 
 def _more(count: int) -> Token:

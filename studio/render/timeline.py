@@ -8,20 +8,23 @@ studio/render/provenance.py.
 
 Invariant: the work is bounded whatever the run's size. The timeline is a window
 of TIMELINE_WINDOW transitions around the selected one and diff values are cut
-at DIFF_VALUE_CHARS (studio/render/text.py), so a 10,000-transition run on a
-large state renders in a bounded time.
+at DIFF_VALUE_CHARS and MAX_RENDER_DEPTH levels (studio/render/text.py,
+studio/render/bounded.py), so a 10,000-transition run on a large or deeply nested
+state renders in a bounded time.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from collector.replay.history import History, Step
+from collector.replay.jsondoc import Missing, parse_json
 from studio.links import Links
-from studio.render.text import cut_text, href, json_text
+from studio.render.bounded import cut_line
+from studio.render.text import LINK_POINTER_CHARS, cut_text, href, json_text
+from studio.render.waterfall import NAME_CHARS
 from studio.render.window import centred_window
 from studio.render.writers import Writers
 
@@ -81,6 +84,8 @@ class Change:
     from_path: str | None
     before: str | None
     after: str | None
+    # The field's provenance panel; None for a pointer too long to put in a URL.
+    href: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +211,7 @@ def _timeline_row(
         sequence=step.sequence,
         href=step_href,
         offset_nano=max(transition.time_unix_nano - origin, 0),
-        span_name=transition.span_name,
+        span_name=cut_line(transition.span_name, NAME_CHARS),
         span_id=transition.span_id,
         action=transition.action,
         paths=paths[:PATHS_PER_ROW],
@@ -226,12 +231,13 @@ def _timeline_row(
 
 
 def step_detail(
-    history: History, sequence: int, links: Links, writers: Writers
+    history: History, sequence: int, links: Links, writers: Writers, run_id: str = ""
 ) -> StepDetail | None:
     """The step at `sequence` with its patch and per-operation diff; None at the start state.
 
     Its span is linked where it can be read (`Writers.span_href`): a foreign
-    step's span may sit in another run's trace, not on this page.
+    step's span may sit in another run's trace, not on this page. Each change
+    links to its field's provenance on `run_id`'s page.
     """
     step = history.find_step(sequence)
     if step is None:
@@ -239,14 +245,18 @@ def step_detail(
     changes: tuple[Change, ...] = ()
     if history.has_states:
         changes = tuple(
-            Change(c.op, c.path, c.from_path, json_text(c.before), json_text(c.after))
+            Change(
+                c.op, c.path, c.from_path, json_text(c.before), json_text(c.after),
+                links.provenance(run_id, c.path, step=sequence)
+                if len(c.path) <= LINK_POINTER_CHARS else None,
+            )
             for c in history.changes(sequence)
         )
     transition = step.transition
     return StepDetail(
         sequence=step.sequence,
         action=transition.action,
-        span_name=transition.span_name,
+        span_name=cut_line(transition.span_name, NAME_CHARS),
         span_id=transition.span_id,
         store_id=transition.store_id,
         revision_before=transition.revision_before,
@@ -272,7 +282,8 @@ def step_detail(
 
 
 def _pretty_patch(text: str) -> str:
-    try:
-        return cut_text(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
-    except ValueError:
+    """The patch indented, or as it came when it is no JSON replay accepts (too deep, say)."""
+    parsed = parse_json(text)
+    if isinstance(parsed, Missing):
         return cut_text(text)
+    return json_text(parsed) or ""

@@ -9,6 +9,10 @@ Attributes and events are decoded from each span's protobuf bytes here, but
 `set_state` events are only counted: a busy node carries hundreds of them, the
 state timeline already shows every one, and decoding them would cost most of
 the page's time.
+
+Bounded: attribute values are previews of ATTRIBUTE_PREVIEW_CHARS, and names,
+messages and stack traces are cut at MESSAGE_CHARS (studio/render/bounded.py says
+how long they were), so a hostile span costs the page a bounded amount.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from collector.producers.junjo import (
     span_status,
 )
 from collector.store.spans import SpanRow
+from studio.render.bounded import cut_line, cut_text
 
 SCALE: Final = 1000
 TICKS: Final = 4
 ATTRIBUTE_PREVIEW_CHARS: Final = 400
+MESSAGE_CHARS: Final = 4000
+NAME_CHARS: Final = 200
 EXCEPTION_EVENT: Final = "exception"
 SPAN_KINDS: Final = ("unspecified", "internal", "server", "client", "producer", "consumer")
 
@@ -254,14 +261,16 @@ def _row(
         if event.name == EXCEPTION_EVENT:
             exceptions.append(
                 SpanException(
-                    _text(values.get("exception.type")),
-                    _text(values.get("exception.message")),
-                    _text(values.get("exception.stacktrace")),
+                    cut_line(_text(values.get("exception.type")), NAME_CHARS),
+                    _message(values.get("exception.message")),
+                    _message(values.get("exception.stacktrace")),
                     offset,
                 )
             )
         else:
-            events.append(SpanEvent(event.name, offset, preview_attributes(values)))
+            events.append(
+                SpanEvent(cut_line(event.name, NAME_CHARS), offset, preview_attributes(values))
+            )
     duration = max(span.end - span.start, 0)
     x = (span.start - start) * SCALE // total
     cancelled = attributes.get(CANCELLED) is True
@@ -270,7 +279,7 @@ def _row(
     return WaterfallRow(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
-        name=span.name,
+        name=cut_line(span.name, NAME_CHARS),
         depth=depth,
         span_type=span.span_type,
         kind=SPAN_KINDS[span.kind] if 0 <= span.kind < len(SPAN_KINDS) else str(span.kind),
@@ -282,9 +291,9 @@ def _row(
         # At least one unit wide, so a span of a few microseconds is still visible.
         width=max(min(duration * SCALE // total, SCALE - x), 1),
         status=span_status(span.status_code, cancelled),
-        status_message=span.status_message,
-        error_type=_text(attributes.get(ERROR_TYPE)) or None,
-        cancelled_reason=_text(attributes.get(CANCELLED_REASON)) or None if cancelled else None,
+        status_message=cut_text(span.status_message, MESSAGE_CHARS),
+        error_type=cut_line(_text(attributes.get(ERROR_TYPE)), NAME_CHARS) or None,
+        cancelled_reason=_message(attributes.get(CANCELLED_REASON)) or None if cancelled else None,
         structural_id=structural if isinstance(structural, str) else None,
         definition_id=definition if isinstance(definition, str) else None,
         exceptions=tuple(exceptions),
@@ -296,6 +305,10 @@ def _row(
         is_owner=is_owner,
         run_id=span.runtime_id if span.span_type in OWNER_SPAN_TYPES and span.runtime_id else None,
     )
+
+
+def _message(value: AttributeValue) -> str:
+    return cut_text(_text(value), MESSAGE_CHARS)
 
 
 def _text(value: AttributeValue) -> str:

@@ -4,9 +4,11 @@ Handlers are thin: parse the request, ask the store or the inspector, shape
 JSON. They are plain functions on purpose: Starlette runs those in its
 thread pool, so a slow DuckDB query never blocks the event loop. Errors are
 JSON too: 400 with the offending parameter (and, for a filter, the character
-position), 404 for an unknown run id. A timeline row (`TimelineEntry`) is
-flattened here from a History's steps (collector/replay/history.py): the timeline JSON
-twin is its only reader.
+position), 404 for an unknown run id. A value nested deeper than
+studio/render/bounded.py's API_MAX_DEPTH is answered cut there, the cut marked by a
+`{"statetrail.truncated": ...}` object, so every answer serialises. A timeline
+row (`TimelineEntry`) is flattened here from a History's steps
+(collector/replay/history.py): the timeline JSON twin is its only reader.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from studio.inspect import Inspection, parent_and_children
 from studio.json_errors import json_error
 from studio.links import Links
 from studio.params import BadParameter, execution_query, next_cursor, pointer_param
+from studio.render.bounded import api_value
 from studio.render.field_columns import value_columns, value_json
 from studio.render.outcome import ended_badly, outcome, outcome_json
 from studio.render.start_writer import start_writer
@@ -86,7 +89,8 @@ def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
 
 
 def json_value(value: JsonValue | Missing) -> JsonValue:
-    return None if isinstance(value, Missing) else value
+    """A value as answered: null when absent; past API_MAX_DEPTH levels, the truncation object."""
+    return None if isinstance(value, Missing) else api_value(value)
 
 
 def list_executions(request: Request) -> Response:
@@ -254,7 +258,7 @@ def execution_timeline(request: Request) -> Response:
             "id": inspection.run_id,
             "start_sequence": history.start_sequence,
             "end_sequence": history.end_sequence,
-            "start": _state_or_none(history, history.start_sequence),
+            "start": api_value(_state_or_none(history, history.start_sequence)),
             "end": json_value(history.recorded_end),
             "verdict": history.verdict,
             "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
@@ -307,7 +311,7 @@ def execution_state(request: Request) -> Response:
             "id": inspection.run_id,
             "sequence": sequence,
             "verified": verified,
-            "state": state,
+            "state": api_value(state),
             "missing": hole,
             "state_of_sequence": sequence if hole is None or shown is None else shown,
         }

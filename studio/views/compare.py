@@ -7,14 +7,14 @@ render what studio/render/compare.py (pure) builds from them. The page takes
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from collector.replay.jsondoc import JsonValue, Missing
 from studio.json_errors import json_error
+from studio.render.bounded import json_preview
 from studio.render.compare import Comparison, compare, comparison_json
+from studio.render.text import DIFF_VALUE_CHARS
 from studio.services import inspector_of
 from studio.templating import templates
 
@@ -46,10 +46,10 @@ def compare_json(request: Request) -> Response:
 
 
 def json_text(value: JsonValue | Missing) -> str | None:
-    """Compact JSON for a diff cell; None for a value absent on that side."""
+    """Compact JSON for a diff cell, cut at DIFF_VALUE_CHARS; None for a value absent there."""
     if isinstance(value, Missing):
         return None
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return json_preview(value, DIFF_VALUE_CHARS, sort_keys=True)
 
 
 def _compare_ids(request: Request) -> tuple[str, str]:

@@ -45,6 +45,7 @@ from collector.store.listing import ExecutionRow
 from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
 from studio.params import BadParameter, pointer_param
+from studio.render.bounded import cut_line, cut_text
 from studio.render.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.render.list_return import ListReturn, list_return
 from studio.render.outcome import Outcome, outcome
@@ -61,7 +62,7 @@ from studio.render.timeline import (
     step_detail,
 )
 from studio.render.verdict import verdict_sentences
-from studio.render.waterfall import Waterfall, build_waterfall
+from studio.render.waterfall import MESSAGE_CHARS, NAME_CHARS, Waterfall, build_waterfall
 from studio.render.writers import Writers, foreign_carriers, other_traces
 from studio.services import inspector_of, store_of
 from studio.templating import templates
@@ -275,7 +276,7 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         timeline=build_timeline(
             history, links, base, selected, selection.step, writers, selection.pointer
         ),
-        step=step_detail(history, selected, links, writers),
+        step=step_detail(history, selected, links, writers, run_id),
         state=state_view(
             inspection, links, base, selected, selection.pointer,
             recorded=selection.shows_recorded(history),
@@ -417,9 +418,10 @@ def _header(
             received=len(history.steps), expected=None, application_writes=None,
         )
     return Header(
-        run_id=inspection.run_id, title=execution.name, kind=execution.kind,
-        service=execution.service, status=execution.status,
-        error_type=execution.error_type, error_message=execution.status_message,
+        run_id=inspection.run_id, title=cut_line(execution.name, NAME_CHARS),
+        kind=execution.kind, service=execution.service, status=execution.status,
+        error_type=execution.error_type and cut_line(execution.error_type, NAME_CHARS),
+        error_message=cut_text(execution.status_message, MESSAGE_CHARS),
         start_unix_nano=execution.start_unix_nano,
         duration_nano=execution.end_unix_nano - execution.start_unix_nano,
         trace_id=execution.trace_id, span_id=execution.span_id, store_id=execution.store_id,
@@ -492,7 +494,7 @@ def _finding(
     if diagnostic.code == "foreign_writer" and diagnostic.span_id is not None:
         writer = writers.run_of(diagnostic.trace_id or trace_id, diagnostic.span_id)
     return Finding(
-        diagnostic.code, diagnostic.severity, diagnostic.message,
+        diagnostic.code, diagnostic.severity, cut_text(diagnostic.message, MESSAGE_CHARS),
         diagnostic.sequence, diagnostic.span_id, target, trace_href,
         writer, links.execution(writer) if writer else None,
     )
