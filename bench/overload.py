@@ -1,6 +1,6 @@
 """Overload: many exporters against `serve --max-inflight 2`; bounded memory, nothing lost.
 
-`--exporters` raw gRPC clients (tests/crashload.py) each send `--requests`
+`--exporters` raw gRPC clients (tests/support/crashload.py) each send `--requests`
 exports and honour the RetryInfo delay of every UNAVAILABLE answer. The
 server's RSS is sampled from /proc/<pid>/status throughout. At the end every
 acknowledged span must be stored, and every request acknowledged.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from crashload import ExportLoad, RssSampler, stored_spans
-from support import Server
+from support.crashload import ExportLoad, RssSampler, stored_spans
+from support.servers import Server
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Crash soak: kill -9 `statetrail serve` under load, over and over, and lose nothing acked.
 
 Several exporter threads send raw OTLP/gRPC requests with unique span ids and
-record every span the server acknowledged (tests/crashload.py). At random
+record every span the server acknowledged (tests/support/crashload.py). At random
 moments the server gets SIGKILL and is restarted on the same DuckDB file. At the
 end every acknowledged span must be stored, and stored exactly once (a request
 stored but not acknowledged before a kill is retried with the same bytes).
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from crashload import ExportLoad, stored_spans
-from support import Server
+from support.crashload import ExportLoad, stored_spans
+from support.servers import Server
 
 
 def main() -> int:

@@ -2,8 +2,9 @@
 
 Stepping through a timeline with the keyboard, opening a field's provenance, and a
 run whose state holds hostile strings (a <script>, an <img onerror>, a javascript:
-URL) that must show as text and run nothing. The `page` fixture (tests/browser.py)
-fails a test on any console error, so a Content-Security-Policy violation counts.
+URL) that must show as text and run nothing. The `page` fixture
+(tests/support/browser.py) fails a test on any console error, so a
+Content-Security-Policy violation counts.
 
 Screenshots: run with STATETRAIL_SCREENSHOTS=docs/screenshots to refresh
 docs/screenshots/execution.png and execution-partial.png.
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from playwright.sync_api import Browser, Page, expect
-from support import (
+from support.servers import (
     Server,
     export_raw,
     fixture_requests,
@@ -29,8 +30,8 @@ from support import (
 
 pytestmark = pytest.mark.browser
 # The `browser`, `page` and `screenshot` fixtures.
-pytest_plugins = ("browser",)
-# tests/browser.py's Screenshot, spelled out: importing it here would import the
+pytest_plugins = ("support.browser",)
+# tests/support/browser.py's Screenshot, spelled out: importing it here would import the
 # plugin before pytest can rewrite its asserts.
 Screenshot = Callable[[Page, str], Path]
 

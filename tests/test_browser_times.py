@@ -19,18 +19,18 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 import pytest
-from otlp_craft import variant
 from playwright.sync_api import Locator, Page, Request, expect
-from support import Server, export_raw, fixture_requests, manifest, send_scenario
+from support.otlp_craft import variant
+from support.servers import Server, export_raw, fixture_requests, manifest, send_scenario
 from test_studio_pages import send, without_workflow_span
 
 from studio.execution_page import POLL_SECONDS
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (pytest_plugins), not here
-    from browser import PageFactory, Screenshot
+    from support.browser import PageFactory, Screenshot
 
 pytestmark = pytest.mark.browser
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 ZONE = "Asia/Kolkata"
 ZONE_LABEL = "GMT+5:30"  # Chromium's short name for it in en-US

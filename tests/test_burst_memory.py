@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from history_records import scenario
-from otlp_craft import new_span_id, new_trace_id, plain_request
+from support.history_records import scenario
+from support.otlp_craft import new_span_id, new_trace_id, plain_request
 from test_field_layout import _layout
 
 from collector import burst_memory

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.servers import MakeServer, Server, export_raw, fixture_requests
 
 from collector.config import spool_path_for
 from collector.spool import START, Spool, unstored_bytes

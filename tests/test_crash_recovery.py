@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 import time
 
-from crashload import ExportLoad, stored_spans
-from support import MakeServer, Server
+from support.crashload import ExportLoad, stored_spans
+from support.servers import MakeServer, Server
 
 KILLS = 5
 

@@ -34,12 +34,12 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from crashload import stored_spans
 from google.rpc import error_details_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
-from support import EXPORT_METHOD, MakeServer, Server
+from support.crashload import stored_spans
+from support.otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
+from support.servers import EXPORT_METHOD, MakeServer, Server
 
 from collector.store import Store
 

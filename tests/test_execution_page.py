@@ -19,10 +19,10 @@ from typing import Any
 import duckdb
 import httpx
 import pytest
-from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
-from support import (
+from support.history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
+from support.otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
+from support.servers import (
     MakeServer,
     Server,
     export_raw,

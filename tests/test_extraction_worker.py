@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support import MakeServer, export_raw, fixture_requests, scenarios
+from support.servers import MakeServer, export_raw, fixture_requests, scenarios
 
 from collector import extractor as extractor_module
 from collector.encode.exports import batch_from_export

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from history_records import scenario
+from support.history_records import scenario
 
 from collector.burst_memory import BurstMemory
 from collector.model import Evidence, Execution, Transition

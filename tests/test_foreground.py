@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from support import export_raw, fixture_requests, free_port, serving_in_thread
+from support.servers import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector.admission import Admission
 from collector.auth import KeyChecker

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
-from support import FIXTURE_API_KEY, Server, export_raw
+from support.otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
+from support.servers import FIXTURE_API_KEY, Server, export_raw
 
 from collector.decode import DecodeError, parse_request
 from collector.encode.exports import batch_from_export

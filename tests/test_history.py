@@ -13,8 +13,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from fixture_records import fixture_names, load
-from history_records import (
+from support.fixture_records import fixture_names, load
+from support.history_records import (
     NODE_SPAN,
     OWNER_SPAN,
     STORE,

@@ -18,7 +18,7 @@ import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import (
+from support.otlp_craft import (
     ExportRequest,
     new_span_id,
     new_trace_id,
@@ -26,7 +26,7 @@ from otlp_craft import (
     relocated_fixture,
     spans_of,
 )
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector import junjo
 

@@ -22,7 +22,7 @@ import grpc
 import httpx
 import pytest
 from starlette.requests import Request
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.servers import MakeServer, Server, export_raw, fixture_requests
 
 from collector.admin_client import ADMIN_TOKEN_HEADER
 from collector.sidecar import sidecar_path

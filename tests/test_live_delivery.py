@@ -24,10 +24,10 @@ from typing import Any
 
 import grpc
 import pytest
-from support import EXPORT_METHOD, MakeServer, Server, export_raw
+from support.servers import EXPORT_METHOD, MakeServer, Server, export_raw
 
 pytestmark = pytest.mark.junjo
-APP = os.path.join(os.path.dirname(__file__), "junjo_app.py")
+APP = os.path.join(os.path.dirname(__file__), "apps", "junjo_app.py")
 KEY = "delivery-key"
 Captured = list[tuple[bytes, list[tuple[str, str]]]]
 # Seeds of the random runs and of the shuffle; try others with DELIVERY_SEEDS="1 2 3".

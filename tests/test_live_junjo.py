@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import duckdb
 import httpx
 import pytest
-from support import MakeServer, Server
+from support.servers import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
 from collector.encode import documents
@@ -36,7 +36,7 @@ from collector.query_ast import format_path
 from studio.links import run_id_segment
 
 pytestmark = pytest.mark.junjo
-APP = Path(__file__).with_name("junjo_app.py")
+APP = Path(__file__).parent / "apps" / "junjo_app.py"
 KEY = "live-test-key"
 
 

@@ -10,9 +10,9 @@ import socket
 import time
 
 import grpc
-from crashload import ExportLoad, RssSampler, stored_spans
 from google.rpc import error_details_pb2
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.crashload import ExportLoad, RssSampler, stored_spans
+from support.servers import MakeServer, Server, export_raw, fixture_requests
 
 EXPORTERS = 16
 REQUESTS_EACH = 6

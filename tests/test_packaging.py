@@ -14,7 +14,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from support import Server
+from support.servers import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_records import Patch, scenario
+from support.history_records import Patch, scenario
 
 from collector import replayer as replayer_module
 from collector.model import Evidence, Execution, Transition

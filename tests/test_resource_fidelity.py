@@ -21,8 +21,8 @@ import httpx
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, new_span_id, relocated_fixture, request_under
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.otlp_craft import ExportRequest, new_span_id, relocated_fixture, request_under
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.decode import decode_resource, decode_scope
 from collector.store import Store

@@ -1,7 +1,7 @@
 """Retention: `statetrail prune` and `serve --retain` delete whole old traces, nothing newer.
 
 Old data is made by moving captured Junjo fixtures (and plain spans) back in
-time with fresh ids (tests/otlp_craft.py), so executions, transitions, stored
+time with fresh ids (tests/support/otlp_craft.py), so executions, transitions, stored
 replays and field-index rows all exist for both the old and the new side.
 """
 
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from otlp_craft import (
+from support.otlp_craft import (
     DAY_NANOS,
     new_span_id,
     new_trace_id,
     plain_request,
     relocated_fixture,
 )
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.durations import DurationError, parse_duration
 

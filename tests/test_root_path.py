@@ -1,6 +1,6 @@
 """The studio behind a reverse proxy that serves it under /statetrail and strips the prefix.
 
-`serve --root-path /statetrail` against tests/proxy.py (what nginx's
+`serve --root-path /statetrail` against tests/support/proxy.py (what nginx's
 `proxy_pass http://upstream/;` does): every address a page holds must stay
 under the prefix and answer through the proxy, the scripts' requests included,
 and the login's redirects and cookies must work there too. Exporters and the
@@ -21,10 +21,10 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 import pytest
-from otlp_craft import spans_of, variant
 from playwright.sync_api import Page, expect
-from proxy import stripping_proxy
-from support import Server, manifest, send_scenario
+from support.otlp_craft import spans_of, variant
+from support.proxy import stripping_proxy
+from support.servers import Server, manifest, send_scenario
 from test_studio_pages import run_id_of, send
 
 from collector.config import root_path_argument
@@ -37,7 +37,7 @@ ODD_RUN_ID = "odd/run?id=1#frag%41 x"
 # Bounds the crawl: every distinct path once, then as many query variants as fit.
 MAX_FETCHES = 300
 
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 
 @pytest.mark.parametrize(

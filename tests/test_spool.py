@@ -20,7 +20,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
-from support import export_raw, fixture_requests, free_port, serving_in_thread
+from support.servers import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector import extractor as extractor_module
 from collector import spool as spool_module

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from history_records import scenario
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import (
+from support.history_records import scenario
+from support.otlp_craft import (
     DAY_NANOS,
     ExportRequest,
     new_span_id,
@@ -29,7 +29,7 @@ from otlp_craft import (
     relocated_fixture,
     spans_of,
 )
-from support import fixture_requests
+from support.servers import fixture_requests
 
 from collector import junjo
 from collector.encode.exports import batch_from_export

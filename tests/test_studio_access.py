@@ -17,7 +17,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Mount, Route
-from support import MakeServer, Server, fixture_requests
+from support.servers import MakeServer, Server, fixture_requests
 
 from collector.config import Config
 from studio import access

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_strategies import (
+from support.otlp_strategies import (
     AnyValue,
     ExportRequest,
     KeyValue,

@@ -20,8 +20,9 @@ from pathlib import Path
 import duckdb
 import grpc
 from google.rpc import error_details_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request
-from support import EXPORT_METHOD
+
+from support.otlp_craft import new_span_id, new_trace_id, plain_request
+from support.servers import EXPORT_METHOD
 
 RETRY_INFO_TRAILER = "google.rpc.retryinfo-bin"
 # Reconnect fast after a restart: grpc's default backoff grows to minutes.

@@ -28,7 +28,7 @@ import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "junjo" / "fixtures"
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 FIXTURE_API_KEY = "test-junjo-api-key-0123456789"
 STARTUP_TIMEOUT_SECONDS = 30.0
