@@ -39,6 +39,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from support.crashload import stored_spans
 from support.otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
+from support.polling import wait_until
 from support.servers import EXPORT_METHOD, MakeServer, Server
 
 from collector.store import Store
@@ -129,14 +130,15 @@ def _send_until_refused(
     raise AssertionError(f"{MAX_REQUESTS} exports and the disk never filled")
 
 
-def _wait_stored(server: Server, spans: int, timeout: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        health: dict[str, Any] = server.get_json("/healthz")
-        if health["backlog_bytes"] == 0 and health["spans"] >= spans:
-            return health
-        assert time.monotonic() < deadline, f"never stored: {health}\n{server.output()}"
-        time.sleep(0.1)
+def _wait_stored(server: Server, spans: int) -> None:
+    try:
+        wait_until(
+            lambda: server.get_json("/healthz"),
+            until=lambda health: health["backlog_bytes"] == 0 and health["spans"] >= spans,
+            timeout=30, interval=0.1, what=f"{spans} spans stored, the backlog empty",
+        )  # fmt: skip
+    except AssertionError as never_stored:
+        raise AssertionError(f"{never_stored}\n{server.output()}") from None
 
 
 def _assert_stored_once(db: Path, acked: set[SpanKey]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.history_records import scenario
+from support.polling import wait_until
 
 from collector.burst_memory import BurstMemory
 from collector.model import Evidence, Execution, Transition
@@ -86,9 +87,10 @@ def test_the_idle_replayer_rewrites_the_index_once_enough_was_appended(tmp_path:
     try:
         replayer.notify(_write(store, 40))
         assert replayer.wait_idle(30)
-        deadline = time.monotonic() + 30
-        while _layout(store).appended_rows and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: _layout(store), until=lambda layout: not layout.appended_rows, timeout=30,
+            what="the appended rows to be sorted in",
+        )  # fmt: skip
         rows = _index_rows(store)
         assert rows > 40 * 3  # every run indexed its start, its writes and its end
         assert _layout(store) == IndexLayout(sorted_rows=rows, appended_rows=0)
@@ -156,9 +158,10 @@ def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configure
         with caplog.at_level(logging.INFO, logger="collector.replayer"):
             replayer.notify(_write(store, 1, first=1))
             # (Watched in the log: a read beside the rewrite would run out at 16 MB too.)
-            deadline = time.monotonic() + 60
-            while "finished sorting" not in caplog.text and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(
+                lambda: "finished sorting" in caplog.text, timeout=60,
+                what='"finished sorting" in the log',
+            )  # fmt: skip
         assert "rewrite ran out of memory at the lower limit" in caplog.text
         assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
         assert _layout(store) == IndexLayout(sorted_rows=_index_rows(store), appended_rows=0)
@@ -183,13 +186,19 @@ def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: 
 
     worker = threading.Thread(target=rewrite)
     worker.start()
-    deadline = time.monotonic() + 30
-    while store._rewriter._step_cursor is None and time.monotonic() < deadline:  # the rewrite began
-        time.sleep(0.001)
-    # Until it stops: an interrupt lands only while one of its statements runs.
-    while worker.is_alive() and time.monotonic() < deadline:
-        store.interrupt_maintenance()
-        time.sleep(0.01)
+    wait_until(
+        lambda: store._rewriter._step_cursor is not None, timeout=30, interval=0.001,
+        what="the rewrite to begin",
+    )  # fmt: skip
+
+    def stopped() -> bool:
+        # Until it stops: an interrupt lands only while one of its statements runs.
+        if worker.is_alive():
+            store.interrupt_maintenance()
+            return False
+        return True
+
+    wait_until(stopped, timeout=30, interval=0.01, what="the interrupted rewrite to stop")
     worker.join(60)
     try:
         assert failed and "sort the field index" in str(failed[0])
@@ -410,9 +419,7 @@ def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
     exporter = threading.Thread(target=trickle)
     exporter.start()
     try:
-        deadline = time.monotonic() + 120
-        while _layout(store).sorted_rows == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _layout(store).sorted_rows, timeout=120, what="a sorted index")
         assert _layout(store).sorted_rows > 1_000_000
         assert exporter.is_alive()  # it finished while exports kept coming
         assert any(found_while_rewriting)  # and replays went on meanwhile

@@ -26,6 +26,7 @@ from support.otlp_craft import (
     relocated_fixture,
     spans_of,
 )
+from support.polling import wait_until
 from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector import junjo
@@ -272,11 +273,10 @@ def test_hostile_giant_strings_in_stored_columns_never_stop_storing(
         )
         assert answer.partial_success.rejected_spans == 0
 
-    deadline = time.monotonic() + 60
-    while server.get_json("/healthz")["backlog_bytes"] and time.monotonic() < deadline:
-        time.sleep(0.5)
-    health = server.get_json("/healthz")
-    assert health["backlog_bytes"] == 0
+    health = wait_until(
+        lambda: server.get_json("/healthz"), until=lambda health: not health["backlog_bytes"],
+        timeout=60, interval=0.5, what="an empty backlog",
+    )  # fmt: skip
     stored_spans = health["spans"]
     quarantined = list((server.db.parent / f"{server.db.name}.spool" / "quarantine").glob("*.pb"))
     # Everything after the giants is stored; each giant is stored or kept in quarantine.

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
+from support.polling import wait_until
 from support.servers import (
     FIXTURE_API_KEY,
     MakeServer,
@@ -350,9 +351,10 @@ def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: MakeServe
         )
         started = time.monotonic()
         # Until it is answered, the stalled upload holds the only slot.
-        deadline = started + 5
-        while _post(server, _linear()).status_code != 503:
-            assert time.monotonic() < deadline, "the stalled upload never held the slot"
+        wait_until(
+            lambda: _post(server, _linear()).status_code, until=lambda status: status == 503,
+            timeout=5, interval=0, what="the stalled upload to hold the slot (a 503)",
+        )  # fmt: skip
         answer = stalled.recv(65536)
         waited = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -24,6 +23,7 @@ from support.otlp_craft import (
     plain_request,
     relocated_fixture,
 )
+from support.polling import wait_until
 from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.durations import DurationError, parse_duration
@@ -108,13 +108,6 @@ def _prune_cli(db: Path, age: str) -> dict[str, int]:
     return counts
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer) -> None:
     server: Server = make_server()
     _send_fixtures(server, age_days=60, tag="old")
@@ -174,10 +167,16 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Make
         exporter.start()
     try:
         # Exports are under way when the prune starts, and still succeed after it.
-        _wait_for(lambda: len(sent) >= 6 or bool(failures), "exports before the prune")
+        wait_until(
+            lambda: len(sent) >= 6 or failures, timeout=60, interval=0.01,
+            what="exports before the prune",
+        )  # fmt: skip
         pruned = _prune_cli(server.db, "30d")
         during = len(sent)
-        _wait_for(lambda: len(sent) >= during + 6 or bool(failures), "exports after the prune")
+        wait_until(
+            lambda: len(sent) >= during + 6 or failures, timeout=60, interval=0.01,
+            what="exports after the prune",
+        )  # fmt: skip
     finally:
         stop.set()
         for exporter in exporters:
@@ -197,13 +196,13 @@ def test_serve_retain_prunes_in_the_background(make_server: MakeServer) -> None:
     _send_fixtures(server, age_days=400, tag="old")
     _send_fixtures(server, age_days=1, tag="new")
     server.wait_replayed()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        executions = server.get_json("/api/executions?limit=100")["executions"]
-        if all("-old-" not in e["store_id"] for e in executions if e["store_id"]):
-            break
-        time.sleep(0.2)
-    stored = server.get_json("/api/executions?limit=100")["executions"]
+    stored = wait_until(
+        lambda: server.get_json("/api/executions?limit=100")["executions"],
+        until=lambda executions: all(
+            "-old-" not in e["store_id"] for e in executions if e["store_id"]
+        ),
+        timeout=30, interval=0.2, what="the old executions to be pruned",
+    )  # fmt: skip
     assert stored, "the new executions must stay"
     assert all("-new-" in e["store_id"] for e in stored if e["store_id"])
 
