@@ -166,6 +166,7 @@ def test_browser_without_javascript_times_are_utc_and_say_so(
     expect(header).to_have_text(f"{utc_text(header.get_attribute('datetime') or '')} UTC")
 
 
+@pytest.mark.slow
 def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_not(
     site: Site, new_page: PageFactory, screenshot: Screenshot
 ) -> None:

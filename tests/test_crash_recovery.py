@@ -19,6 +19,7 @@ KILLS = 5
 LOAD_SEEDS = seeds("LOAD_SEEDS", 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", LOAD_SEEDS, ids=seed_id)
 def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(
     make_server: MakeServer, seed: int

@@ -202,6 +202,7 @@ def test_a_full_spool_answers_retry_and_takes_exports_again_once_there_is_room(
     _assert_stored_once(server.db, acked)
 
 
+@pytest.mark.slow
 def test_a_full_database_keeps_what_it_acknowledged_in_the_spool_and_stores_it_once_there_is_room(
     make_server: MakeServer,
 ) -> None:
@@ -238,6 +239,7 @@ def test_a_full_database_keeps_what_it_acknowledged_in_the_spool_and_stores_it_o
     _assert_stored_once(server.db, acked)
 
 
+@pytest.mark.slow
 def test_a_server_stopped_and_started_on_a_full_disk_stores_it_all_once_there_is_room(
     make_server: MakeServer, tmp_path: Path
 ) -> None:

@@ -333,6 +333,7 @@ def test_the_next_run_is_prepared_while_one_commits_and_a_bad_record_drops_it(
     assert "unprepared" in log  # the bad record's run
 
 
+@pytest.mark.slow
 def test_a_failing_commit_with_a_run_prepared_ahead_stores_every_run_once(
     worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,6 +144,7 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
         cursor.execute("UPDATE field_index_layout SET appended_rows = appended_rows + ?", [rows])
 
 
+@pytest.mark.slow
 def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configured_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -171,6 +172,7 @@ def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configure
         store.close()
 
 
+@pytest.mark.slow
 def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: Path) -> None:
     store = Store(tmp_path / "layout.duckdb")
     _write(store, 1)
@@ -264,6 +266,7 @@ def _finished(thread: threading.Thread) -> None:
     assert not thread.failed, thread.failed  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,6 +311,7 @@ def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sorted_before", [False, True])
 def test_filters_answer_the_same_before_during_and_after_a_rewrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sorted_before: bool
@@ -347,6 +351,7 @@ def test_filters_answer_the_same_before_during_and_after_a_rewrite(
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("swap_runs", [rewrite_module.SWAP_REFRESH_RUNS, 0])
 def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap_runs: int
@@ -393,6 +398,7 @@ def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
         store.close()
 
 
+@pytest.mark.slow
 def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -435,6 +441,7 @@ def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
         store.close()
 
 
+@pytest.mark.slow
 def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -467,6 +474,7 @@ def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece
         store.close()
 
 
+@pytest.mark.slow
 def test_each_piece_is_checkpointed_before_the_next_is_copied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,7 @@ def test_give_way_is_bounded_however_long_the_request() -> None:
         assert 0.15 <= time.monotonic() - began < 2
 
 
+@pytest.mark.slow
 def test_studio_requests_are_foreground_and_exports_and_health_checks_are_not() -> None:
     foreground = Foreground(max_yield_seconds=10)
     seen: dict[str, bool] = {}

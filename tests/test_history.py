@@ -1080,6 +1080,7 @@ def test_provenance_of_a_parent_lists_descendant_writes() -> None:
     assert result.last_writer == inside
 
 
+@pytest.mark.slow
 def test_provenance_of_a_list_appended_to_at_every_step_stays_linear() -> None:
     """10,000 appends to a 1,000-element list: each write costs its element, not the list."""
     start = {"log": [f"entry {i}" for i in range(1_000)]}

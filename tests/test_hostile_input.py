@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import httpx
+import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -246,6 +247,7 @@ def test_hostile_span_with_100k_attributes_is_stored(make_server: MakeServer) ->
     assert server.get_json("/healthz")["spans"] == 1
 
 
+@pytest.mark.slow
 def test_hostile_giant_strings_in_stored_columns_never_stop_storing(
     make_server: MakeServer,
 ) -> None:

@@ -100,6 +100,7 @@ def test_keys_cli_rejects_unusable_names(tmp_path: Path) -> None:
     assert _listed(db) == {}
 
 
+@pytest.mark.slow
 def test_keys_created_while_serving_are_required_and_revocable(server: Server) -> None:
     assert _export(server, None) == 200  # no keys anywhere yet: loopback is open
 

@@ -27,7 +27,7 @@ import pytest
 from support.seeds import seed_id, seeds
 from support.servers import EXPORT_METHOD, MakeServer, Server, export_raw
 
-pytestmark = pytest.mark.junjo
+pytestmark = [pytest.mark.junjo, pytest.mark.slow]
 APP = os.path.join(os.path.dirname(__file__), "apps", "junjo_app.py")
 KEY = "delivery-key"
 Captured = list[tuple[bytes, list[tuple[str, str]]]]

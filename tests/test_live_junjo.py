@@ -36,7 +36,7 @@ from collector.query_ast import Path as FieldPath
 from collector.query_ast import format_path
 from studio.links import run_id_segment
 
-pytestmark = pytest.mark.junjo
+pytestmark = [pytest.mark.junjo, pytest.mark.slow]
 APP = Path(__file__).parent / "apps" / "junjo_app.py"
 KEY = "live-test-key"
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import duckdb
 import httpx
+import pytest
 from google.protobuf import json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -341,6 +342,7 @@ def test_otlp_http_chunked_uploads_are_charged_what_they_send(server: Server) ->
     assert server.get_json("/healthz")["spans"] == 5
 
 
+@pytest.mark.slow
 def test_otlp_http_stalled_body_is_408_and_frees_its_slot(make_server: MakeServer) -> None:
     server = make_server("--max-inflight", "1")
     host, port = server.url.removeprefix("http://").split(":")

@@ -26,6 +26,7 @@ SPANS_PER_REQUEST = 200
 RSS_GROWTH_LIMIT_KIB = 200 * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds("LOAD_SEEDS", 1), ids=seed_id)
 def test_overload_refuses_with_retry_info_and_lands_everything(
     make_server: MakeServer, seed: int

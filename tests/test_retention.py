@@ -137,6 +137,7 @@ def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer)
     assert set(_prune_cli(server.db, "30d").values()) == {0}
 
 
+@pytest.mark.slow
 def test_prune_through_a_running_server_never_blocks_ingestion(make_server: MakeServer) -> None:
     server: Server = make_server()
     # More than one 5,000-span batch of old data, so the prune commits several times.
@@ -191,6 +192,7 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Make
     assert {table: old for table, (old, _) in counts.items()} == dict.fromkeys(counts, 0)
 
 
+@pytest.mark.slow
 def test_serve_retain_prunes_in_the_background(make_server: MakeServer) -> None:
     server: Server = make_server("--retain", "30d", "--prune-every", "1s")
     _send_fixtures(server, age_days=400, tag="old")

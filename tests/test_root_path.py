@@ -121,6 +121,7 @@ def _addresses(page_url: str, body: str) -> list[str]:
     return [urljoin(page_url, address).split("#", 1)[0] for address in parser.found]
 
 
+@pytest.mark.slow
 def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
     proxied: tuple[Server, str],
 ) -> None:
@@ -177,6 +178,7 @@ def _kind(path: str) -> str:
     return {"/": "list", "/compare": "compare"}.get(route, route)
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
     proxied: tuple[Server, str], page: Page
@@ -250,6 +252,7 @@ def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
     assert response.status_code == 200
 
 
+@pytest.mark.slow
 def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
     tmp_path: Path,
 ) -> None:

@@ -154,6 +154,7 @@ def test_a_damaged_chunk_is_a_store_error_not_wrong_bytes(tmp_path: Path, damage
         store.close()
 
 
+@pytest.mark.slow
 def test_checkpoints_keep_up_while_replays_run_beside_ingest(tmp_path: Path) -> None:
     # DuckDB checkpoints on its own once the WAL passes the threshold, unless
     # a transaction that began earlier is still open. Replays read and rewrite

@@ -124,6 +124,7 @@ def test_wire_reads_every_captured_request_as_the_otlp_schema_does(body: bytes) 
     _assert_same_spans(body)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(request=requests())
