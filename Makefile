@@ -1,17 +1,21 @@
-# Two entry points for a fresh machine: `make serve` and `make test`.
-# Everything they need is installed here, into .venv, on first use.
+# Two entry points for a fresh machine: `make serve` and `make test` (what CI runs);
+# `make test-fast` leaves out the tests marked slow. Everything they need is installed
+# here, into .venv, on first use.
 
 VENV := .venv
 PY := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: serve test lint install
+.PHONY: serve test test-fast lint install
 
 serve: $(VENV)/.installed
 	$(VENV)/bin/statetrail serve
 
 test: $(VENV)/.installed-test $(CHROMIUM) lint
 	$(VENV)/bin/pytest
+
+test-fast: $(VENV)/.installed-test $(CHROMIUM) lint
+	$(VENV)/bin/pytest -m "not slow"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .

@@ -39,7 +39,7 @@ from collector.model import Evidence, Execution, SpanRole, Transition
 from collector.store import IngestBatch, Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support import Server
+from support.servers import Server
 
 TARGET_SECONDS = 0.5
 NODE_SPANS = 100

@@ -1,6 +1,6 @@
 """Overload: many exporters against `serve --max-inflight 2`; bounded memory, nothing lost.
 
-`--exporters` raw gRPC clients (tests/crashload.py) each send `--requests`
+`--exporters` raw gRPC clients (tests/support/crashload.py) each send `--requests`
 exports and honour the RetryInfo delay of every UNAVAILABLE answer. The
 server's RSS is sampled from /proc/<pid>/status throughout. At the end every
 acknowledged span must be stored, and every request acknowledged.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from crashload import ExportLoad, RssSampler, stored_spans
-from support import Server
+from support.crashload import ExportLoad, RssSampler, stored_spans
+from support.servers import Server
 
 
 def main() -> int:
@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--spans-per-request", type=int, default=512)
     parser.add_argument("--max-inflight", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1, help="seeds the exporters' jitter")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         server = Server.on_free_ports(
@@ -40,7 +41,7 @@ def main() -> int:
         started = time.monotonic()
         load = ExportLoad(server.grpc_target, exporters=args.exporters,
                           spans_per_request=args.spans_per_request, honour_retry_info=True,
-                          max_requests=args.requests).start()
+                          max_requests=args.requests, seed=args.seed).start()
         report = load.join()
         seconds = time.monotonic() - started
         peak = sampler.stop()
@@ -49,7 +50,8 @@ def main() -> int:
     missing = report.acked - stored.spans
     expected = args.exporters * args.requests
     print(
-        f"exporters={args.exporters} acked_requests={report.requests_acked}/{expected} "
+        f"seed={args.seed} exporters={args.exporters} "
+        f"acked_requests={report.requests_acked}/{expected} "
         f"refusals_with_retry_info={len(report.retry_infos)} acked_spans={len(report.acked)} "
         f"found={len(stored.spans)} missing={len(missing)} "
         f"rss_idle_mib={sampler.first_kib // 1024} rss_peak_mib={peak // 1024} "

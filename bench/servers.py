@@ -2,9 +2,9 @@
 and the memory of a server's child processes.
 
 Shared by bench_ingest.py and bench_studio_load.py. Ports come from outside Linux's
-ephemeral range, as in tests/support.py: a port the kernel handed out with bind(0) can be
-taken by any outgoing connection before the server binds it, which once failed CI with
-"address already in use".
+ephemeral range, as in tests/support/servers.py: a port the kernel handed out with bind(0)
+can be taken by any outgoing connection before the server binds it, which once failed CI
+with "address already in use".
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 LOOPBACK: Final = "127.0.0.1"
-# Below Linux's ephemeral range (32768-60999); the same range as tests/support.py.
+# Below Linux's ephemeral range (32768-60999); the same range as tests/support/servers.py.
 PORT_RANGE: Final = (20000, 32000)
 STARTUP_TIMEOUT_SECONDS: Final = 60.0
 

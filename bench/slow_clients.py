@@ -31,14 +31,14 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
-from slow_clients import (
+from support.servers import Server
+from support.slow_clients import (
     SLOW_HEAD_LINE,
     SLOW_HEAD_START,
     SlowClients,
     real_spans,
     upload_head,
 )
-from support import Server
 
 EXPORT_EVERY_SECONDS = 2.0
 

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures; the machinery behind them is in support.py."""
+"""Shared pytest fixtures; the machinery behind them is in support/servers.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import MakeServer, Server
+from support.servers import MakeServer, Server
 
 # Set by .ci/run: there, a missing junjo is a broken set-up, not a reason to skip.
 REQUIRE_JUNJO_ENV = "STATETRAIL_REQUIRE_JUNJO"

@@ -43,6 +43,7 @@ def _probe(mode: str) -> tuple[int, int]:
     return before, later
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
     reason="malloc_trim is glibc's",
@@ -97,6 +98,7 @@ def _duckdb_probe(mode: str) -> tuple[int, int]:
     return after_query, later
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DuckDB has jemalloc on Linux")
 def test_what_a_duckdb_query_freed_goes_back_to_the_system_when_released() -> None:
     after_query, later = _duckdb_probe("kept")

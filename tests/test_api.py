@@ -28,8 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otlp_craft import spans_of, variant
-from support import (
+from support.otlp_craft import spans_of, variant
+from support.servers import (
     FIXTURE_API_KEY,
     MakeServer,
     Server,
@@ -45,7 +45,7 @@ Json = Any
 PB2Request = ExportTraceServiceRequest
 PB2Span = Span
 
-APP = Path(__file__).with_name("junjo_app.py")
+APP = Path(__file__).parent / "apps" / "junjo_app.py"
 DOCUMENTED_FIELDS = frozenset(
     {"id", "workflow", "service", "status", "verdict", "started_at", "ended_at",
      "transition_count", "trace_id"}

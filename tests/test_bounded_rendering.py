@@ -15,7 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from hostile_values import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.hostile_values import (
     SCRIPT_PROBE,
     Mutate,
     deep_array,
@@ -28,9 +30,7 @@ from hostile_values import (
     stacked_patches,
     workflow_attribute,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.producers import junjo
 from collector.replay.jsondoc import JsonValue

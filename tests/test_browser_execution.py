@@ -3,7 +3,8 @@
 Stepping through a timeline with the keyboard, opening a field's provenance, a
 run whose state holds hostile strings (a <script>, an <img onerror>, a javascript:
 URL) that must show as text and run nothing, and a run nested and sized past every
-bound, whose cuts must be marked where a person sees them. The `page` fixture (tests/browser.py)
+bound, whose cuts must be marked where a person sees them. The `page` fixture
+(tests/support/browser.py)
 fails a test on any console error, so a Content-Security-Policy violation counts.
 
 Screenshots: run with STATETRAIL_SCREENSHOTS=docs/screenshots to refresh
@@ -18,7 +19,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostile_values import (
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from playwright.sync_api import Browser, Page, expect
+from support.hostile_values import (
     SCRIPT_PROBE,
     deep_object,
     node_error,
@@ -26,9 +29,7 @@ from hostile_values import (
     stacked_patches,
     workflow_attribute,
 )
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from playwright.sync_api import Browser, Page, expect
-from support import (
+from support.servers import (
     FIXTURE_API_KEY,
     MakeServer,
     Server,
@@ -42,8 +43,8 @@ from collector.producers import junjo
 
 pytestmark = pytest.mark.browser
 # The `browser`, `page` and `screenshot` fixtures.
-pytest_plugins = ("browser",)
-# tests/browser.py's Screenshot, spelled out: importing it here would import the
+pytest_plugins = ("support.browser",)
+# tests/support/browser.py's Screenshot, spelled out: importing it here would import the
 # plugin before pytest can rewrite its asserts.
 Screenshot = Callable[[Page, str], Path]
 

@@ -14,12 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from support import Server, manifest
+from support.servers import Server, manifest
 from test_studio_pages import EDITED_STEP, Loaded, load
 
 pytestmark = pytest.mark.browser
 # The `browser` and `page` fixtures.
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 
 @pytest.fixture(scope="module")

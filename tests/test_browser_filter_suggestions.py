@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
-from support import Server, manifest
+from support.servers import Server, manifest
 from test_filter_suggestions import HOSTILE_LABEL, Suggesting, load_suggesting
 
 pytestmark = pytest.mark.browser
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 
 @pytest.fixture(scope="module")

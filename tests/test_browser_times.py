@@ -11,7 +11,6 @@ while the server was stopped), and a run in flight that is still active.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -19,18 +18,19 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 import pytest
-from otlp_craft import variant
 from playwright.sync_api import Locator, Page, Request, expect
-from support import Server, export_raw, fixture_requests, manifest, send_scenario
+from support.otlp_craft import variant
+from support.polling import wait_until
+from support.servers import Server, export_raw, fixture_requests, manifest, send_scenario
 from test_studio_pages import send, without_workflow_span
 
 from studio.views.execution import POLL_SECONDS
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (pytest_plugins), not here
-    from browser import PageFactory, Screenshot
+    from support.browser import PageFactory, Screenshot
 
 pytestmark = pytest.mark.browser
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 ZONE = "Asia/Kolkata"
 ZONE_LABEL = "GMT+5:30"  # Chromium's short name for it in en-US
@@ -166,6 +166,7 @@ def test_browser_without_javascript_times_are_utc_and_say_so(
     expect(header).to_have_text(f"{utc_text(header.get_attribute('datetime') or '')} UTC")
 
 
+@pytest.mark.slow
 def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_not(
     site: Site, new_page: PageFactory, screenshot: Screenshot
 ) -> None:
@@ -199,9 +200,12 @@ def test_browser_a_run_with_no_activity_stops_refreshing_and_an_active_one_does_
     page.goto(site.server.url + f"/executions/{site.active}")
     expect(page.locator("header.x-header .status-in_flight")).to_be_visible()
     polls.clear()
-    deadline = time.monotonic() + 2 * POLL_SECONDS + 5
-    while not polls and time.monotonic() < deadline:
-        page.wait_for_timeout(250)
+
+    def polled() -> list[str]:
+        page.wait_for_timeout(250)  # Playwright reports requests only while it is called
+        return polls
+
+    wait_until(polled, timeout=2 * POLL_SECONDS + 5, interval=0, what="the page to poll")
     assert polls and all(f"/executions/{site.active}" in url for url in polls)
 
 

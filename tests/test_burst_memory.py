@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from history_records import scenario
-from otlp_craft import new_span_id, new_trace_id, plain_request
+from support.history_records import scenario
+from support.otlp_craft import new_span_id, new_trace_id, plain_request
+from support.polling import wait_until
 from test_field_layout import _layout
 
 from collector.encode.exports import batch_from_export
@@ -33,13 +32,11 @@ def _store(tmp_path: Path) -> Store:
     return Store(tmp_path / "burst.duckdb", memory_limit=CONFIGURED)
 
 
-def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def _until_limit(store: Store, shown: str) -> None:
+    wait_until(
+        store.memory_limit, until=lambda limit: limit == shown, timeout=10, interval=0.02,
+        what=f"DuckDB's memory limit to be {shown}",
+    )  # fmt: skip
 
 
 def test_a_burst_lowers_the_limit_once_and_settling_restores_the_configured_one(
@@ -189,7 +186,7 @@ def test_the_replayer_holds_the_lower_limit_until_the_burst_is_stored_and_replay
         result = _stored_run(store)
         assert store.wal_bytes() > 0
         replayer.notify(result, more_to_store=True)  # exports still wait in the spool
-        assert _until(lambda: store.memory_limit() == BURST_SHOWN)
+        _until_limit(store, BURST_SHOWN)
         assert not replayer.wait_idle(0.3)
 
         replayer.notify(WriteResult(frozenset(), frozenset()), more_to_store=False)
@@ -226,17 +223,22 @@ def test_the_field_index_rewrite_after_a_burst_runs_at_the_lower_limit(tmp_path:
     )
     try:
         replayer.notify(_stored_run(store))
-        assert _until(lambda: _layout(store).sorted_rows > 0)
+        wait_until(
+            lambda: _layout(store).sorted_rows, timeout=10, interval=0.02,
+            what="the field index rewrite to sort rows",
+        )  # fmt: skip
         assert _layout(store).appended_rows == 0
         # Asked at the configured limit whether to lower it; begun at the lower one.
         assert limits[-2:] == [CONFIGURED_SHOWN, BURST_SHOWN], limits
-        assert _until(lambda: store.memory_limit() == CONFIGURED_SHOWN)
+        _until_limit(store, CONFIGURED_SHOWN)
         # Once nothing is due, an idle moment leaves the limit (and the cache) alone.
         rewrites[0] = False
         limits.clear()
         replayer.notify(_stored_run(store, "c"))
         assert replayer.wait_idle(10)
-        assert _until(lambda: bool(limits))
+        wait_until(
+            lambda: limits, timeout=10, interval=0.02, what="the policy to be asked again"
+        )
         assert set(limits) == {CONFIGURED_SHOWN}
     finally:
         replayer.close()

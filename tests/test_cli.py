@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.servers import MakeServer, Server, export_raw, fixture_requests
 
 from collector.config import spool_path_for
 from collector.intake.spool import START, Spool, unstored_bytes

@@ -1,6 +1,8 @@
 """Crash recovery: kill -9 under load, restart on the same file, lose no acknowledged span.
 
 The heavy version (>= 20 kills) is bench/soak_crash.py; this one keeps CI short.
+The seed picks the uptimes between kills and the exporters' pauses; try others
+with LOAD_SEEDS="1 2 3".
 """
 
 from __future__ import annotations
@@ -8,19 +10,27 @@ from __future__ import annotations
 import random
 import time
 
-from crashload import ExportLoad, stored_spans
-from support import MakeServer, Server
+import pytest
+from support.crashload import ExportLoad, stored_spans
+from support.seeds import seed_id, seeds
+from support.servers import MakeServer, Server
 
 KILLS = 5
+LOAD_SEEDS = seeds("LOAD_SEEDS", 1)
 
 
-def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: MakeServer) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", LOAD_SEEDS, ids=seed_id)
+def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(
+    make_server: MakeServer, seed: int
+) -> None:
     server: Server = make_server()
-    load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50).start()
+    load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50, seed=seed).start()
+    uptimes = random.Random(seed)
     kills = 0
     try:
         for _ in range(KILLS):
-            time.sleep(random.uniform(0.5, 2.0))
+            time.sleep(uptimes.uniform(0.5, 2.0))
             server.kill()
             kills += 1
             server.start()
@@ -42,11 +52,12 @@ def test_crash_recovery_keeps_every_acknowledged_span_exactly_once(make_server: 
     assert not missing, f"{len(missing)} acknowledged spans lost, e.g. {sorted(missing)[:3]}"
 
 
+@pytest.mark.parametrize("seed", LOAD_SEEDS, ids=seed_id)
 def test_sigterm_under_load_finishes_acknowledged_exports_and_exits_cleanly(
-    make_server: MakeServer,
+    make_server: MakeServer, seed: int
 ) -> None:
     server: Server = make_server()
-    load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50).start()
+    load = ExportLoad(server.grpc_target, exporters=4, spans_per_request=50, seed=seed).start()
     try:
         time.sleep(1.5)
         started = time.monotonic()

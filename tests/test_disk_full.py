@@ -34,12 +34,13 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from crashload import stored_spans
 from google.rpc import error_details_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
-from support import EXPORT_METHOD, MakeServer, Server
+from support.crashload import stored_spans
+from support.otlp_craft import new_span_id, new_trace_id, plain_request, relocated_fixture
+from support.polling import wait_until
+from support.servers import EXPORT_METHOD, MakeServer, Server
 
 from collector.store import Store
 
@@ -129,14 +130,15 @@ def _send_until_refused(
     raise AssertionError(f"{MAX_REQUESTS} exports and the disk never filled")
 
 
-def _wait_stored(server: Server, spans: int, timeout: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        health: dict[str, Any] = server.get_json("/healthz")
-        if health["backlog_bytes"] == 0 and health["spans"] >= spans:
-            return health
-        assert time.monotonic() < deadline, f"never stored: {health}\n{server.output()}"
-        time.sleep(0.1)
+def _wait_stored(server: Server, spans: int) -> None:
+    try:
+        wait_until(
+            lambda: server.get_json("/healthz"),
+            until=lambda health: health["backlog_bytes"] == 0 and health["spans"] >= spans,
+            timeout=30, interval=0.1, what=f"{spans} spans stored, the backlog empty",
+        )  # fmt: skip
+    except AssertionError as never_stored:
+        raise AssertionError(f"{never_stored}\n{server.output()}") from None
 
 
 def _assert_stored_once(db: Path, acked: set[SpanKey]) -> None:
@@ -200,6 +202,7 @@ def test_a_full_spool_answers_retry_and_takes_exports_again_once_there_is_room(
     _assert_stored_once(server.db, acked)
 
 
+@pytest.mark.slow
 def test_a_full_database_keeps_what_it_acknowledged_in_the_spool_and_stores_it_once_there_is_room(
     make_server: MakeServer,
 ) -> None:
@@ -236,6 +239,7 @@ def test_a_full_database_keeps_what_it_acknowledged_in_the_spool_and_stores_it_o
     _assert_stored_once(server.db, acked)
 
 
+@pytest.mark.slow
 def test_a_server_stopped_and_started_on_a_full_disk_stores_it_all_once_there_is_room(
     make_server: MakeServer, tmp_path: Path
 ) -> None:

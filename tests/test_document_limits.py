@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import jsonpatch
 import pytest
-from history_records import make_execution, make_transition, pointers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from otlp_craft import ExportRequest, relocated_fixture, spans_of
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.history_records import make_execution, make_transition, pointers
+from support.otlp_craft import ExportRequest, relocated_fixture, spans_of
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.config import serve_config
 from collector.index.indexing import field_index

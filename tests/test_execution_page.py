@@ -19,10 +19,10 @@ from typing import Any
 import duckdb
 import httpx
 import pytest
-from history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
-from support import (
+from support.history_records import NODE_SPAN, OWNER_SPAN, STORE, TRACE, Patch, scenario
+from support.otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
+from support.servers import (
     MakeServer,
     Server,
     export_raw,
@@ -431,6 +431,7 @@ def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -
     assert bad_path.status_code == 400
 
 
+@pytest.mark.slow
 def test_execution_page_in_flight_refreshes_until_the_owner_arrives(
     make_server: MakeServer,
 ) -> None:
@@ -545,6 +546,7 @@ def assert_span_anchors_resolve(html: str) -> None:
     assert linked <= targets, linked - targets
 
 
+@pytest.mark.slow
 def test_a_foreign_step_from_another_trace_links_where_its_span_is_shown(
     make_server: MakeServer,
 ) -> None:
@@ -840,6 +842,7 @@ def test_an_in_flight_run_that_went_quiet_says_its_owner_was_probably_lost() -> 
     assert execution is not None  # (the scenario's owner, left out above on purpose)
 
 
+@pytest.mark.slow
 def test_a_node_without_a_span_is_not_said_to_have_not_run_when_spans_were_lost(
     make_server: MakeServer,
 ) -> None:
@@ -913,6 +916,7 @@ def _age_spans(server: Server, nanos: int, *, producer_times_too: bool = False) 
     server.start()
 
 
+@pytest.mark.slow
 def test_an_in_flight_run_with_no_activity_stops_refreshing_until_evidence_arrives(
     make_server: MakeServer,
 ) -> None:
@@ -956,6 +960,7 @@ def test_an_in_flight_run_with_no_activity_stops_refreshing_until_evidence_arriv
     assert 'hx-trigger="every' not in page and "no activity" not in _text(page)
 
 
+@pytest.mark.slow
 def test_a_run_whose_process_died_days_ago_is_still_found_and_opens(
     make_server: MakeServer,
 ) -> None:

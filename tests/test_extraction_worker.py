@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support import MakeServer, export_raw, fixture_requests, scenarios
+from support.polling import wait_until
+from support.servers import MakeServer, export_raw, fixture_requests, scenarios
 
 from collector.encode.exports import batch_from_export
 from collector.intake import extractor as extractor_module
@@ -51,13 +52,19 @@ def _plain_bodies() -> list[bytes]:
 
 
 def _prepared_when_ready(worker: ExtractionWorker, bodies: Sequence[Export]) -> PreparedWrite:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        rows = worker.prepare(bodies)
-        if rows is not None:
-            return rows
-        time.sleep(0.05)
-    raise AssertionError("the extraction worker never prepared a run")
+    prepared = wait_until(
+        lambda: worker.prepare(bodies), until=lambda rows: rows is not None,
+        timeout=READY_TIMEOUT_SECONDS, what="the extraction worker to prepare a run",
+    )  # fmt: skip
+    assert prepared is not None
+    return prepared
+
+
+def _wait_caught_up(extractor: Extractor, spool: Spool) -> None:
+    wait_until(
+        lambda: extractor.position >= spool.durable_end, timeout=READY_TIMEOUT_SECONDS,
+        interval=0.02, what="the extractor to catch up",
+    )  # fmt: skip
 
 
 def _comparable(table: pa.Table) -> pa.Table:
@@ -153,22 +160,16 @@ def test_the_extractor_rests_its_worker_when_nothing_comes_and_wakes_it_for_more
     log: list[str] = []
     extractor = Extractor(store, spool, START, preparer=_Recorded(worker, log))
 
-    def wait_stored() -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while extractor.position < spool.durable_end:
-            assert time.monotonic() < deadline, "the extractor did not catch up"
-            time.sleep(0.02)
-
     try:
-        wait_stored()
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while worker.pid is not None:
-            assert time.monotonic() < deadline, "the idle worker was never rested"
-            time.sleep(0.05)
+        _wait_caught_up(extractor, spool)
+        wait_until(
+            lambda: worker.pid is None, timeout=READY_TIMEOUT_SECONDS,
+            what="the idle worker to be rested",
+        )  # fmt: skip
         assert log[-1] == "rest" and log.count("rest") == 1
         spool.append(later, time.time_ns())
         extractor.notify()
-        wait_stored()
+        _wait_caught_up(extractor, spool)
         counts = store.counts()
     finally:
         extractor.close(5.0)
@@ -188,27 +189,28 @@ def _children(pid: int) -> set[int]:
 
 
 def _worker_of(pid: int) -> int:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        for child in _children(pid):
-            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if b"collector.intake.worker" in command:
-                return child
-        time.sleep(0.05)
-    raise AssertionError("serve started no extraction worker")
+    child = wait_until(
+        lambda: _extraction_child(pid), timeout=READY_TIMEOUT_SECONDS,
+        what="serve to start an extraction worker",
+    )  # fmt: skip
+    assert child is not None
+    return child
 
 
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":  # exited, waiting for its (re)parent to reap it
-            return True
-        time.sleep(0.05)
-    return False
+def _extraction_child(pid: int) -> int | None:
+    for child in _children(pid):
+        command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if b"collector.extraction_worker" in command:
+            return child
+    return None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"  # exited, waiting for its (re)parent to reap it
 
 
 def _one_fixture_export(server_target: str) -> None:
@@ -226,7 +228,7 @@ def test_the_worker_never_outlives_serve(make_server: MakeServer, ending: signal
         server.kill()
     else:
         server.stop(ending)
-    assert _gone(child, 10.0)
+    wait_until(lambda: _gone(child), timeout=10.0, what=f"the worker {child} to exit")
 
 
 def test_without_the_worker_serve_starts_no_child_and_stores_all(
@@ -285,10 +287,7 @@ def _extract_all(
         on_commit=lambda result, more: log.append("commit"),
         preparer=_Recorded(worker, log),
     )
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while extractor.position < spool.durable_end:
-        assert time.monotonic() < deadline, "the extractor did not catch up"
-        time.sleep(0.02)
+    _wait_caught_up(extractor, spool)
     extractor.close(5.0)
     counts = store.counts()
     store.close()
@@ -334,6 +333,7 @@ def test_the_next_run_is_prepared_while_one_commits_and_a_bad_record_drops_it(
     assert "unprepared" in log  # the bad record's run
 
 
+@pytest.mark.slow
 def test_a_failing_commit_with_a_run_prepared_ahead_stores_every_run_once(
     worker: ExtractionWorker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from history_records import scenario
+from support.history_records import scenario
+from support.polling import wait_until
 
 from collector.index.query import parse_query
 from collector.jobs.burst_memory import BurstMemory
@@ -86,9 +87,10 @@ def test_the_idle_replayer_rewrites_the_index_once_enough_was_appended(tmp_path:
     try:
         replayer.notify(_write(store, 40))
         assert replayer.wait_idle(30)
-        deadline = time.monotonic() + 30
-        while _layout(store).appended_rows and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: _layout(store), until=lambda layout: not layout.appended_rows, timeout=30,
+            what="the appended rows to be sorted in",
+        )  # fmt: skip
         rows = _index_rows(store)
         assert rows > 40 * 3  # every run indexed its start, its writes and its end
         assert _layout(store) == IndexLayout(sorted_rows=rows, appended_rows=0)
@@ -142,6 +144,7 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
         cursor.execute("UPDATE field_index_layout SET appended_rows = appended_rows + ?", [rows])
 
 
+@pytest.mark.slow
 def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configured_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -156,9 +159,10 @@ def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configure
         with caplog.at_level(logging.INFO, logger="collector.jobs.replayer"):
             replayer.notify(_write(store, 1, first=1))
             # (Watched in the log: a read beside the rewrite would run out at 16 MB too.)
-            deadline = time.monotonic() + 60
-            while "finished sorting" not in caplog.text and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(
+                lambda: "finished sorting" in caplog.text, timeout=60,
+                what='"finished sorting" in the log',
+            )  # fmt: skip
         assert "rewrite ran out of memory at the lower limit" in caplog.text
         assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
         assert _layout(store) == IndexLayout(sorted_rows=_index_rows(store), appended_rows=0)
@@ -168,6 +172,7 @@ def test_a_rewrite_step_that_runs_out_at_the_burst_limit_is_run_at_the_configure
         store.close()
 
 
+@pytest.mark.slow
 def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: Path) -> None:
     store = Store(tmp_path / "layout.duckdb")
     _write(store, 1)
@@ -183,13 +188,19 @@ def test_an_interrupted_rewrite_rolls_back_its_step_and_resumes_later(tmp_path: 
 
     worker = threading.Thread(target=rewrite)
     worker.start()
-    deadline = time.monotonic() + 30
-    while store._rewriter._step_cursor is None and time.monotonic() < deadline:  # the rewrite began
-        time.sleep(0.001)
-    # Until it stops: an interrupt lands only while one of its statements runs.
-    while worker.is_alive() and time.monotonic() < deadline:
-        store.interrupt_maintenance()
-        time.sleep(0.01)
+    wait_until(
+        lambda: store._rewriter._step_cursor is not None, timeout=30, interval=0.001,
+        what="the rewrite to begin",
+    )  # fmt: skip
+
+    def stopped() -> bool:
+        # Until it stops: an interrupt lands only while one of its statements runs.
+        if worker.is_alive():
+            store.interrupt_maintenance()
+            return False
+        return True
+
+    wait_until(stopped, timeout=30, interval=0.01, what="the interrupted rewrite to stop")
     worker.join(60)
     try:
         assert failed and "sort the field index" in str(failed[0])
@@ -255,6 +266,7 @@ def _finished(thread: threading.Thread) -> None:
     assert not thread.failed, thread.failed  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,6 +311,7 @@ def test_an_export_committed_during_a_rewrite_is_visible_before_it_ends(
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sorted_before", [False, True])
 def test_filters_answer_the_same_before_during_and_after_a_rewrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sorted_before: bool
@@ -338,6 +351,7 @@ def test_filters_answer_the_same_before_during_and_after_a_rewrite(
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("swap_runs", [rewrite_module.SWAP_REFRESH_RUNS, 0])
 def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap_runs: int
@@ -384,6 +398,7 @@ def test_runs_changed_during_a_rewrite_keep_exactly_their_rows(
         store.close()
 
 
+@pytest.mark.slow
 def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -410,9 +425,7 @@ def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
     exporter = threading.Thread(target=trickle)
     exporter.start()
     try:
-        deadline = time.monotonic() + 120
-        while _layout(store).sorted_rows == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _layout(store).sorted_rows, timeout=120, what="a sorted index")
         assert _layout(store).sorted_rows > 1_000_000
         assert exporter.is_alive()  # it finished while exports kept coming
         assert any(found_while_rewriting)  # and replays went on meanwhile
@@ -428,6 +441,7 @@ def test_a_rewrite_completes_under_a_steady_trickle_of_exports(
         store.close()
 
 
+@pytest.mark.slow
 def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -460,6 +474,7 @@ def test_an_export_that_interrupts_a_piece_takes_the_write_lock_before_the_piece
         store.close()
 
 
+@pytest.mark.slow
 def test_each_piece_is_checkpointed_before_the_next_is_copied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,8 +20,8 @@ import duckdb
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from otlp_craft import spans_of, variant
-from support import Server, send_scenario
+from support.otlp_craft import spans_of, variant
+from support.servers import Server, send_scenario
 from test_studio_pages import listed_runs, run_id_of, send
 
 from collector.index.fields import index_rows

@@ -359,6 +359,7 @@ _BOUNDS = st.one_of(
 _NUMBERS = st.one_of(_BOUNDS, st.sampled_from([math.inf, -math.inf, -0.0]))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     histories=st.lists(

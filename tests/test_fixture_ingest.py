@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from support import (
+from support.servers import (
     FIXTURES,
     Server,
     captured_compression,

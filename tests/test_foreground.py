@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from support import export_raw, fixture_requests, free_port, serving_in_thread
+from support.servers import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector.foreground import Foreground
 from collector.intake.ingest import Ingestor
@@ -50,6 +50,7 @@ def test_give_way_is_bounded_however_long_the_request() -> None:
         assert 0.15 <= time.monotonic() - began < 2
 
 
+@pytest.mark.slow
 def test_studio_requests_are_foreground_and_exports_and_health_checks_are_not() -> None:
     foreground = Foreground(max_yield_seconds=10)
     seen: dict[str, bool] = {}

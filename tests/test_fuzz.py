@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
-from support import FIXTURE_API_KEY, Server, export_raw
+from support.otlp_strategies import ExportRequest, fixture_bodies, mutated_bytes, requests
+from support.servers import FIXTURE_API_KEY, Server, export_raw
 
 from collector.decode.otlp import DecodeError, parse_request
 from collector.encode.exports import batch_from_export
@@ -88,6 +88,7 @@ def _pipeline(store: Store, body: bytes) -> None:
         json.dumps(rendered, allow_nan=False, default=str)
 
 
+@pytest.mark.slow
 @settings(max_examples=FUZZ_MESSAGES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(request=requests())
@@ -120,6 +121,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
+@pytest.mark.slow
 @settings(max_examples=FUZZ_SERVER, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(body=st.one_of(requests().map(lambda r: r.SerializeToString()), mutated_bytes()))

@@ -14,7 +14,7 @@ import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw, fixture_requests
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw, fixture_requests
 
 from collector.receive.answers import retry_delay_seconds
 

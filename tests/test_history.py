@@ -13,8 +13,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from fixture_records import fixture_names, load
-from history_records import (
+from support.fixture_records import fixture_names, load
+from support.history_records import (
     NODE_SPAN,
     OWNER_SPAN,
     STORE,
@@ -24,6 +24,7 @@ from history_records import (
     make_transition,
     scenario,
 )
+from support.seeds import seed_id, seeds
 
 from collector.index.indexing import TouchedValues, field_index
 from collector.model import EvidenceSpan, Execution, Transition
@@ -182,11 +183,12 @@ def test_replay_never_aliases_patch_values_into_later_states() -> None:
         assert history.state_at(sequence) == states[sequence]
 
 
-def test_replay_large_state_keeps_few_checkpoints_and_exact_states() -> None:
+@pytest.mark.parametrize("seed", seeds("HISTORY_SEEDS", 7), ids=seed_id)
+def test_replay_large_state_keeps_few_checkpoints_and_exact_states(seed: int) -> None:
     # Correctness side of the cost rule (timing lives in bench/bench_replay.py):
     # 2,000 small patches on a ~250 KB state must not copy the state per step.
     start = {"messages": [{"i": i, "text": "x" * 120} for i in range(1_800)], "n": 0}
-    rng = random.Random(7)
+    rng = random.Random(seed)
     samples = {0, 1, 999, 1_000, 1_457, 2_000}
     current, expected = copy.deepcopy(start), {0: copy.deepcopy(start)}
     transitions = []
@@ -884,10 +886,11 @@ def test_fixture_d_subflow_parent_store_written_by_post_run_actions() -> None:
     assert {step.transition.store_id for step in sub_history.steps} == {subflow.store_id}
 
 
-def test_fixture_c_concurrent_interleaved_events_replay_in_sequence_order() -> None:
+@pytest.mark.parametrize("seed", seeds("HISTORY_SEEDS", 3), ids=seed_id)
+def test_fixture_c_concurrent_interleaved_events_replay_in_sequence_order(seed: int) -> None:
     records = load("c_concurrent")
     shuffled = list(records.transitions)
-    random.Random(3).shuffle(shuffled)
+    random.Random(seed).shuffle(shuffled)
 
     history = replay(records.root, shuffled)
 
@@ -1084,6 +1087,7 @@ def test_provenance_of_a_parent_lists_descendant_writes() -> None:
     assert result.last_writer == inside
 
 
+@pytest.mark.slow
 def test_provenance_of_a_list_appended_to_at_every_step_stays_linear() -> None:
     """10,000 appends to a 1,000-element list: each write costs its element, not the list."""
     start = {"log": [f"entry {i}" for i in range(1_000)]}

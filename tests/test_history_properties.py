@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import jsonpatch
-from history_records import pointers, scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.history_records import pointers, scenario
 
 from collector.index.fields import ABSENT, Absent, JsonValue, Nodes, index_rows
 from collector.index.indexing import TouchedValues, field_index

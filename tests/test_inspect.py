@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from history_records import scenario
-from support import fixture_requests, scenarios
+from support.history_records import scenario
+from support.servers import fixture_requests, scenarios
 
 from collector.encode.exports import batch_from_export
 from collector.evidence import EvidenceVersion, load_history

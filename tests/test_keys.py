@@ -22,7 +22,7 @@ import grpc
 import httpx
 import pytest
 from starlette.requests import Request
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.servers import MakeServer, Server, export_raw, fixture_requests
 
 from collector.cli.admin_client import ADMIN_TOKEN_HEADER
 from collector.cli.sidecar import sidecar_path
@@ -100,6 +100,7 @@ def test_keys_cli_rejects_unusable_names(tmp_path: Path) -> None:
     assert _listed(db) == {}
 
 
+@pytest.mark.slow
 def test_keys_created_while_serving_are_required_and_revocable(server: Server) -> None:
     assert _export(server, None) == 200  # no keys anywhere yet: loopback is open
 

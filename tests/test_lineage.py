@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request
+from support.otlp_craft import new_span_id, new_trace_id, plain_request
 
 from collector.decode.otlp import DecodedSpan, iter_spans
 from collector.jobs.replayer import replay_stores

@@ -24,14 +24,15 @@ from typing import Any
 
 import grpc
 import pytest
-from support import EXPORT_METHOD, MakeServer, Server, export_raw
+from support.seeds import seed_id, seeds
+from support.servers import EXPORT_METHOD, MakeServer, Server, export_raw
 
-pytestmark = pytest.mark.junjo
-APP = os.path.join(os.path.dirname(__file__), "junjo_app.py")
+pytestmark = [pytest.mark.junjo, pytest.mark.slow]
+APP = os.path.join(os.path.dirname(__file__), "apps", "junjo_app.py")
 KEY = "delivery-key"
 Captured = list[tuple[bytes, list[tuple[str, str]]]]
 # Seeds of the random runs and of the shuffle; try others with DELIVERY_SEEDS="1 2 3".
-DELIVERY_SEEDS = [int(seed) for seed in os.environ.get("DELIVERY_SEEDS", "5").split()]
+DELIVERY_SEEDS = seeds("DELIVERY_SEEDS", 5)
 
 
 @contextmanager
@@ -99,7 +100,7 @@ def _answers(server: Server) -> dict[str, Any]:
     return answers
 
 
-@pytest.mark.parametrize("seed", DELIVERY_SEEDS)
+@pytest.mark.parametrize("seed", DELIVERY_SEEDS, ids=seed_id)
 def test_live_runs_delivered_shuffled_and_twice_get_the_answers_of_in_order_delivery(
     make_server: MakeServer, seed: int
 ) -> None:

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 import duckdb
 import httpx
 import pytest
-from support import MakeServer, Server
+from support.seeds import seed_id, seeds
+from support.servers import MakeServer, Server
 from test_execution_page import assert_span_anchors_resolve
 
 from collector.encode import documents
@@ -35,8 +36,8 @@ from collector.index.query_ast import format_path
 from collector.replay.jsondoc import pointer_text
 from studio.links import run_id_segment
 
-pytestmark = pytest.mark.junjo
-APP = Path(__file__).with_name("junjo_app.py")
+pytestmark = [pytest.mark.junjo, pytest.mark.slow]
+APP = Path(__file__).parent / "apps" / "junjo_app.py"
 KEY = "live-test-key"
 
 
@@ -773,7 +774,7 @@ def test_live_awkward_keys_rebuild_every_step_as_the_application_saw_it(
 
 # Seeds drawn once; any other seed is a new run of the same checks:
 # RANDOM_SEEDS="1 2 3" pytest tests/test_live_junjo.py -k random
-RANDOM_SEEDS = [int(seed) for seed in os.environ.get("RANDOM_SEEDS", "20261202 7").split()]
+RANDOM_SEEDS = seeds("RANDOM_SEEDS", 20261202, 7)
 
 
 def _canonical(value: Any) -> str:
@@ -878,7 +879,7 @@ def _assert_history_as_committed(
         assert (writer and (writer["sequence"], writer["node"])) == expected, (name, pointer)
 
 
-@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+@pytest.mark.parametrize("seed", RANDOM_SEEDS, ids=seed_id)
 def test_live_random_runs_rebuild_every_step_and_writer_as_the_application_saw_it(
     replayed: ReplayedRuns, seed: int
 ) -> None:

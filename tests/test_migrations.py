@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from support import fixture_requests
+from support.servers import fixture_requests
 
 from collector.encode import span_bytes
 from collector.encode.exports import batch_from_export

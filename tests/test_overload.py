@@ -11,10 +11,12 @@ from pathlib import Path
 
 import grpc
 import httpx
-from crashload import ExportLoad, RssSampler, stored_spans
+import pytest
 from google.rpc import error_details_pb2
-from slow_clients import serve_in_process
-from support import MakeServer, Server, export_raw, fixture_requests
+from support.crashload import ExportLoad, RssSampler, stored_spans
+from support.seeds import seed_id, seeds
+from support.servers import MakeServer, Server, export_raw, fixture_requests
+from support.slow_clients import serve_in_process
 
 EXPORTERS = 16
 REQUESTS_EACH = 6
@@ -25,7 +27,11 @@ SPANS_PER_REQUEST = 200
 RSS_GROWTH_LIMIT_KIB = 200 * 1024
 
 
-def test_overload_refuses_with_retry_info_and_lands_everything(make_server: MakeServer) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", seeds("LOAD_SEEDS", 1), ids=seed_id)
+def test_overload_refuses_with_retry_info_and_lands_everything(
+    make_server: MakeServer, seed: int
+) -> None:
     server: Server = make_server("--max-inflight", "2")
     assert server.process is not None
     sampler = RssSampler(server.process.pid)
@@ -35,6 +41,7 @@ def test_overload_refuses_with_retry_info_and_lands_everything(make_server: Make
         spans_per_request=SPANS_PER_REQUEST,
         honour_retry_info=True,
         max_requests=REQUESTS_EACH,
+        seed=seed,
     ).start()
     report = load.join(timeout=120)
     peak = sampler.stop()

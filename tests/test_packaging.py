@@ -14,8 +14,10 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from support import Server
+import pytest
+from support.servers import Server
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 

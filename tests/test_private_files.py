@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-from support import Server, fixture_requests, send_scenario
+from support.servers import Server, fixture_requests, send_scenario
 
 from collector.intake.spool import QUARANTINE_DIR, START, Spool
 from collector.private_files import DIRECTORY_MODE, FILE_MODE
@@ -32,7 +32,7 @@ def _umask(mask: int) -> Iterator[None]:
 
 
 def _written(folder: Path) -> list[Path]:
-    """Every path below `folder` but the server logs tests/support.py writes there."""
+    """Every path below `folder` but the server logs tests/support/servers.py writes there."""
     return [path for path in sorted(folder.rglob("*")) if path.suffix != ".log"]
 
 

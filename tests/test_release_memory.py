@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_burst_memory import BURST, BURST_SHOWN, CONFIGURED_SHOWN, _stored_run, _until
+from support.polling import wait_until
+from test_burst_memory import BURST, BURST_SHOWN, CONFIGURED_SHOWN, _stored_run
 
 import collector.store as store_module
 from collector.jobs import burst_memory
@@ -174,7 +175,10 @@ def test_an_idle_server_reopens_once_enough_rows_were_appended(
             monkeypatch.setattr(store_module, "RELEASE_AFTER_ROWS", 2)
             replayer.notify(_stored_run(store, "c"))
             assert replayer.wait_idle(10)
-            assert _until(lambda: "again to release" in caplog.text)
+            wait_until(
+                lambda: "again to release" in caplog.text, timeout=10, interval=0.02,
+                what='"again to release" in the log',
+            )  # fmt: skip
             # Counted again from the reopen.
             assert not store.release_memory_if_grown()
         assert {"run-b", "run-c"} <= {row.run_id for row in store.search(ExecutionQuery())}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_records import Patch, scenario
+from support.history_records import Patch, scenario
 
 from collector.foreground import Foreground
 from collector.jobs import replayer as replayer_module

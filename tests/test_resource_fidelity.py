@@ -21,8 +21,9 @@ import httpx
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, new_span_id, relocated_fixture, request_under
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.otlp_craft import ExportRequest, new_span_id, relocated_fixture, request_under
+from support.polling import wait_until
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.decode.otlp import decode_resource, decode_scope
 from collector.store import Store
@@ -91,10 +92,10 @@ def _send(server: Server, request: ExportRequest, transport: str) -> None:
 
 
 def _wait_for_spans(server: Server, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while server.get_json("/healthz")["spans"] < count:
-        assert time.monotonic() < deadline, "the exports were not stored in time"
-        time.sleep(0.05)
+    wait_until(
+        lambda: server.get_json("/healthz")["spans"], until=lambda spans: spans >= count,
+        timeout=30, what=f"{count} stored spans",
+    )  # fmt: skip
     server.wait_replayed()
 
 

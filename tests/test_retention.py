@@ -1,7 +1,7 @@
 """Retention: `statetrail prune` and `serve --retain` delete whole old traces, nothing newer.
 
 Old data is made by moving captured Junjo fixtures (and plain spans) back in
-time with fresh ids (tests/otlp_craft.py), so executions, transitions, stored
+time with fresh ids (tests/support/otlp_craft.py), so executions, transitions, stored
 replays and field-index rows all exist for both the old and the new side.
 """
 
@@ -12,19 +12,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
-from otlp_craft import (
+from support.otlp_craft import (
     DAY_NANOS,
     new_span_id,
     new_trace_id,
     plain_request,
     relocated_fixture,
 )
-from support import FIXTURE_API_KEY, MakeServer, Server, export_raw
+from support.polling import wait_until
+from support.servers import FIXTURE_API_KEY, MakeServer, Server, export_raw
 
 from collector.durations import DurationError, parse_duration
 
@@ -108,13 +108,6 @@ def _prune_cli(db: Path, age: str) -> dict[str, int]:
     return counts
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer) -> None:
     server: Server = make_server()
     _send_fixtures(server, age_days=60, tag="old")
@@ -144,6 +137,7 @@ def test_prune_removes_only_traces_older_than_the_limit(make_server: MakeServer)
     assert set(_prune_cli(server.db, "30d").values()) == {0}
 
 
+@pytest.mark.slow
 def test_prune_through_a_running_server_never_blocks_ingestion(make_server: MakeServer) -> None:
     server: Server = make_server()
     # More than one 5,000-span batch of old data, so the prune commits several times.
@@ -174,10 +168,16 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Make
         exporter.start()
     try:
         # Exports are under way when the prune starts, and still succeed after it.
-        _wait_for(lambda: len(sent) >= 6 or bool(failures), "exports before the prune")
+        wait_until(
+            lambda: len(sent) >= 6 or failures, timeout=60, interval=0.01,
+            what="exports before the prune",
+        )  # fmt: skip
         pruned = _prune_cli(server.db, "30d")
         during = len(sent)
-        _wait_for(lambda: len(sent) >= during + 6 or bool(failures), "exports after the prune")
+        wait_until(
+            lambda: len(sent) >= during + 6 or failures, timeout=60, interval=0.01,
+            what="exports after the prune",
+        )  # fmt: skip
     finally:
         stop.set()
         for exporter in exporters:
@@ -192,18 +192,19 @@ def test_prune_through_a_running_server_never_blocks_ingestion(make_server: Make
     assert {table: old for table, (old, _) in counts.items()} == dict.fromkeys(counts, 0)
 
 
+@pytest.mark.slow
 def test_serve_retain_prunes_in_the_background(make_server: MakeServer) -> None:
     server: Server = make_server("--retain", "30d", "--prune-every", "1s")
     _send_fixtures(server, age_days=400, tag="old")
     _send_fixtures(server, age_days=1, tag="new")
     server.wait_replayed()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        executions = server.get_json("/api/executions?limit=100")["executions"]
-        if all("-old-" not in e["store_id"] for e in executions if e["store_id"]):
-            break
-        time.sleep(0.2)
-    stored = server.get_json("/api/executions?limit=100")["executions"]
+    stored = wait_until(
+        lambda: server.get_json("/api/executions?limit=100")["executions"],
+        until=lambda executions: all(
+            "-old-" not in e["store_id"] for e in executions if e["store_id"]
+        ),
+        timeout=30, interval=0.2, what="the old executions to be pruned",
+    )  # fmt: skip
     assert stored, "the new executions must stay"
     assert all("-new-" in e["store_id"] for e in stored if e["store_id"])
 

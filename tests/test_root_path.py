@@ -1,6 +1,6 @@
 """The studio behind a reverse proxy that serves it under /statetrail and strips the prefix.
 
-`serve --root-path /statetrail` against tests/proxy.py (what nginx's
+`serve --root-path /statetrail` against tests/support/proxy.py (what nginx's
 `proxy_pass http://upstream/;` does): every address a page holds must stay
 under the prefix and answer through the proxy, the scripts' requests included,
 and the login's redirects and cookies must work there too. A root path means
@@ -23,10 +23,10 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 import pytest
-from otlp_craft import spans_of, variant
 from playwright.sync_api import Page, expect
-from proxy import stripping_proxy
-from support import Server, manifest, send_scenario
+from support.otlp_craft import spans_of, variant
+from support.proxy import stripping_proxy
+from support.servers import Server, manifest, send_scenario
 from test_studio_pages import run_id_of, send
 
 from collector.config import root_path_argument
@@ -40,7 +40,7 @@ ODD_RUN_ID = "odd/run?id=1#frag%41 x"
 # Bounds the crawl: every distinct path once, then as many query variants as fit.
 MAX_FETCHES = 300
 
-pytest_plugins = ("browser",)
+pytest_plugins = ("support.browser",)
 
 
 @pytest.mark.parametrize(
@@ -156,6 +156,7 @@ def _addresses(page_url: str, body: str) -> list[str]:
     return [urljoin(page_url, address).split("#", 1)[0] for address in parser.found]
 
 
+@pytest.mark.slow
 def test_every_address_on_every_page_stays_under_the_prefix_and_answers(
     proxied: tuple[Server, str],
 ) -> None:
@@ -212,6 +213,7 @@ def _kind(path: str) -> str:
     return {"/": "list", "/compare": "compare"}.get(route, route)
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_browser_filters_opens_a_run_and_its_provenance_under_the_prefix(
     proxied: tuple[Server, str], page: Page
@@ -286,6 +288,7 @@ def test_exporters_and_the_cli_reach_the_server_without_the_prefix(
     assert response.status_code == 200
 
 
+@pytest.mark.slow
 def test_a_login_server_behind_the_prefix_keeps_the_operator_and_htmx_on_track(
     tmp_path: Path,
 ) -> None:

@@ -14,7 +14,7 @@ PROBE = textwrap.dedent(
     import sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from otlp_craft import new_span_id, new_trace_id, plain_request
+    from support.otlp_craft import new_span_id, new_trace_id, plain_request
     from collector.encode.exports import batch_from_export
     from collector.store import Store
 

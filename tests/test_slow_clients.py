@@ -25,7 +25,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
-from slow_clients import (
+from support.servers import FIXTURE_API_KEY
+from support.slow_clients import (
     SLOW_HEAD_LINE,
     SLOW_HEAD_START,
     Served,
@@ -34,7 +35,6 @@ from slow_clients import (
     serve_in_process,
     upload_head,
 )
-from support import FIXTURE_API_KEY
 
 from collector.receive.admission import Admission, InFlight, client_of
 from collector.receive.otlp_grpc import peer_address

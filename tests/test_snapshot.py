@@ -9,11 +9,11 @@ from typing import Any
 
 import duckdb
 import pytest
-from history_records import scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from otlp_craft import plain_request
-from support import fixture_requests, scenarios
+from support.history_records import scenario
+from support.otlp_craft import plain_request
+from support.servers import fixture_requests, scenarios
 from test_history_properties import ROOTS, chain
 
 from collector.encode.exports import batch_from_export

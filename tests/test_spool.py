@@ -20,7 +20,8 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
-from support import export_raw, fixture_requests, free_port, serving_in_thread
+from support.polling import wait_until
+from support.servers import export_raw, fixture_requests, free_port, serving_in_thread
 
 from collector.decode.otlp import parse_request
 from collector.intake import extractor as extractor_module
@@ -178,11 +179,11 @@ def _set_state_events_in(body: bytes) -> int:
     )
 
 
-def _wait_for_backlog(ingestor: Ingestor, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while ingestor.backlog_bytes():
-        assert time.monotonic() < deadline, "the extractor did not catch up"
-        time.sleep(0.02)
+def _wait_for_backlog(ingestor: Ingestor) -> None:
+    wait_until(
+        lambda: not ingestor.backlog_bytes(), timeout=30, interval=0.02,
+        what="the extractor to catch up",
+    )  # fmt: skip
 
 
 def _spool_unstored(directory: Path, requests: list[bytes]) -> None:
@@ -234,10 +235,10 @@ def test_a_storage_failure_mid_backlog_is_retried_and_every_run_stored_once(
     wal.mkdir()
     with caplog.at_level(logging.ERROR, logger="collector.intake.extractor"):
         ingestor = Ingestor(store, directory)
-        deadline = time.monotonic() + 30
-        while not any("retrying" in record.getMessage() for record in caplog.records):
-            assert time.monotonic() < deadline, "the first commit never failed"
-            time.sleep(0.02)
+        wait_until(
+            lambda: any("retrying" in record.getMessage() for record in caplog.records),
+            timeout=30, interval=0.02, what="the first commit to fail",
+        )  # fmt: skip
         assert store.counts()["spans"] == 0
         wal.rmdir()
         _wait_for_backlog(ingestor)

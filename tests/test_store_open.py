@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collector.store import Store
+
+pytestmark = pytest.mark.slow
 
 # Rows committed one small transaction at a time, as exports are, so they go to
 # the WAL; a checkpoint threshold no commit reaches keeps them there, and the

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from support import fixture_requests, free_port, serving_in_thread
+from support.servers import fixture_requests, free_port, serving_in_thread
 
 from collector.config import Config
 from collector.store import Store, StoreError

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from history_records import scenario
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import (
+from support.history_records import scenario
+from support.otlp_craft import (
     DAY_NANOS,
     ExportRequest,
     new_span_id,
@@ -29,7 +29,7 @@ from otlp_craft import (
     relocated_fixture,
     spans_of,
 )
-from support import fixture_requests
+from support.servers import fixture_requests
 
 from collector.encode.exports import batch_from_export
 from collector.jobs.replayer import replay_stores
@@ -154,6 +154,7 @@ def test_a_damaged_chunk_is_a_store_error_not_wrong_bytes(tmp_path: Path, damage
         store.close()
 
 
+@pytest.mark.slow
 def test_checkpoints_keep_up_while_replays_run_beside_ingest(tmp_path: Path) -> None:
     # DuckDB checkpoints on its own once the WAL passes the threshold, unless
     # a transaction that began earlier is still open. Replays read and rewrite

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 from starlette.routing import BaseRoute, Mount, Route
-from support import MakeServer, Server, fixture_requests
+from support.servers import MakeServer, Server, fixture_requests
 
 from collector.config import Config
 from studio import access

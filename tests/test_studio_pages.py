@@ -24,8 +24,8 @@ from markupsafe import escape
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
-from support import (
+from support.otlp_craft import new_span_id, new_trace_id, plain_request, spans_of, variant
+from support.servers import (
     MakeServer,
     Server,
     export_raw,

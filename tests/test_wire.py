@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_strategies import (
+from support.otlp_strategies import (
     AnyValue,
     ExportRequest,
     KeyValue,
@@ -124,6 +124,7 @@ def test_wire_reads_every_captured_request_as_the_otlp_schema_does(body: bytes) 
     _assert_same_spans(body)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(request=requests())

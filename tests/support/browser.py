@@ -1,6 +1,6 @@
 """Shared helpers for browser tests: Debian's Chromium driven by Playwright.
 
-Get the fixtures in a test module with `pytest_plugins = ("browser",)` and mark the
+Get the fixtures in a test module with `pytest_plugins = ("support.browser",)` and mark the
 tests `@pytest.mark.browser`. `page` is a fresh page (own context) that fails
 the test on any console error or uncaught exception, so a CSP violation, a missing
 asset or a script error cannot pass unnoticed; `new_page(**options)` makes such

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from support import FIXTURES
 
 from collector.producers import junjo
+from support.servers import FIXTURES
 
 ExportRequest = trace_service_pb2.ExportTraceServiceRequest
 AnyValue = common_pb2.AnyValue

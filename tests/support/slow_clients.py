@@ -24,13 +24,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
-from support import free_port
 
 from collector.cli.main import _parser, http_server_settings
 from collector.config import serve_config
 from collector.receive.admission import Admission
 from studio.app import create_app
 from studio.services import Services
+from support.servers import free_port
 
 
 @dataclass

@@ -28,7 +28,9 @@ import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fixtures"
+from support.polling import wait_until
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "junjo" / "fixtures"
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 FIXTURE_API_KEY = "test-junjo-api-key-0123456789"
 STARTUP_TIMEOUT_SECONDS = 30.0
@@ -37,12 +39,14 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 # it, which once failed CI with "address already in use".
 TEST_PORT_RANGE = (20000, 32000)
 BIND_ATTEMPTS = 5
+# Not seeded, unlike the tests' random draws: runs side by side must not try the same ports.
+_PORTS = random.SystemRandom()
 
 
 def free_port() -> int:
     """A loopback port that is free now and outside the ephemeral range."""
     while True:
-        port = random.randint(*TEST_PORT_RANGE)
+        port = _PORTS.randint(*TEST_PORT_RANGE)
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
@@ -57,10 +61,11 @@ def serving_in_thread(app: ASGIApp, port: int) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     serving = threading.Thread(target=server.run, daemon=True)
     serving.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert serving.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
+    wait_until(
+        lambda: server.started or not serving.is_alive(), timeout=10, interval=0.01,
+        what="uvicorn to start",
+    )  # fmt: skip
+    assert server.started, "uvicorn did not start"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -152,17 +157,24 @@ class Server:
         resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (soft, hard))
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"statetrail serve exited early:\n{self.output()}")
-            try:
-                self.get_json("/healthz")
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"statetrail serve did not start:\n{self.output()}")
+        try:
+            wait_until(
+                self._answers_health, timeout=STARTUP_TIMEOUT_SECONDS, interval=0.1,
+                what="statetrail serve to answer /healthz",
+            )  # fmt: skip
+        except AssertionError as timeout:
+            raise RuntimeError(f"statetrail serve did not start:\n{self.output()}") from timeout
+
+    def _answers_health(self) -> bool:
+        """Whether /healthz answers; a server that exited raises (start() reads why)."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"statetrail serve exited early:\n{self.output()}")
+        try:
+            self.get_json("/healthz")
+        except OSError:
+            return False
+        return True
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
@@ -173,13 +185,11 @@ class Server:
 
     def wait_replayed(self, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until every committed execution has been replayed; return /healthz."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            health: dict[str, Any] = self.get_json("/healthz")
-            if not health["replaying"]:
-                return health
-            time.sleep(0.05)
-        raise AssertionError("replays did not finish in time")
+        health: dict[str, Any] = wait_until(
+            lambda: self.get_json("/healthz"), until=lambda health: not health["replaying"],
+            timeout=timeout, what="replays to finish",
+        )  # fmt: skip
+        return health
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None

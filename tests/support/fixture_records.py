@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.model import EvidenceSpan, Execution, Transition
+from support.servers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "junjo" / "fixtures"
 OWNER_TYPES = frozenset({"workflow", "subflow"})
 
 Attributes = dict[str, Any]

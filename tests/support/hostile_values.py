@@ -14,9 +14,9 @@ from typing import Any
 
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_craft import ExportRequest, relocated_fixture, spans_of
 
 from collector.producers import junjo
+from support.otlp_craft import ExportRequest, relocated_fixture, spans_of
 
 Span = trace_pb2.Span
 Mutate = Callable[[Span], None]

@@ -17,9 +17,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from support import fixture_requests
 
 from collector.producers import junjo
+from support.servers import fixture_requests
 
 ExportRequest = trace_service_pb2.ExportTraceServiceRequest
 DAY_NANOS = 86_400 * 1_000_000_000

@@ -13,15 +13,15 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import grpc
 from google.rpc import error_details_pb2
-from otlp_craft import new_span_id, new_trace_id, plain_request
-from support import EXPORT_METHOD
+
+from support.otlp_craft import new_span_id, new_trace_id, plain_request
+from support.servers import EXPORT_METHOD
 
 RETRY_INFO_TRAILER = "google.rpc.retryinfo-bin"
 # Reconnect fast after a restart: grpc's default backoff grows to minutes.
@@ -51,8 +51,9 @@ class ExportLoad:
     """`exporters` threads sending `spans_per_request`-span requests until stopped.
 
     `honour_retry_info`: on UNAVAILABLE with a RetryInfo delay, wait that long
-    (plus jitter) before retrying; otherwise retry after a short pause.
-    `max_requests` bounds each exporter (None: until `stop`).
+    (plus jitter) before retrying; otherwise retry after a short random pause.
+    `max_requests` bounds each exporter (None: until `stop`). `seed` seeds the
+    jitter and the pauses.
     """
 
     def __init__(
@@ -64,7 +65,7 @@ class ExportLoad:
         metadata: tuple[tuple[str, str], ...] = (),
         honour_retry_info: bool = False,
         max_requests: int | None = None,
-        retry_pause: Callable[[], float] = lambda: random.uniform(0.05, 0.2),
+        seed: int,
     ) -> None:
         self.report = LoadReport()
         self._target = target
@@ -72,7 +73,7 @@ class ExportLoad:
         self._metadata = metadata
         self._honour = honour_retry_info
         self._max_requests = max_requests
-        self._retry_pause = retry_pause
+        self._random = random.Random(seed)
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._run, name=f"exporter-{n}", daemon=True)
@@ -133,8 +134,8 @@ class ExportLoad:
             if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 self.report.unexpected.append(f"{code}: {error.details()}")
         if self._honour and retry_delay is not None:
-            return retry_delay * random.uniform(1.0, 1.5)
-        return self._retry_pause()
+            return retry_delay * self._random.uniform(1.0, 1.5)
+        return self._random.uniform(0.05, 0.2)
 
 
 def _retry_delay(error: grpc.RpcError) -> float | None:
