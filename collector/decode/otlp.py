@@ -1,13 +1,11 @@
 """Decode stage: OTLP protobuf -> plain span records.
 
 Invariant: nothing here touches storage or the network, and every id leaves as
-lowercase hex and every time as integer nanoseconds. Turning every attribute of
-every span into Python objects costs ~25 us a span, so a span is kept whole as
-the protobuf bytes it arrived in (decoded again lazily when someone looks at
-it), only the columns that are queried are decoded here, and extraction reads
-the few attributes it needs by key (collector/decode/wire.py, `string_attribute`).
-The Resource and InstrumentationScope a span was sent under are kept the same
-way, as their own bytes (`ResourceRecord`), once per ResourceSpans/ScopeSpans.
+lowercase hex and every time as integer nanoseconds. Turning every attribute into
+Python objects is costly, so a span is kept whole as the bytes it arrived in (decoded
+lazily when someone looks at it), only queried columns are decoded here, and
+extraction reads the few attributes it needs by key (collector/decode/wire.py). The
+Resource and InstrumentationScope are kept as their own bytes too (`ResourceRecord`).
 """
 
 from __future__ import annotations
@@ -265,7 +263,7 @@ def _span_record(raw: bytes, resource: ResourceRecord) -> DecodedSpan | Rejected
         return RejectedSpan(span.name, reason)
     status = span.status
     # Positional, in SpanRecord's field order: by keyword, NamedTuple's __new__
-    # binds the 15 names in Python, ~8% of decoding a span.
+    # binds the names in Python, a noticeable part of decoding a span.
     record = SpanRecord(
         span.trace_id.hex(),
         span.span_id.hex(),

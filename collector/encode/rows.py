@@ -7,9 +7,8 @@ be let go: only the Arrow tables are held while DuckDB commits
 (collector/intake/extractor.py). Each batch's span bytes become one compressed chunk
 (collector/encode/span_bytes.py), numbered from 0 within the write and stored
 as a row per piece; the store numbers them for good when it commits
-(collector/store/prepared.py). No Arrow compute function is needed here: the
-extraction worker, which runs this, then never loads pyarrow.compute (~6 MB of
-its private memory).
+(collector/store/prepared.py). No Arrow compute function is used here, so the
+extraction worker never loads pyarrow.compute.
 """
 
 from __future__ import annotations
@@ -130,11 +129,8 @@ def _placed_spans(
 
 
 def _transposed(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Sequence[Any]]:
-    """Tuples (NamedTuples) as columns by name, in one pass in C.
-
-    A comprehension (or getattr) per column and value cost ~40 ns a value:
-    ~6 us a span for the transitions alone in bench_ingest's load.
-    """
+    """Tuples (NamedTuples) as columns by name, in one pass in C (a comprehension per
+    column and value was a noticeable cost per span)."""
     if not rows:
         return {name: () for name in names}
     return dict(zip(names, zip(*rows, strict=True), strict=True))

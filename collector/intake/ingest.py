@@ -129,9 +129,8 @@ class Ingestor:
     def check_backlog(self) -> None:
         """Raise IngestorBusy while the backlog is past its bound.
 
-        Receivers call it before decoding: while the extractor catches up,
-        parsing and screening exports only to refuse them cost ~2 ms of the
-        interpreter lock each, taken from storing.
+        Receivers call it before decoding: screening exports only to refuse them
+        would take the interpreter lock from storing.
         """
         backlog = self.backlog_bytes()
         if backlog > self._max_backlog_bytes:
@@ -141,12 +140,8 @@ class Ingestor:
             )
 
     def give_way(self) -> None:
-        """Wait (bounded) while studio requests are served; receivers call it before decoding.
-
-        Decoding a ~1 MB export holds the interpreter lock for milliseconds in
-        C. Under full ingest on two cores, receivers that did not wait put the
-        executions page's p95 at 206-236 ms (bench/bench_studio_load.py).
-        """
+        """Wait (bounded) while studio requests are served; receivers call it before
+        decoding, which holds the interpreter lock for milliseconds in C."""
         self._foreground.give_way()
 
     def backlog_bytes(self) -> int:

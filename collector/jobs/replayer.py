@@ -34,20 +34,13 @@ from collector.store.replays import ReplayBatch, ReplayRecord, SpanLink
 
 logger = logging.getLogger(__name__)
 
-# Executions replayed and saved per transaction: few enough that fresh verdicts
-# appear within a second or so and that their field-index rows (hundreds per
-# execution) stay a few tens of MB: at 256 stores a batch added ~90 MB to the
-# peak RSS, at 64 about 45. At 32 serve's peak while catching up with
-# bench_ingest's burst was 322-329 MB against 338-366 at 64, for saves that
-# cost ~1.4 ms an execution against ~1.05 (bench_replayer, +15% replay CPU in all).
+# Executions replayed and saved per transaction: few enough that fresh verdicts appear
+# within a second or so and that their field-index rows (hundreds per execution) stay
+# small in memory; more per save costs less CPU but raises the peak.
 REPLAY_BATCH_STORES = 32
-# Stores whose evidence is read at once, then replayed and saved REPLAY_BATCH_STORES
-# at a time. Each read scans the executions, transitions and spans tables (their
-# ids are random: no index or zone map narrows the scan), and a scan costs about
-# as much for hundreds of stores as for 64, while growing with the tables. At
-# 200k stored runs (bench/bench_replayer.py) reading 64 stores' evidence cost
-# 2.6 ms a run in CPU, 256 stores' 0.9, 512 stores' 0.6; the replayer's peak RSS
-# rose by 16 MB at 256 and by 41 MB at 512, against a 400 MB target for serve.
+# Stores whose evidence is read at once. Each read scans whole tables (random ids: no
+# zone map narrows it), which costs about as much for hundreds of stores as for a few;
+# larger reads hold more memory (bench/bench_replayer.py).
 READ_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
 # Ingest counts as active for this long after its last commit.
@@ -84,11 +77,7 @@ class Backlog:
 
     def take(self, size: int) -> Backlog:
         """Up to `size` stores and `size` runs (the least ids), removed from here.
-
-        `nsmallest`, not a sort: a burst leaves tens of thousands waiting, and
-        sorting them all again for every batch took 2.9 s of CPU to drain 42,000
-        stores 64 at a time, against 0.7 s (0.3 s 256 at a time).
-        """
+        `nsmallest`, not a sort: a burst leaves tens of thousands waiting."""
         batch = Backlog(
             set(heapq.nsmallest(size, self.stores)), set(heapq.nsmallest(size, self.runs))
         )
@@ -273,15 +262,9 @@ class Replayer:
 
     def _rewrite_field_index(self) -> bool:
         """The field index's rewrite, a piece at a time, at the burst's lower memory
-        limit; whether it finished. Stops for whatever else there is to do: the
-        rewrite resumes at the next idle moment (Store.compact_field_index_if_due).
-
-        A step that runs out of memory there is run again at the configured limit,
-        alone, and the rest at the lower one again: the pieces are sized to fit it
-        (field_layout.CHUNK_ROWS), but 3-442 steps of a rewrite after a burst ran
-        out at 76 MiB in four bench_ingest runs, before the burst's pinned memory
-        was let go (BurstMemory.leave; none since, in five). Raises StoreError if a
-        step fails at the configured limit too.
+        limit; whether it finished. Stops for whatever else there is to do and resumes
+        at the next idle moment. A step that runs out of memory is run again alone at
+        the configured limit; raises StoreError if it fails there too.
         """
         while True:
             try:
@@ -317,11 +300,8 @@ class Replayer:
                 limits=self._limits,
             )
         except StoreError as exc:
-            # The evidence is stored, and its verdicts must not stay pending
-            # until some later commit touches these stores: DuckDB running out
-            # of memory while a burst was replayed (bench_ingest) left runs
-            # without a verdict. Groups saved before the failure are replayed
-            # again, which replaces their rows.
+            # Verdicts must not stay pending until some later commit touches these
+            # stores; groups saved before the failure are replayed again (replacing rows).
             self._retry_later(batch, exc)
         except Exception:
             # A replay bug on hostile evidence must not end this thread (every
@@ -359,16 +339,12 @@ def replay_stores(
     save_every: int = REPLAY_BATCH_STORES,
     limits: DocumentLimits = DEFAULT_LIMITS,
 ) -> int:
-    """Replay and save every execution owning one of these stores; return how many.
+    """Replay and save every execution owning one of these stores (and the
+    `storeless_runs`); return how many.
 
-    `storeless_runs` adds those runs that name no store (a run whose owner span
-    lost its store id: not_applicable, with its diagnostics). The evidence of
-    the whole batch is read in one snapshot (Store.replay_batch), with the
-    runs' keys, which the saves then need no join to find; the executions are
-    then replayed and saved `save_every` at a time, each group in one
-    transaction. `between` runs before each execution's replay (the replayer
-    gives way to studio requests there); each history is offered to `sink` as
-    it is made. No replayed state crosses `limits`.
+    The evidence is read in one snapshot; the executions are saved `save_every` at a
+    time, each group in one transaction. `between` runs before each replay (to give
+    way to studio requests); each history is offered to `sink`.
     """
     batch = store.replay_batch(store_ids, storeless_runs)
     # Each execution needs its own trace's spans and its carriers elsewhere; hand

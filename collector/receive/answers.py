@@ -44,12 +44,10 @@ def export_response(outcome: IngestOutcome) -> ExportResponsePB2:
 def retry_delay_seconds(base_seconds: int) -> int:
     """How long one refused exporter should wait: `base_seconds`, give or take half.
 
-    A fixed delay sends every exporter refused in one moment back in the same
-    moment, to be refused together again: twelve Python OTLP/HTTP exporters
-    refused with a fixed 2 s retried in lockstep and gave up after their sixth
-    attempt, dropping a sixth of their batches. Spread over the range, some get
-    in on each retry. Whole seconds, because HTTP's Retry-After has no
-    fractions and both transports send one value; never below one second.
+    A fixed delay sends every exporter refused in one moment back in the same moment,
+    to be refused together again until they give up and drop batches; spread, some
+    get in on each retry. Whole seconds (HTTP's Retry-After has no fractions), never
+    below one.
     """
     return random.randint(max(1, base_seconds // 2), max(1, base_seconds * 3 // 2))
 

@@ -178,8 +178,8 @@ class HttpTraceReceiver:
         if declared is not None and declared > self._max_receive_bytes:
             raise self._too_large()
         # The share grows with the bytes read, declared or not (chunked, as Node's
-        # exporters always send): reserving what a body declares let 32 uploads
-        # that declared 100 KB and sent a byte a second hold every slot.
+        # exporters send): reserving what a body declares let slow uploads that
+        # declared much and sent little hold every slot.
         address = request.client.host if request.client else None
         share = _Share(self.admission, client_of(address, digest(key) if key else None))
         try:
@@ -254,7 +254,7 @@ class HttpTraceReceiver:
         truncated or corrupt stream is the client's error. Input goes in in
         slices of GZIP_INPUT_BYTES: zlib copies what follows a member's end,
         and handing it the whole rest of the body for each of many empty
-        members took quadratic time (a 10 MB body of them, over a minute).
+        members took quadratic time.
         """
         inflated = bytearray()
         view = memoryview(body)

@@ -38,14 +38,12 @@ from collector.replay.jsondoc import (
     patch_in_place,
 )
 
-# One jsonpatch application costs about as much as copying 1 KB of state
-# (measured: ~18 us per small patch vs ~17 ns per byte for `clone`). Counting
-# each patch as this many bytes of work keeps checkpoints from being taken so
-# often that copying dominates a replay of many tiny patches.
+# One jsonpatch application costs about as much as copying 1 KB of state with
+# `clone`; counting each patch as this much work keeps checkpoints from being taken
+# so often that copying dominates a replay of many tiny patches.
 _PATCH_WORK_BYTES: Final = 1024
-# ...and never closer than this: rebuilding a state from up to 64 KB of patch
-# work takes a millisecond or so, while a checkpoint every step or two made
-# copying a tenth of replaying the many short runs the replayer sees.
+# ...and never closer than this: rebuilding from this much patch work is quick, while
+# a checkpoint every step or two made copying a real part of replaying short runs.
 _MIN_CHECKPOINT_WORK: Final = 64 * 1024
 
 

@@ -1,25 +1,14 @@
 """Keeping the field index in sort order, so that zone maps prune filters.
 
-Stage: storage. Replay appends each batch's rows sorted (collector/store/filters.py),
-but a row group holds a few dozen batches, so appended row groups each span
-every path, and a filter reads all of them. Measured with bench_filter_store
-at 200,000 executions (6.5M index rows): a `final` equality filter took 38 ms
-on rows in arrival order, 12 ms once they were rewritten in sort order.
-
-So the replayer, once it has nothing else to do, asks whether enough rows were
-appended since the last rewrite, and if so rewrites both tables in order.
-"Enough" grows with the index (`CompactionPolicy`): rewriting costs time
-proportional to the whole index, so the rows rewritten stay a constant
-multiple of the rows ever appended, while what is out of order stays a bounded
-share of it.
-
-The rewrite is a sorted copy built beside the live tables, a piece at a time,
-then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`; rewrite.py
-runs them, under the store's locks: Store.compact_field_index_if_due). At 1M runs
-copying the index took 70-90 s in one transaction, during which no export
-could be stored. The SQL uses nothing docs/ducklake.md found DuckLake to lack
-(no RETURNING, constraints or indexes; not run on DuckLake), but there the
-rewrite would rather be `SET SORTED BY` and `ducklake_merge_adjacent_files`.
+Replay appends each batch's rows sorted, but a row group holds a few dozen batches,
+so appended row groups each span every path and a filter reads all of them. So the
+idle replayer rewrites both tables in order once enough rows were appended
+(`CompactionPolicy`: "enough" grows with the index, so rewriting stays a constant
+multiple of the rows ever appended). The sorted copy is built beside the live tables a
+piece at a time, then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`;
+rewrite.py runs them under the store's locks), so no export waits for a whole copy.
+On DuckLake this would rather be `SET SORTED BY` (docs/ducklake.md). Measurements:
+docs/benchmarks.md, "the field index's sort".
 """
 
 from __future__ import annotations
@@ -32,20 +21,9 @@ import duckdb
 from collector.store.filters import RANGES, RANGES_SORT_KEY, SORT_KEY, TABLE, without_execution
 
 LAYOUT_TABLE: Final = "field_index_layout"
-# Rows sorted at once (a piece). One sort of a whole 32.5M-row index ran out of
-# serve's 128 MB (bench_filter_store at 1M runs). At 128 MB a piece of 500,000
-# rows peaked at 119 MB in the sort alone (duckdb_memory()), and one of 1.1M
-# rows (a single path's, on an index sorted before) ran out; at 100,000 rows
-# the sort took 34-38 MB. serve sorts at a burst's lower limit (then 80 MB,
-# now 64: collector/jobs/replayer.py), where pieces of 200,000 rows ran out of
-# memory 376 times in one bench_ingest run, and pieces of 100,000 3-442 times
-# in four (each then copied again at 128 MB; December 2026): the burst had
-# left ~50 MB of the pool pinned. Let go of since (Store.release_memory), none
-# ran out in five runs at 80 MB, nor in three at 64. At 128 MB, halving the
-# pieces did not lower serve's peak (415 MB): the cache fills the limit either
-# way. Pieces are copied under the write lock (no write beside them competes
-# for that memory), so their size is also how long storing can wait for one
-# that may not be preempted.
+# Rows sorted at once (a piece), sized so its sort fits the burst's lower memory
+# limit (docs/memory.md, "The field index's rewrite after a burst"). Pieces are
+# copied under the write lock, so this also bounds how long storing can wait for one.
 CHUNK_ROWS: Final = 100_000
 
 
@@ -110,7 +88,7 @@ ORDER_KEYS: Final = {
     RANGES: ("parent_key", "path_key", "coalesce(hi, 0)", "coalesce(run_key, 0)"),
 }
 SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, run_key"}
-# Sampled rows per piece when planning: piece sizes come out within ~20% of CHUNK_ROWS.
+# Sampled rows per piece when planning the pieces' bounds.
 SAMPLES_PER_PIECE: Final = 100
 
 # An index mostly in arrival order (the first rewrite of a big one) holds

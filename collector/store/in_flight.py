@@ -24,13 +24,10 @@ IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
 # then, less this margin: spans reach this server after they start, unless the
 # producer's clock runs that far ahead of the server's.
 CLOCK_SKEW_NANOS: Final = 3600 * 1_000_000_000
-# An in-flight run whose trace received nothing for this long has probably
-# stopped: its process died, or its owner span was lost (an exporter queue that
-# overflowed, a process that exited before flushing). The studio shows it as
-# "no activity since" and stops refreshing its page instead of waiting; a span
-# arriving later in its trace makes it active again. Ten minutes: Junjo exports
-# a span when it ends, in batches at most 5 s apart (SCHEMA.md section 0), so a
-# quiet trace means no span of it ended for that long.
+# An in-flight run whose trace received nothing for this long has probably stopped
+# (its process died, or its owner span was lost): the studio shows "no activity since"
+# instead of waiting. Junjo exports spans as they end, in frequent batches
+# (SCHEMA.md section 0), so a quiet trace means no span of it ended for that long.
 IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
 
 
@@ -148,15 +145,10 @@ def in_flight(
 ) -> list[InFlightRow]:
     """Runs whose nodes reported but whose owner span has not.
 
-    `in_run_types` are the span types whose parent runtime id names the run
-    they ran in; `not_run_types` those whose own runtime id may be a parent
-    but is never a run's. `run_id` asks about one run only; `matching` keeps
-    the runs that query's service, trace, store and time range admit (check
-    `could_match` first: its other filters are not looked at here).
-
-    Only spans received since `received_since` are looked at (they are stored in
-    arrival order, so zone maps skip the rest); by default (`window_start`) the
-    last IN_FLIGHT_WINDOW, so that the list does not scan every span on every load.
+    `in_run_types` name their run as parent; `not_run_types` are parents that are
+    never runs. `matching` keeps what the query's service, trace, store and time
+    range admit (check `could_match` first). Only spans received since
+    `received_since` are read (zone maps skip the rest), by default `window_start`.
     """
     if received_since is None:
         received_since = window_start(time.time_ns(), matching)
@@ -232,11 +224,8 @@ def _add_query_conditions(
 
 
 def _bind_each(params: dict[str, object], name: str, values: Sequence[str]) -> str:
-    """Placeholders `$name0, $name1, ...` for `values`, each bound in `params`.
-
-    One parameter per value, not one list parameter: the statement keeps the
-    constant IN list DuckDB plans it with. An empty list matches nothing.
-    """
+    """Placeholders `$name0, $name1, ...` for `values`, each bound in `params`: a constant
+    IN list DuckDB plans with, unlike one list parameter. An empty list matches nothing."""
     if not values:
         return "NULL"
     names = [f"{name}{index}" for index in range(len(values))]

@@ -2,7 +2,7 @@
 
 Server side only, and the store's one use of Arrow compute: collector/encode/rows.py
 builds the tables in the extraction worker without it, so the worker never loads
-pyarrow.compute (~6 MB of its private memory). No SQL here.
+pyarrow.compute. No SQL here.
 """
 
 from __future__ import annotations
