@@ -1,22 +1,14 @@
 """The replayed history of one execution's store: the types replay hands out, and reading them.
 
-A `History` holds every state the store went through, rebuilt on demand from
-checkpoints (collector/replay/checkpoints.py), which of those states the evidence
-verifies (`Step`), and `Diagnostic`s that say in plain words what is missing or
-contradictory and what to do about it. collector/replay/walk.py builds one from an
-execution's transitions and evidence, and its docstring holds the rules of
-verification, severity and verdicts (selection's are collector/replay/selection.py's,
-the findings' wording collector/replay/findings.py's). collector/replay/snapshot.py saves a
-long one and brings it back with `History.restored`.
+A `History` holds every state the store went through (rebuilt on demand from
+checkpoints), which of them the evidence verifies (`Step`), and `Diagnostic`s that
+say in plain words what is missing or contradictory. walk.py builds one by the rules
+in docs/guarantees.md, "The rules replay follows"; snapshot.py saves a long one.
 
 Invariant: a History is read-only once built, and every JSON value it hands out
 is a fresh copy the caller owns, except the states `walk` and
 `spaced_checkpoints` lend, which are read and never changed. Pure: no I/O, no
 logging, no clock.
-
-Parsing, pointers, patching and comparing JSON live in collector/replay/jsondoc.py;
-tracing which writes reached one field is collector/replay/provenance.py, built on
-this module's public API.
 """
 
 from __future__ import annotations
@@ -214,12 +206,9 @@ class History:
     def missing_sequences(self) -> Mapping[int | None, tuple[int, int]]:
         """The holes in the run's sequences: (first, last) missing, keyed by the step after each.
 
-        The key None holds the trailing hole, between the last step received and
-        the end the owner span declared. Contract 1 carries no sequences (its
-        steps are numbered by time), and a run in flight declares no bounds, so
-        only the holes between received producer sequences are known there.
-        Worked out once: the timeline, the verdict, provenance and the JSON twin
-        all read it.
+        The key None holds the trailing hole before the declared end. Contract 1 has
+        no sequences and a run in flight no bounds, so only holes between received
+        sequences are known there.
         """
         if any(step.transition.sequence is None for step in self.steps):
             return MappingProxyType({})
@@ -338,9 +327,8 @@ class History:
 def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
     """Each step with the state after it, in one forward pass (for indexing and export).
 
-    The state yielded is the pass's live working document, not a copy: read it
-    before advancing and never mutate it; copy what you keep. That is what makes
-    a full walk cost one replay rather than one whole-state copy per step.
+    The state yielded is the live working document, lent so a full walk costs one
+    replay rather than a copy per step: read it before advancing, never mutate it.
     Raises StateUnavailableError when the history has no start state.
     """
     doc = history._require_states(history.start_sequence).after(-1)
