@@ -1,23 +1,11 @@
 """The ingest pipeline shared by every transport: screen -> spool -> extract -> store.
 
-Transports (gRPC, HTTP) call `Ingestor.ingest` from their worker threads with
-a parsed request. The call screens the spans (which can be stored, which are
-rejected and why), then hands the request's bytes to one writer thread that
-appends whatever has queued up to the intake spool with a single fdatasync
-(group commit), so concurrent exporters share one flush. Once the bytes are
-synced the export is durable, and the extractor thread turns it into DuckDB
-rows in arrival order (collector/intake/spool.py, collector/intake/extractor.py), with the
-decoding done in a child process when `extraction_worker` is set
-(collector/intake/worker.py).
-
-When to acknowledge: if nothing is queued ahead of this export (the extractor
-is idle, as it is for an exporter that sends one request at a time), the call
-also waits, briefly, until the export's rows are committed, so an exporter
-that then queries sees its data, and a failing database is answered with
-"retry" as before. Otherwise the call returns as soon as the spool has the
-export: a burst waits in the spool instead of in the exporters' queues (which
-drop spans when full). The backlog is bounded; past the bound exports are
-refused with a retry delay until the extractor catches up.
+`Ingestor.ingest` screens a parsed request's spans, then one writer thread appends
+whatever has queued to the spool with one fdatasync (group commit); once synced the
+export is durable and the extractor stores it in arrival order. When nothing is queued
+ahead, the call also waits briefly for the commit, so an exporter that then queries
+sees its data; otherwise a burst waits in the spool rather than in exporters' queues,
+up to a bounded backlog past which exports are refused with a retry delay.
 """
 
 from __future__ import annotations

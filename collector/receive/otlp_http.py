@@ -1,30 +1,15 @@
 """OTLP/HTTP transport (`POST /v1/traces`): auth, limits, status codes and partial success.
 
-The HTTP twin of `collector/receive/otlp_grpc.py`, following the same rules and giving
-the same answers (collector/receive/answers.py); nothing here decodes spans or
-touches storage except through the injected `ExportSink`. A body is parsed by
-collector/decode/otlp.py (protobuf) or collector/receive/otlp_json.py (OTLP JSON).
+The HTTP twin of otlp_grpc.py, with the same answers (answers.py); it decodes nothing
+and stores nothing but through the injected `ExportSink`. Status codes follow the
+OTLP/HTTP specification (docs/operations.md, "What the receiver answers").
 
 Invariants:
-- a 200 is sent only after `ExportSink.ingest` returned, that is once the export
-  is durable (collector/intake/ingest.py);
-- one request never holds more than the receive limit, compressed or inflated:
-  Content-Length is checked before reading, and bytes are counted while reading
-  and while inflating (a gzip bomb stops at the limit);
-- a body in transit holds the admission bytes it has sent and no slot; it takes
-  a slot once it is complete (collector/receive/admission.py), and is cut off (408,
-  its bytes freed at once) when it arrives slower than the `UploadPace` allows;
-- every answer is in the request's encoding: an ExportTraceServiceResponse on
-  success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
-
-Status codes follow the OTLP/HTTP specification:
-- 400 INVALID_ARGUMENT: the body is not an export request, or the gzip stream
-  is corrupt (not retryable); a malformed id rejects only its span (partial success);
-- 401 UNAUTHENTICATED: no accepted key (with WWW-Authenticate);
-- 408: the body arrived too slowly (see UploadPace);
-- 413: over the receive limit; 415: a content type or encoding we do not read;
-- 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
-  shutdown (retryable).
+- a 200 is sent only once the export is durable (`ExportSink.ingest` returned);
+- a request never holds more than the receive limit, compressed or inflated;
+- a body in transit holds the admission bytes it has sent and no slot, and is cut off
+  (408) when slower than `UploadPace` allows;
+- every answer is in the request's encoding, protobuf or OTLP JSON.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """OTLP JSON: an export request in the OTLP/HTTP JSON encoding -> its protobuf message.
 
-Stage: pure decoding, for collector/receive/otlp_http.py (which also writes its answers
-in this encoding: BodyFormat.serialize). The encoding is protobuf's JSON
-mapping but for ids, which are hex where protobuf's JSON says base64.
-
-Invariant: `parse_request` returns an ExportTraceServiceRequest or raises
-DecodeError; a malformed id rejects only its span (it arrives as an id of a
-length no id has), never the whole request.
+Pure. Protobuf's JSON mapping, but ids are hex where protobuf says base64. Invariant:
+`parse_request` returns an ExportTraceServiceRequest or raises DecodeError; a malformed
+id rejects only its span (it arrives as an id of impossible length).
 """
 
 from __future__ import annotations
