@@ -68,20 +68,12 @@ def layout(cursor: duckdb.DuckDBPyConnection) -> IndexLayout:
     return IndexLayout(int(row[0]), int(row[1]))
 
 
-# The rewrite is built beside the live tables and swapped in: each live table
-# gets a twin, filled a piece at a time in transactions of its own. A piece is
-# a range of the table's order (`ORDER_KEYS`), bounded so that its sort fits in
-# a fraction of DuckDB's memory limit whatever the index's size. Replays and
-# prunes that change a run's rows meanwhile are noted (rewrite.Rewrite.touched);
-# before the swap those runs' rows in the twin are replaced by their live ones,
-# so every run has exactly its live rows in the twin, whichever snapshot each
-# piece read.
+# Each live table gets a twin, filled a piece (a range of `ORDER_KEYS`) at a time;
+# runs changed meanwhile get their live rows again before the swap (rewrite.py).
 TWIN_SUFFIX: Final = "_compacting"
-# Each table's sort key, then the run key, which orders rows the sort key ties
-# (a boolean path's rows all tie), so that a piece can end inside them. Each
-# column as compared, never NULL (a piece's bounds are compared with `=`/`>`):
-# within one path and kind, num (or str_key) is either set on every row or on
-# none, so coalescing it keeps the sort key's order.
+# Each table's sort key, then the run key, so a piece can end inside rows the sort key
+# ties. Coalesced, never NULL (bounds compare with `=`/`>`): within one path and kind
+# num (or str_key) is set on every row or none, so the order is kept.
 ORDER_KEYS: Final = {
     TABLE: ("parent_key", "path_key", "kind", "coalesce(num, 0)", "coalesce(str_key, 0)",
             "coalesce(run_key, 0)"),
@@ -91,12 +83,9 @@ SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, 
 # Sampled rows per piece when planning the pieces' bounds.
 SAMPLES_PER_PIECE: Final = 100
 
-# An index mostly in arrival order (the first rewrite of a big one) holds
-# every path in every row group, so a piece of paths would read the whole
-# table. Then the rewrite first copies it a range of run keys at a time (run
-# keys follow arrival: zone maps find each range) into a staging table, each
-# range sorted, and then merges those sorted stretches, a piece of the order at
-# a time, into the twin.
+# An index mostly in arrival order has every path in every row group, so a piece of
+# paths would read the whole table: it is first copied sorted a run-key range at a
+# time (zone maps find each) into staging tables, then merged into the twin.
 STAGED_SUFFIX: Final = "_staged"
 RUN_ORDER: Final = ("coalesce(run_key, 0)",)
 _COLUMNS: Final = {RUN_ORDER[0]: "run_key"}  # the column a coalesced key compares
@@ -126,14 +115,9 @@ def staged(table: str) -> str:
 
 
 def begin(cursor: duckdb.DuckDBPyConnection) -> list[Piece]:
-    """Create empty twins of both tables and plan the pieces that fill them, in order.
-
-    Each twin is made from its table's own definition (as DuckDB reports it,
-    so the schema the migrations built is kept exactly). Twins left by a
-    rewrite that never finished are dropped first. An index mostly in arrival
-    order is copied to staging tables first (STAGED_SUFFIX): `plan_merge`
-    plans the rest once that is done.
-    """
+    """Create empty twins of both tables (from DuckDB's own definitions, so the schema is
+    kept exactly) and plan the pieces that fill them, in order; or stage an index
+    mostly in arrival order first, for `plan_merge`. Leftover twins are dropped first."""
     arrival = _mostly_in_arrival_order(cursor)
     pieces: list[Piece] = []
     for table in (TABLE, RANGES):
@@ -196,10 +180,8 @@ def copy_piece(cursor: duckdb.DuckDBPyConnection, piece: Piece) -> None:
     keys, after, upto = piece.keys, piece.after, piece.upto
     conditions = ["TRUE"]
     params: list[object] = []
-    # Plain comparisons of the first key's column (and of the second, within
-    # one value of the first) let zone maps skip row groups; `_beyond` is exact.
-    # A coalesced first key's NULLs compare as 0, in the first piece: that one
-    # gets no plain comparison.
+    # Plain comparisons of the first keys let zone maps skip row groups; `_beyond` is
+    # exact. The first piece gets none: a coalesced first key's NULLs compare as 0.
     column = _COLUMNS.get(keys[0], keys[0])
     if after is not None:
         conditions.append(f"{column} >= ?")
@@ -234,11 +216,8 @@ def _beyond(keys: tuple[str, ...], bound: OrderKey, params: list[object]) -> str
 def _boundaries(
     cursor: duckdb.DuckDBPyConnection, table: str, order: tuple[str, ...]
 ) -> list[OrderKey]:
-    """Ascending values of `order` that cut the table into pieces of about CHUNK_ROWS rows.
-
-    Taken from a sample, which costs one scan of the key columns and a sort of
-    the sample alone.
-    """
+    """Ascending values of `order` that cut the table into pieces of about CHUNK_ROWS rows,
+    from a sample (one scan of the key columns, a sort of the sample alone)."""
     counted = cursor.execute(f"SELECT count(*) FROM {table}").fetchone()
     pieces = -(-int(counted[0]) // CHUNK_ROWS) if counted else 0
     if pieces <= 1:
@@ -257,13 +236,8 @@ def _boundaries(
 
 
 def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_keys: set[int], sweep: bool) -> int:
-    """Give the runs with these keys their live rows in the twins; return the
-    field_values rows copied.
-
-    With `sweep`, also drop the twins' rows of runs no longer stored, as the
-    orphan sweep did to the live tables (collector/store/retention.py).
-    Each statement scans its table, so none runs without a reason to.
-    """
+    """Give the runs with these keys their live rows in the twins; return the field_values
+    rows copied. With `sweep`, also drop rows of runs no longer stored, as retention did."""
     copied = 0
     listed = sorted(run_keys)
     for table in (TABLE, RANGES):
@@ -290,11 +264,8 @@ def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_keys: set[int], sweep: b
 
 
 def swap(cursor: duckdb.DuckDBPyConnection, refreshed_rows: int) -> int:
-    """Put the twins in their tables' places; return the field_values rows now stored.
-
-    `refreshed_rows` of them were copied by `refresh_runs`, after the sorted
-    pieces: the layout counts them as appended.
-    """
+    """Put the twins in their tables' places; return the field_values rows now stored
+    (`refreshed_rows`, copied out of order, are counted as appended)."""
     for table in (TABLE, RANGES):
         cursor.execute(f"DROP TABLE IF EXISTS {staged(table)}")
         cursor.execute(f"DROP TABLE {table}")

@@ -32,9 +32,8 @@ from collector.store.transactions import transaction
 
 _T = TypeVar("_T")
 
-# A rewrite swaps its copy in, under the field-index lock, once at most this
-# many runs changed since its last catch-up (each costs a few dozen rows to
-# copy; the scans of the index cost the same for one run as for this)...
+# A rewrite swaps its copy in once at most this many runs changed since its last
+# catch-up (the index scans cost the same for one run as for this many)...
 SWAP_REFRESH_RUNS = 2_000
 # ... or after this many catch-ups, whatever changed during the last one.
 MAX_CATCH_UPS = 3
@@ -42,11 +41,9 @@ MAX_CATCH_UPS = 3
 # of exports cannot keep the rewrite from ever finishing. (Shrinking preempted pieces
 # instead was slower: each smaller piece scans the whole unsorted source.)
 MAX_PREEMPTIONS = 3
-# Exports waiting for the write lock take it before a piece does (else the
-# rewrite, which lets it go and asks again at once, wins it back and is
-# preempted again: one export cost up to MAX_PREEMPTIONS tries and then a whole
-# piece). A piece waits at most this long for them, so that the rewrite still
-# gets its turn while exports queue for the lock without a pause.
+# Exports waiting for the write lock take it before a piece does (else the rewrite
+# wins it back at once and is preempted again); a piece waits at most this long, so
+# the rewrite still gets its turn under a steady queue of exports.
 EXPORTS_FIRST_SECONDS = 1.0
 
 
@@ -88,16 +85,12 @@ class Rewriter:
 
     def __init__(self) -> None:
         self._rewrite: Rewrite | None = None
-        # The cursor of the step in progress, for `interrupt`.
         self._step_cursor: duckdb.DuckDBPyConnection | None = None
-        # A piece that an export may interrupt (`preempt`), and whether one did.
         self._preemptible: duckdb.DuckDBPyConnection | None = None
         self._preempted = False
         self._stopping = False
-        # Exports waiting for the write lock (`exports_first`), which pieces let go first.
         self.exports_first = Foreground(EXPORTS_FIRST_SECONDS)
-        # Since the store opened: pieces an export interrupted, and pieces copied
-        # through after MAX_PREEMPTIONS (read by bench_filter_store and tests).
+        # Since the store opened (read by bench_filter_store and tests).
         self.preemptions = 0
         self.forced_pieces = 0
 
@@ -109,13 +102,9 @@ class Rewriter:
     def run(
         self, host: Host, policy: field_layout.CompactionPolicy, pause: Callable[[], bool]
     ) -> bool:
-        """Start a rewrite if one is due, or resume the one in progress; return
-        whether it was swapped in during this call.
-
-        `pause` is asked after every step: True leaves the rest to the next
-        call. Raises StoreError (a step that failed rolled back; the next call
-        repeats it).
-        """
+        """Start a rewrite if due, or resume the one in progress; whether it was swapped in.
+        `pause` is asked after every step. Raises StoreError (the failed step rolled back
+        and the next call repeats it)."""
         rewrite = self._rewrite or self._start(host, policy)
         if rewrite is None:
             return False
@@ -178,7 +167,7 @@ class Rewriter:
 
     def _start(self, host: Host, policy: field_layout.CompactionPolicy) -> Rewrite | None:
         """A new rewrite if one is due, noting changes from now on (under the field-index
-        lock, so that every change the pieces may not see is noted)."""
+        lock, so no change the pieces may miss goes unnoted)."""
         with host.field_index_lock, host.cursor() as cursor:
             if self._stopping or not policy.due(field_layout.layout(cursor)):
                 return None
