@@ -111,12 +111,8 @@ class Config:
         return self._login_reason() is not None
 
     def _login_reason(self) -> str | None:
-        """Why the studio needs a login, or None if it may go without.
-
-        A root path or trusted proxies mean a reverse proxy publishes the
-        studio, though it listens on loopback: the proxy's visitors all arrive
-        from loopback, so loopback vouches for no one.
-        """
+        """Why the studio needs a login, or None. Behind a reverse proxy (a root path,
+        trusted proxies) every visitor arrives from loopback, which vouches for no one."""
         if self.auth:
             return "--auth was given"
         if not is_loopback(self.host):
@@ -348,12 +344,8 @@ def _add_connection_limit_arguments(
 
 
 def root_path_argument(text: str) -> str:
-    """A --root-path as stored: "" or "/a/b", with no trailing slash.
-
-    The prefix is written into every link and cookie path, so anything a URL
-    path would escape or end early at (a query, a fragment, a space, "..") is
-    refused rather than guessed at.
-    """
+    """A --root-path as stored: "" or "/a/b". It is written into every link and cookie
+    path, so a query, fragment, space or ".." is refused rather than guessed at."""
     stripped = text.strip().rstrip("/")
     if not stripped:
         return ""

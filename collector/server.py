@@ -94,12 +94,8 @@ def running(
     grpc: bool = True,
 ) -> Iterator[tuple[WriteSide, SinkT]]:
     """Open the store and start the threads and receivers, in order; stop them backwards.
-
-    `history_sink` is handed the store and returns where the replayer offers the
-    long histories it just built (the studio's inspector), so the first view of
-    a long run that was just ingested does not replay it again; it is yielded
-    beside the write side.
-    """
+    `history_sink(store)` is where the replayer offers long histories (the studio's
+    inspector), yielded beside the write side."""
     with contextlib.ExitStack() as stack:
         store = Store(
             config.db_path,

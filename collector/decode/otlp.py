@@ -77,12 +77,9 @@ _PROTOBUF_ERRORS: Final = (message.DecodeError, RuntimeWarning)
 class ResourceRecord:
     """A resource + scope pair as sent, content-addressed so repeats are stored once.
 
-    `resource_raw` and `scope_raw` are the Resource's and the InstrumentationScope's
-    own protobuf bytes, kept as spans keep theirs: every attribute with its type
-    (bytes stay bytes, NaN stays NaN), repeated keys, and the dropped counts. The
-    service name, scope name and version and the attributes as JSON are decoded
-    from them, for querying and listing. The key covers the bytes and both schema
-    URLs: whatever tells two resources apart makes them two rows.
+    Their own protobuf bytes are kept, so every attribute keeps its type; the decoded
+    columns are for queries. The key covers the bytes and both schema URLs: whatever
+    tells two resources apart makes them two rows.
     """
 
     key: str
@@ -141,12 +138,8 @@ def parse_request(body: bytes) -> ExportRequestPB2:
 
 
 def iter_spans(body: bytes) -> Iterator[DecodedSpan | RejectedSpan]:
-    """Yield a record for every span in an export request's bytes, in request order.
-
-    Reads through collector/decode/wire.py's schema: each span keeps its own bytes as
-    they arrived, and its attributes are a map. Raises DecodeError if the body
-    is not an export request.
-    """
+    """Yield a record for every span in an export request's bytes, in request order, read
+    through wire.py's schema. Raises DecodeError if the body is not an export request."""
     try:
         request = wire.parse_request_view(body)
     except _PROTOBUF_ERRORS as exc:
@@ -427,14 +420,9 @@ def json_safe(value: AttributeValue | Mapping[str, AttributeValue]) -> Any:
 
 
 def _json_text(value: AttributeValue | Mapping[str, AttributeValue], **options: Any) -> str:
-    """Strict JSON (RFC 8259) for attribute values, whatever double they hold.
-
-    A double attribute may be NaN or infinite. Python writes those as bare
-    NaN/Infinity, which is not JSON: the resources' JSON column refused the
-    export (and every export grouped into the same commit), and the studio's
-    JSON answers failed. Such numbers are written as strings instead; the
-    span's own protobuf bytes keep the real value.
-    """
+    """Strict JSON (RFC 8259) for attribute values: NaN and infinities, which the JSON
+    column would refuse (with the whole commit), are written as strings; the span's
+    own bytes keep the real value."""
     try:
         return json.dumps(value, default=_json_default, allow_nan=False, **options)
     except ValueError:

@@ -34,13 +34,9 @@ from collector.replay.jsondoc import (
 
 
 def field_index(history: History, run_id: str, touched: Nodes | None = None) -> FieldIndex:
-    """The filterable values of a history: its start, every write, and its end.
-
-    The end is the recorded end state when there is one (it is what the run
-    ended with, whatever the evidence in between), else the replayed end.
-    `touched` is what a `TouchedValues` saw during the replay; without it the
-    history is walked again to find the same values.
-    """
+    """The filterable values of a history: its start, every write, and its end (the
+    recorded one when there is one: what the run ended with). Without `touched` (a
+    `TouchedValues`) the history is walked again."""
     recorded = history.recorded_end
     if not history.has_states:
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)

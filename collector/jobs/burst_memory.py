@@ -69,13 +69,9 @@ class BurstMemory:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """The lower limit for the block, then the configured one again: for the
-        field index's rewrite, whose sorts fill whatever pool they are given.
-
-        Without a reopen after it: the rewrite's pieces, each one large
-        transaction, pin next to nothing, and the rewrite pauses for every
-        export (a reopen each time would empty the cache for nothing).
-        """
+        """The lower limit for the block (the field index's rewrite, whose sorts fill
+        whatever pool they get), then the configured one, with no reopen: large
+        transactions pin next to nothing."""
         self.enter()
         try:
             yield

@@ -48,12 +48,8 @@ def tune_for_server() -> None:
 
 
 def tune_for_worker() -> None:
-    """One glibc arena (one thread allocates) and the system allocator for Arrow.
-
-    For the extraction worker (collector/intake/worker.py), which builds
-    the Arrow tables of every commit and hands them back to the server; it
-    frees memory itself after each run, so it needs no releasing thread.
-    """
+    """One glibc arena and the system allocator for Arrow, for the extraction worker
+    (one allocating thread, which frees memory itself after each run)."""
     _tune(WORKER_ARENAS)
 
 
@@ -65,12 +61,8 @@ def _tune(arenas: int) -> None:
 
 
 def release_free_memory() -> None:
-    """Give the system back what glibc and DuckDB's jemalloc hold freed.
-
-    Safe from any thread, at any time; each half is a no-op where its
-    allocator is not there. ctypes releases the interpreter lock for each
-    call, and each takes a millisecond or two.
-    """
+    """Give the system back what glibc and DuckDB's jemalloc hold freed; safe from any
+    thread, a no-op where an allocator is not there."""
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
@@ -99,14 +91,9 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def return_duckdb_pages_at_once() -> None:
-    """Have DuckDB's jemalloc give pages back to the system as soon as they are freed.
-
-    jemalloc's decay times (DuckDB's build: one second dirty, then one second
-    "muzzy", still resident) become 0 for its arenas now and for those it
-    creates later. It then returns freed memory at the cost of a system call
-    per freed extent, which is what bounds the server's RSS at checkpoints.
-    Loads DuckDB: meant for the processes that use it.
-    """
+    """Have DuckDB's jemalloc give pages back as soon as they are freed (decay 0, for its
+    arenas now and later): a system call per freed extent bounds RSS at checkpoints.
+    Loads DuckDB: meant for the processes that use it."""
     import duckdb  # noqa: F401  (loads the extension module whose allocator this tunes)
 
     mallctl = _duckdb_mallctl()
@@ -148,12 +135,8 @@ def _duckdb_purge() -> Callable[[], None] | None:
 
 @functools.cache
 def _duckdb_mallctl() -> Mallctl | None:
-    """jemalloc's control function inside DuckDB's extension module, if it has one.
-
-    DuckDB links jemalloc statically on Linux and exports it with a
-    `duckdb_je_` prefix; other builds (macOS, Windows, musl) use the system
-    allocator, which `malloc_trim` covers where there is one.
-    """
+    """jemalloc's control function inside DuckDB's module (`duckdb_je_`, Linux builds
+    only; elsewhere DuckDB uses the system allocator)."""
     try:
         library = ctypes.CDLL(sys.modules["_duckdb"].__file__)
         function = library.duckdb_je_mallctl

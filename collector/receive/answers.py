@@ -60,13 +60,9 @@ def retry_info(delay_seconds: int) -> RetryInfoPB2:
 def error_status(
     code: int, message: str, retry: RetryInfoPB2 | None = None, *, bad_request: bool = False
 ) -> StatusPB2:
-    """A google.rpc.Status; with `retry`, that RetryInfo is packed into its details.
-
-    With `bad_request` (an export that can never be stored as sent) its details
-    carry a google.rpc.BadRequest describing the bad data, as OTLP asks of
-    INVALID_ARGUMENT / 400 answers. Which field is wrong is rarely known for an
-    undecodable body, so the violation names none and says what was found.
-    """
+    """A google.rpc.Status; with `retry`, RetryInfo in its details; with `bad_request`, a
+    google.rpc.BadRequest as OTLP asks of INVALID_ARGUMENT (naming no field: for an
+    undecodable body which one is rarely known)."""
     status = StatusPB2(code=code, message=message)
     if retry is not None:
         detail = any_pb2.Any()

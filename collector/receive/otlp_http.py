@@ -83,11 +83,9 @@ class BodyFormat(enum.Enum):
 class UploadPace:
     """How fast a body must arrive, or be answered 408 and its admission freed.
 
-    Like Apache's mod_reqtimeout (`body=grace,MinRate=rate`): the body may take
-    `grace_seconds`, plus one second for every `min_bytes_per_second` it has
-    sent, never more than `max_seconds` in all, and may not pause for longer
-    than `grace_seconds`. Exporters send a batch at once; a client trickling
-    bytes to hold its place is cut off after the grace.
+    Like Apache's mod_reqtimeout (`body=grace,MinRate=rate`): `grace_seconds` plus a
+    second per `min_bytes_per_second` sent, at most `max_seconds`, and no pause longer
+    than the grace. Exporters send a batch at once; a trickle is cut off.
     """
 
     grace_seconds: float = 5.0
@@ -176,12 +174,8 @@ class HttpTraceReceiver:
             share.leave()
 
     async def _read_body(self, request: Request, share: _Share) -> bytes:
-        """The body, within the receive limit, the admission budget and the upload pace.
-
-        The pace frees the bytes a stalled or trickling upload holds, and its
-        connection (collector/receive/http_deadlines.py closes a connection answered
-        before its body was read).
-        """
+        """The body, within the receive limit, the admission budget and the upload pace
+        (which frees what a stalled upload holds, and its connection)."""
         chunks: list[bytes] = []
         size = 0
         pieces = aiter(request.stream())
@@ -234,12 +228,9 @@ class HttpTraceReceiver:
     def _gunzip(self, body: bytes, share: _Share) -> bytes:
         """Inflate, never past the receive limit, growing the admission share as it goes.
 
-        Concatenated gzip members are one valid stream (RFC 1952), so each is
-        inflated in turn, up to MAX_GZIP_MEMBERS (exporters send one); a
-        truncated or corrupt stream is the client's error. Input goes in in
-        slices of GZIP_INPUT_BYTES: zlib copies what follows a member's end,
-        and handing it the whole rest of the body for each of many empty
-        members took quadratic time.
+        Concatenated members are one valid stream (RFC 1952), up to MAX_GZIP_MEMBERS.
+        Input goes in slices of GZIP_INPUT_BYTES: zlib copies what follows a member's
+        end, so the whole rest for each of many empty members was quadratic.
         """
         inflated = bytearray()
         view = memoryview(body)

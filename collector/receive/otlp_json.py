@@ -23,13 +23,9 @@ _LINK_ID_FIELDS: Final = ("traceId", "spanId")
 
 
 def parse_request(body: bytes) -> ExportRequestPB2:
-    """An OTLP JSON export request, whose ids are hex where protobuf's JSON says base64.
-
-    The ids are rewritten in place to base64 at the fields the OTLP JSON
-    encoding names, then protobuf's own parser does the rest (int64 as string or
-    number, enums as integers). Unknown fields are ignored, as the encoding
-    requires for forward compatibility. Raises DecodeError for anything else.
-    """
+    """An OTLP JSON export request: hex ids rewritten to base64 where the encoding names
+    them, then protobuf's parser (unknown fields ignored, as the encoding requires).
+    Raises DecodeError."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as exc:

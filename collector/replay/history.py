@@ -73,13 +73,9 @@ class Diagnostic:
 
 
 class Step(NamedTuple):
-    """One transition as replay saw it.
-
-    `sequence` is the producer's sequence, or the 1-based position in time order
-    for contract 1 (where `transition.sequence` is None). `applied` says the
-    patch changed the replayed state; `verified` that the state after this step
-    is proven by the evidence; `foreign` that it was carried outside the owner.
-    """
+    """One transition as replay saw it: `sequence` (for contract 1, the position in time
+    order), whether its patch was `applied`, the state after it `verified`, and whether
+    it was carried outside the owner (`foreign`)."""
 
     sequence: int
     transition: Transition
@@ -91,12 +87,8 @@ class Step(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class OpChange:
-    """What one patch operation did at its target, for a diff view.
-
-    `before` is what sat at `path` and was overwritten (MISSING for an insert);
-    `after` is what the operation left there (MISSING for a remove). For a move,
-    `from_path` lost the value that `after` shows.
-    """
+    """What one patch operation did at its target, for a diff view: `before` (MISSING for
+    an insert), `after` (MISSING for a remove); a move's `from_path` lost `after`."""
 
     op: str
     path: str
@@ -170,12 +162,8 @@ class History:
         end_sequence: int | None,
         checkpoints: Sequence[tuple[int, str]],
     ) -> History:
-        """A History rebuilt from what a replay saved (replay/snapshot.py), patching nothing.
-
-        `checkpoints` are `spaced_checkpoints` as JSON text (none when the replayed
-        history had no states). A step's patch is applied when a state is rebuilt
-        exactly when it was applied in the replay, which `Step.applied` records.
-        """
+        """A History rebuilt from what a replay saved (snapshot.py), patching nothing;
+        `checkpoints` are `spaced_checkpoints` as JSON text."""
         states = None
         if checkpoints:
             patches = [step.transition.patch_json if step.applied else None for step in steps]
@@ -192,12 +180,8 @@ class History:
         )
 
     def spaced_checkpoints(self, min_work: int) -> list[tuple[int, JsonValue]]:
-        """(step index, state) checkpoints at least `min_work` patch work apart, start and end kept.
-
-        What a snapshot saves. Index -1 is the start state. The states are the
-        history's own: read them (to serialize) and never change them. Empty when
-        the history has no states.
-        """
+        """(step index, state) checkpoints at least `min_work` patch work apart, start (-1)
+        and end kept: what a snapshot saves. The states are lent: never change them."""
         if self._states is None:
             return []
         return self._states.spaced(min_work)
@@ -341,13 +325,9 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
 def holes(
     sequences: Iterable[int], lower: int | None, upper: int | None
 ) -> dict[int | None, tuple[int, int]]:
-    """The runs missing from ascending `sequences` in (lower, upper]: (first, last) of each.
-
-    Each run is keyed by the sequence received right after it; the key None
-    holds the trailing run, between the last sequence and `upper`. A bound that
-    is None is not known: nothing before the first sequence (lower) or after the
-    last (upper) counts as missing then.
-    """
+    """The runs missing from ascending `sequences` in (lower, upper]: (first, last) of each,
+    keyed by the sequence after it (None: the trailing run). A None bound is unknown,
+    so nothing beyond the received sequences counts as missing there."""
     found: dict[int | None, tuple[int, int]] = {}
     expected = None if lower is None else lower + 1
     for sequence in sequences:

@@ -256,9 +256,8 @@ def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
 def list_index(token: str) -> int | None:
     """The array index a reference token names, or None if it names none (e.g. "-", "01").
 
-    RFC 6901: ASCII decimal digits without leading zeros, exactly as jsonpointer
-    reads them. `str.isdigit` alone also accepts other scripts' digits ("\\u0661"
-    would name index 1) and digit-like signs `int` rejects ("\\u00b2").
+    RFC 6901: ASCII digits without leading zeros, as jsonpointer reads them
+    (`str.isdigit` alone accepts other scripts' digits).
     """
     if token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"):
         return int(token)
@@ -419,13 +418,9 @@ _LIMIT_UNITS: Final[dict[LimitName, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
-    """The most one replayed state may hold (docs/limits.md, section "Documents").
-
-    `max_bytes` counts a document as `measure` does (its compact JSON text);
-    `max_nodes` counts every value in it, containers included; `max_depth` the
-    containers nested in one another, at most MAX_JSON_DEPTH, the parse-side
-    cap that every recursive walker of a document relies on.
-    """
+    """The most one replayed state may hold (docs/limits.md, "Documents"), counted as
+    `measure` counts; `max_depth` is at most MAX_JSON_DEPTH, which recursive walkers
+    rely on."""
 
     max_bytes: int = 16 * MIB
     max_nodes: int = 1_000_000
@@ -672,12 +667,8 @@ def _index_after_removal(
 def apply_op_recording(
     doc: JsonValue, op: JsonPatchOp
 ) -> tuple[JsonValue | Missing, JsonValue | Missing, JsonValue]:
-    """Apply one operation in place: what sat at its target before, what is there after, the doc.
-
-    Before is MISSING when the operation inserts into a list (nothing is
-    overwritten); after is MISSING for a remove. Both are copies the caller
-    owns. Raises what `patch_in_place` raises when the operation does not apply.
-    """
+    """Apply one operation in place: (before, after, doc) as in `OpChange`, copies the
+    caller owns. Raises what `patch_in_place` raises."""
     kind = str(op["op"])
     parts = pointer_parts(str(op["path"]))
     inserting = kind in {"add", "move", "copy"} and _is_list_slot(doc, parts)

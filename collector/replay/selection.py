@@ -75,13 +75,8 @@ def own_evidence(
     evidence: Iterable[EvidenceSpan],
     owner_span_ids: Collection[str] | None,
 ) -> list[EvidenceSpan]:
-    """The evidence whose losses can touch this run: its own spans and its store's carriers.
-
-    A span outside the owner's subtree that carried none of the store's
-    transitions belongs to another run of the trace (a sibling subflow, the
-    parent's node); what it dropped is that run's loss, not this one's.
-    Without a known subtree every span counts.
-    """
+    """The evidence whose losses can touch this run: its own spans and its store's
+    carriers (another span's losses are another run's); all, without a known subtree."""
     if owner_span_ids is None:
         return list(evidence)
     store_id = execution.store_id
