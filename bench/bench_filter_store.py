@@ -33,8 +33,8 @@ Timed through the API's code path (`studio.params.execution_query` then
     never replayed, which has no snapshot to restore, is shown for comparison).
 Each figure is also a ratio to a same-run baseline, `SELECT count(*) FROM
 executions`, so the ratios hold across machines. The store is timed at
-`serve`'s DuckDB memory limit and thread count (`--memory-limit` to vary it):
-the `final` equality filter was ~30% slower at 96 MB than at 128 MB, by ratio.
+`serve`'s DuckDB memory limit and thread count (`--memory-limit` to vary it,
+since the filters' speed depends on it).
 
     .venv/bin/python -m bench.bench_filter_store --executions 100000
 """

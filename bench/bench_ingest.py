@@ -1,50 +1,15 @@
 """Durable OTLP/gRPC ingest throughput of `statetrail serve` against a parse-only baseline.
 
-What is measured, and why:
-
-- Two servers run in the same run, on the same machine, under the same load, so the ratio
-  between them means something even on a noisy box:
-  1. *baseline*: a grpcio server (started here in a subprocess) whose TraceService/Export
-     parses the ExportTraceServiceRequest and throws it away. It is the cost every
-     OTLP/gRPC receiver in Python pays before doing anything useful.
-  2. *statetrail*: `statetrail serve` on a fresh DuckDB file. An export is acknowledged
-     once its bytes are fdatasynced to the intake spool (or, when nothing is queued
-     ahead of it, once its rows are committed to DuckDB); see collector/intake/ingest.py. So
-     the acknowledged rate alone overstates what is stored: after the load the bench
-     polls /healthz until every acknowledged span is in DuckDB and replayed, and also
-     reports the sustained rate, acknowledged spans / (load + time to store them).
-- The load is Junjo-shaped (SCHEMA.md sections 1-4): executions of about 10 spans (a
-  workflow span carrying ~2 KB `junjo.workflow.state.start`/`.end`, the execution graph
-  snapshot, store ids and transition bounds; node spans carrying `set_state` events with
-  JSON Patch attributes; one non-Junjo LLM client span), packed 512 spans per request
-  (~1 MB), which is what the OTel BatchSpanProcessor sends under load.
-- Requests are serialized once, up front. Each send only stamps a per-request number into
-  the id bytes (trace ids, span ids, run/store/event ids), so the exporters cost almost
-  nothing and nothing is deduplicated by the collector's primary keys.
-- Exporters are threads, each with its own channel (one HTTP/2 connection per exporter,
-  like separate processes running the OTel exporter), sending raw bytes over a unary-unary
-  call to `/opentelemetry.proto.collector.trace.v1.TraceService/Export`.
-- Reported per target: acknowledged spans/s, RPC latency p50/p99, peak RSS of the server
-  and its child processes at once (the server's VmHWM from /proc/<pid>/status, plus the
-  private memory its children, statetrail's extraction worker, held around that moment,
-  sampled every 0.1 s: see ChildMemory in bench/servers.py; the two peaks simply added
-  are printed too, and how much of the server's peak was library files it mapped,
-  which varies from run to run with the page cache) and failed RPCs. Then the statetrail/baseline
-  ratio against the targets (durable ingest >= 25% of the baseline's spans/s; peak RSS
-  <= 400 MB), printed as PASS/FAIL; this script never asserts on them.
-- After statetrail is stopped with SIGTERM, its DuckDB file is opened read-only and the
-  number of stored spans is compared with the number acknowledged: an acknowledged span
-  that is not there would be a durability bug.
-
-glibc: a ~1 MB message is above malloc's mmap threshold, so every request buffer is a fresh
-mmap/munmap with page faults, and glibc's dynamic threshold moves as buffers are freed. That
-makes the baseline's figure swing between runs. Both servers therefore get the same
-`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` (see `MALLOC_ENV` in bench/servers.py;
-`--no-malloc-env` turns it off), which keeps such buffers on the heap for both, so neither
-is favoured.
+Both servers run in the same run under the same Junjo-shaped load (~1 MB requests of 512
+spans, serialized once and re-stamped per send so nothing is deduplicated), so their ratio
+means something on a noisy box. An acknowledgement only means spooled, so after the load
+the script waits until everything is stored and replayed and also reports the sustained
+rate, peak RSS of the server and its worker at once, and whether the stopped server's
+file holds exactly the acknowledged spans. Targets are printed PASS/FAIL, never asserted;
+both servers get the same glibc malloc thresholds so neither is favoured. What each
+figure means: docs/benchmarks.md, "bench_ingest.py".
 
 Run: `.venv/bin/python bench/bench_ingest.py` (about 2 x 20 s), or `--quick` for a smoke run.
-Loopback only; every loop is bounded by a deadline or a request count.
 """
 
 from __future__ import annotations

@@ -84,11 +84,10 @@ class ChildMemory:
     included) is kept too, as an upper bound.
 
     `server_files_at_peak_mb` is the server's RssFile in the sample where its VmHWM
-    last rose: the library files it maps (DuckDB, Arrow, gRPC: ~100 MB of its peak).
-    How much of a library a process maps depends on the page cache, not on the
-    process: the same `serve` mapped 72-98 MB of files in some runs and 124-136 MB in
-    others (December 2026; the latter right after the venv was installed), so the
-    peak is printed with that part beside it. `server_peak_at` is when that sample was
+    last rose: the library files it maps (DuckDB, Arrow, gRPC). How much of them a
+    process maps depends on the page cache, not on the process, and moves between runs
+    of the same code, so the peak is printed with that part beside it (docs/memory.md's
+    log has the figures). `server_peak_at` is when that sample was
     taken (`time.monotonic()`), so a run can say whether the server peaked during the
     load, while storing its backlog or while replaying it.
     """
@@ -123,12 +122,9 @@ class ChildMemory:
         while not self._stopping.wait(self._interval):
             private = hwm = 0.0
             for child in _children(self._pid):
-                # A child between fork and exec still runs the server's program
-                # (vfork: in the server's own memory), and /proc shows the
-                # server's memory for it. The extractor starts a worker after
-                # every checkpoint; a sample taken in that moment showed one
-                # with 113 MB private, and a full run counted 187 MB (VmHWM
-                # 366 MB, the server's own peak) as the children's.
+                # A child between fork and exec still runs the server's program, and
+                # /proc shows the server's memory for it (the extractor starts a worker
+                # after every checkpoint), which would count the server's peak twice.
                 if _command_line(child) == server_command:
                     continue
                 status = _status_kib(child)

@@ -48,53 +48,17 @@ class Config:
     # (collector/intake/ingest.py); past this, exports are refused with a retry delay.
     max_backlog_bytes: int = 1024 * MIB
     grpc_workers: int = 16
-    # DuckDB's automatic checkpoint at its 16 MB default took ~75% of insert time.
-    # What is not checkpointed yet stays in DuckDB's buffer pool, and the rows
-    # a replay appends (field-index rows, hundreds an execution) are most of it:
-    # they held 55-76 MB of the burst's limit at a 128 MB threshold. Whatever
-    # runs out of memory at the burst's limit is run again at the configured one
-    # (collector/store/memory.py), so each such retry lifts the pool for its call;
-    # the highest peaks came in those retries, whose COMMIT checkpointed, and
-    # DuckDB's fatal "misaligned count" error followed some. In default
-    # bench_ingest runs (December 2026, a 96 MB burst limit) 112 calls ran out in
-    # a run at 128 MB, 44 and 84 in two at 64 MB (5 and 36 of them replay saves),
-    # and none in two at 32 MB. The cost is more checkpoints: the server's CPU a
-    # span while it stored the burst was 85-93 us against 70 at 64 MB, and
-    # storing it took 151-153 s against 115 (replaying it, 547-576 s against 564).
+    # The rows not yet checkpointed (mostly replay's field-index rows) stay in DuckDB's
+    # pool; a low threshold keeps them from crowding a burst's lower limit
+    # (docs/memory.md, "Checkpoint threshold").
     checkpoint_threshold: str = "32MB"
-    # DuckDB would otherwise cache up to 80% of RAM; the collector should stay small.
-    # This limit trades ingest RSS against field-filter latency, so it has two
-    # values (collector/jobs/burst_memory.py): the first while the server is idle
-    # or keeping up, for the studio's queries (bench_filter_store's `final`
-    # equality p50 over 1M executions, target 50 ms: 39-43 ms at 128 MB, 48-70
-    # ms at 96 MB); the second while a burst is stored and replayed, where
-    # bench_ingest's peak RSS came (403-430 MB at 128 MB, 364-410 MB at 96 MB,
-    # storing and replay as fast). 72 MB with the 64 MB checkpoint threshold was
-    # tried: 66 calls had run out of memory and been run again at the configured
-    # limit 400 s into a run (18 of them replay saves), against 44 in a whole
-    # run at 96 MB. With the 32 MB threshold no call ran out at 80 MB either,
-    # and serve peaked at 369-387 MB storing and replaying (387-399 at 96 MB), in
-    # December 2026 runs. The field index's idle-time rewrite that follows a
-    # burst runs at this lower limit too: at the configured one it peaked at
-    # 411-415 MB (bench_ingest --idle-after 120). Here, in pieces halved to fit
-    # (collector/store/field_layout.py CHUNK_ROWS) and after the burst's pinned
-    # memory is let go (Store.release_memory), it no longer sets the peak.
-    # At 80 MB, once replay no longer set the peak either, six runs peaked at
-    # 376-388 MB, each while storing, in a commit that checkpointed, with
-    # DuckDB's allocations ~67 MB past its pool. At 64 MB three runs peaked at
-    # 362-372 MB (those allocations 15 MB lower) with no call out of memory,
-    # the field index's rewrite included; storing the burst took 157-164 s
-    # against 124-149 s, and replaying it 575-614 s against 503-584 s
-    # (December 2026).
-    # None keeps one limit throughout.
+    # DuckDB would otherwise cache up to 80% of RAM. Two values: the first for the
+    # studio's queries, the second while a burst is stored and replayed, when memory
+    # peaks; None keeps one limit throughout (docs/memory.md, "Two DuckDB limits").
     memory_limit: str = "128MB"
     burst_memory_limit: str | None = "64MB"
-    # DuckDB's worker threads. On two cores its own threads competed with the
-    # receivers, the extractor and the replayer, and a checkpoint that ran on
-    # both cores held more memory at once: bench_ingest peaked at 415 MB RSS
-    # with DuckDB's default (one thread per core), 390 MB with one thread, and
-    # stored the backlog in 83 s instead of 93 s. Studio queries lose little
-    # (bench_filter_store: equality p50 17.7 ms against 16.2-16.7 ms).
+    # On two cores DuckDB's own threads competed with the receivers, the extractor and
+    # the replayer, and a checkpoint on both cores held more memory at once.
     duckdb_threads: int = 1
     # Decode and extract exports in a child process (collector/intake/worker.py):
     # on the server's interpreter lock they delayed every acknowledgement.
@@ -147,12 +111,8 @@ class Config:
         return self._login_reason() is not None
 
     def _login_reason(self) -> str | None:
-        """Why the studio needs a login, or None if it may go without.
-
-        A root path or trusted proxies mean a reverse proxy publishes the
-        studio, though it listens on loopback: the proxy's visitors all arrive
-        from loopback, so loopback vouches for no one.
-        """
+        """Why the studio needs a login, or None. Behind a reverse proxy (a root path,
+        trusted proxies) every visitor arrives from loopback, which vouches for no one."""
         if self.auth:
             return "--auth was given"
         if not is_loopback(self.host):
@@ -384,12 +344,8 @@ def _add_connection_limit_arguments(
 
 
 def root_path_argument(text: str) -> str:
-    """A --root-path as stored: "" or "/a/b", with no trailing slash.
-
-    The prefix is written into every link and cookie path, so anything a URL
-    path would escape or end early at (a query, a fragment, a space, "..") is
-    refused rather than guessed at.
-    """
+    """A --root-path as stored: "" or "/a/b". It is written into every link and cookie
+    path, so a query, fragment, space or ".." is refused rather than guessed at."""
     stripped = text.strip().rstrip("/")
     if not stripped:
         return ""

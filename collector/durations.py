@@ -34,9 +34,8 @@ def parse_duration(
 ) -> int:
     """'30d' -> nanoseconds. `units` lists the accepted unit letters.
 
-    Spaces around and between the number and the unit are allowed. Zero is
-    refused unless `allow_zero` (a zero retention or interval is a mistake; an
-    age of zero is "now"). With `ignore_case` False an upper-case unit is refused.
+    Zero is refused unless `allow_zero` (a zero retention is a mistake; an age of zero
+    is "now").
     """
     match = _DURATION.fullmatch(text.lower() if ignore_case else text)
     if (

@@ -28,13 +28,8 @@ EvidenceVersion: TypeAlias = tuple[int, int]
 def load_history(
     store: Store, execution: Execution, limits: DocumentLimits = DEFAULT_LIMITS
 ) -> tuple[History, EvidenceVersion]:
-    """Replay one execution from everything stored about its store and trace.
-
-    No replayed state crosses `limits` (a snapshot is restored as the replayer
-    took it, under the limits it ran with). Also returns the
-    `Store.evidence_version` of what was read, counted from the evidence
-    itself, which saves a read on a first view.
-    """
+    """Replay one execution from everything stored about its store and trace, with the
+    evidence version of what was read. No replayed state crosses `limits`."""
     transitions = store.transitions_for_store(execution.store_id) if execution.store_id else []
     links = store.evidence_spans_for([execution.trace_id], carriers_of(transitions))
     version = version_of(execution, transitions, links)
@@ -49,14 +44,8 @@ def load_history(
 
 
 def load_in_flight_history(store: Store, trace_id: str, store_id: str | None) -> History:
-    """Replay what arrived of a run whose owner span has not: its own store's transitions.
-
-    Sequences are per store (SCHEMA.md section 7), so only the run's own store
-    (`InFlightRow.own_store_id`) is replayed, never the stores of subflows
-    whose spans name it; None (no write of its own has arrived) gives no steps.
-    Without the owner there is no interval, no start state and no subtree, so
-    every received transition is shown, none verified (collector/replay/walk.py).
-    """
+    """Replay what arrived of a run whose owner span has not: its own store's transitions
+    only (sequences are per store), every one shown and none verified."""
     transitions = store.transitions_for_store(store_id) if store_id else []
     links = store.evidence_spans_for([trace_id], carriers_of(transitions))
     return replay(None, transitions, evidence_spans=[link.span for link in links])

@@ -1,14 +1,10 @@
 """Interactive requests first: background work gives way while a page is served.
 
-The studio, the receivers and the replayer share one interpreter lock. During
-full-rate ingest on a 2-core machine a studio page waited behind the receivers'
-decoding and extraction: executions page p95 425 ms against 34 ms idle
-(bench/bench_studio_load.py). Studio requests therefore mark themselves as
-foreground, and CPU-heavy background steps (decoding an export, a replay batch)
-first wait while any is in progress, and long loops (extracting a request's
-spans, replaying a batch) check again between items. The wait is bounded, so a user who keeps
-the studio busy slows ingest down but never stops it, and an acknowledgement
-still waits only for its own commit.
+The studio, the receivers and the replayer share one interpreter lock, and under
+full-rate ingest a studio page waited behind decoding and extraction
+(bench/bench_studio_load.py). So studio requests mark themselves as foreground, and
+CPU-heavy background steps wait while any is in progress, long loops checking again
+between items. The wait is bounded: a busy studio slows ingest but never stops it.
 """
 
 from __future__ import annotations

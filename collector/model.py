@@ -1,11 +1,8 @@
 """Plain records passed between the stages (decode -> extract -> store -> replay).
 
-Everything here is immutable and free of I/O. The records made by the
-thousand (one per transition or span) are NamedTuples: a frozen dataclass's
-generated __init__ cost 5 µs against 0.7 µs, a tenth of replaying a long
-history and of extracting a request. Ids are lowercase hex strings and
-times are integer nanoseconds since the Unix epoch, end to end; nothing is
-divided into floats before it reaches a template.
+Immutable and free of I/O. Records made by the thousand are NamedTuples (several
+times cheaper to build than frozen dataclasses). Ids are lowercase hex strings and
+times integer Unix nanoseconds end to end, never floats before a template.
 """
 
 from __future__ import annotations
@@ -63,13 +60,10 @@ EMPTY_PATCH: Final = "[]"
 def committed(transition: Transition) -> Transition:
     """The transition as it changed the store: a patch the store did not commit reads as none.
 
-    Junjo records the patch between the old and the new *serialized* state, but
-    keeps the new state (and counts a revision) only if it differs from the old
-    in Python. Values equal in Python that serialize differently (Decimal 0.10
-    and 0.1, True and 1 in an Any field, one instant in two time zones) give a
-    patch with the revision unchanged while the store keeps its old state:
-    replaying that patch would show a value the store never held, and the
-    recorded end state would contradict it.
+    Junjo diffs the serialized states but keeps the new state only if it differs in
+    Python, so values equal in Python that serialize differently (Decimal 0.10 and 0.1,
+    True and 1) give a patch with the revision unchanged: replaying it would show a
+    value the store never held.
     """
     revision = transition.revision_before
     if revision is None or transition.revision_after != revision:
@@ -81,13 +75,9 @@ def committed(transition: Transition) -> Transition:
 
 @dataclass(frozen=True, slots=True)
 class Execution:
-    """One owner span (Junjo workflow, subflow or agent) keyed by its run id.
-
-    State payloads are kept as received text; `state_*_mode` says whether the
-    producer withheld them (anything but `FULL_MODE` is redacted, excluded or
-    a reference). Bounds are Junjo's: transitions with
-    `transition_start < sequence <= transition_end` belong to this run.
-    """
+    """One owner span (Junjo workflow, subflow or agent) keyed by its run id. States are
+    kept as received text (`state_*_mode` says if withheld); transitions with
+    `transition_start < sequence <= transition_end` belong to this run."""
 
     run_id: str
     kind: ExecutionKind
@@ -124,20 +114,15 @@ class Execution:
     # The application's own identity for the run (`execute(correlation=...)`).
     correlation_type: str | None
     correlation_id: str | None
-    # An agent given an application store (`agent.execute(store=...)`) writes it
-    # too: the store's id and the agent's (start, end] interval of its sequences.
+    # An agent's application store (`agent.execute(store=...)`) and its (start, end].
     application_store_id: str | None
     application_transition_start: int | None
     application_transition_end: int | None
 
 
 class SpanRole(NamedTuple):
-    """Where a producer's span sits: its type and the run ids that link it to its owner.
-
-    A node span names its enclosing run (for Junjo, a workflow or subflow, or
-    a RunConcurrent) in `parent_runtime_id`, which is how an execution whose
-    owner span has not arrived yet can be listed as in flight.
-    """
+    """Where a producer's span sits: its type and the run ids linking it to its owner
+    (`parent_runtime_id` lets a run be listed in flight before its owner span arrives)."""
 
     span_type: str
     runtime_id: str | None
@@ -157,11 +142,8 @@ class Evidence:
 
 
 class EvidenceSpan(NamedTuple):
-    """What replay needs to know about a span that carried evidence.
-
-    The OTLP loss counters matter: the SDK silently keeps only the last 128
-    events of a span and says so only in `dropped_events_count`.
-    """
+    """What replay needs to know about a span that carried evidence, loss counters
+    included: the SDK keeps only a span's last events and says so only there."""
 
     trace_id: str
     span_id: str

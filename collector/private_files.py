@@ -1,12 +1,9 @@
 """Owner-only files: everything statetrail writes beside its database is private.
 
-The database, its WAL, the intake spool and its quarantine hold every span
-received, so any local account able to read them could read all telemetry and
-go around the studio's login. Files are created 0600 and directories 0700
-whatever the umask: the commands run under `owner_only_umask` (DuckDB creates
-its own files, the WAL among them, so the umask must be in force before it
-opens one), and the spool passes explicit modes as well. Files an older version
-left readable by others are tightened when opened for writing.
+The database, its WAL and the spool hold every span received, so a local account able
+to read them would go around the studio's login. Files are created 0600 and
+directories 0700 whatever the umask: commands run under `owner_only_umask` (DuckDB
+creates its own files), and files an older version left open are tightened.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The write side of a running server: store, spool, extractor, replayer, pruner, receivers.
 
-`running(config, ...)` starts them in order and stops them backwards, as one
-context manager the studio's lifespan enters. Start-up order matters for
-durability: the store opens (and migrates) first, the ingestor (spool, its
-writer, the extractor, which stores whatever an earlier run left in the spool)
-next, and only then do the receivers accept exports. Shutdown runs the same
-stack backwards: receivers stop taking requests and finish in-flight ones, the
-ingestor spools its queue and stores what it can in a bounded time (the rest
-waits in the spool), and the store checkpoints and closes.
-
-`WriteSide` is all the studio may use of it: the store to read, and a few
-operations (health, the OTLP/HTTP route, the operator routes), so the reading
+`running(config, ...)` is one context manager the studio's lifespan enters. Start-up
+order is durability: the store opens (and migrates), then the ingestor (which stores
+whatever an earlier run left in the spool), and only then do receivers accept exports;
+shutdown runs backwards. `WriteSide` is all the studio may use of it, so the reading
 side never imports receivers, intake or jobs.
 """
 
@@ -101,12 +94,8 @@ def running(
     grpc: bool = True,
 ) -> Iterator[tuple[WriteSide, SinkT]]:
     """Open the store and start the threads and receivers, in order; stop them backwards.
-
-    `history_sink` is handed the store and returns where the replayer offers the
-    long histories it just built (the studio's inspector), so the first view of
-    a long run that was just ingested does not replay it again; it is yielded
-    beside the write side.
-    """
+    `history_sink(store)` is where the replayer offers long histories (the studio's
+    inspector), yielded beside the write side."""
     with contextlib.ExitStack() as stack:
         store = Store(
             config.db_path,

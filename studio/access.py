@@ -1,31 +1,11 @@
 """Studio access: a login in front of every page and API route, as a pure ASGI middleware.
 
-Installed by studio/app.py when the studio listens beyond loopback or `--auth`
-is given (collector/config.py refuses to start that way without a password).
-
-Invariants:
-- Every request needs a live session cookie or `Authorization: Bearer
-  <studio password>`, except the few routes with their own rules (`EXEMPT`):
-  /healthz, OTLP/HTTP ingestion (ingestion keys), /static, and the admin routes
-  (loopback + the sidecar's admin token). Unauthenticated API requests get 401
-  JSON; pages get a 303 to /login.
-- A session cookie is a signed (itsdangerous) random session id that must also
-  be in this process's session table: signing out deletes the id, so a copy of
-  the old cookie is refused from then on; a restart signs everyone out (the
-  signing secret is per process).
-- Every state-changing request authenticated by cookie must come from this
-  origin (Origin, or Referer when there is no Origin) and carry the session's
-  CSRF token (form field `csrf_token` or header `x-csrf-token`, synchronizer
-  pattern). The login form itself uses a signed double-submit cookie, since
-  there is no session yet. Bearer requests carry no ambient credentials, so
-  they need neither.
-- Every check of the password, the login form's and a Bearer token's alike,
-  goes through one `LoginThrottle` (studio/login_throttle.py), keyed by the
-  client address uvicorn reports (a forwarded one only from proxies named by
-  --forwarded-allow-ips). While it refuses, the password is not checked and
-  the answer is 429 with Retry-After. A session cookie is never throttled.
-
-Templates get the session's CSRF token from `csrf_token(request)`.
+Installed when the studio listens beyond loopback or `--auth` is given. Every request
+needs a live session cookie or `Authorization: Bearer <studio password>`, except the
+routes with their own rules (`EXEMPT_PATHS`, /static, the admin routes); state-changing
+cookie requests must also pass the origin and CSRF checks; every password check goes
+through one `LoginThrottle` (429 with Retry-After while it refuses). The rules are
+specified in docs/security.md, "Sessions and CSRF".
 """
 
 from __future__ import annotations
@@ -318,11 +298,8 @@ def _check_origin(request: Request) -> None:
 
 
 def _local_path(candidate: str, links: Links) -> str:
-    """Where to go after signing in: a studio page, never another host or another app.
-
-    Under a root path only the studio's own paths count ("/statetrail/..."),
-    and a ".." segment could climb out of it, so such a path is refused too.
-    """
+    """Where to go after signing in: a studio page under the root path, never another
+    host or app (a ".." segment, which could climb out of the root, is refused)."""
     path = urllib.parse.urlsplit(candidate).path
     local = candidate.startswith("/") and not candidate.startswith(("//", "/\\"))
     inside = path == links.root or path.startswith(links.root + "/")
@@ -396,11 +373,8 @@ async def _form(scope: Scope, body: bytes) -> FormData:
 
 
 def _replay(body: bytes, then: Receive | None = None) -> Callable[[], Awaitable[Message]]:
-    """A `receive` that hands the app the body this middleware already read.
-
-    After the body, it defers to the server's own `receive` (`then`), which
-    reports a client disconnect; with none, it simply never answers again.
-    """
+    """A `receive` that hands the app the body already read, then defers to `then` (which
+    reports a disconnect), or never answers again."""
     sent = False
 
     async def receive() -> Message:

@@ -1,19 +1,11 @@
 """Rebuilding one execution for the studio: stored evidence -> replayed History.
 
-Replaying a long history costs far more than reading it, and a user stepping
-through a timeline asks for the same execution again and again, so histories
-are kept in an LRU cache keyed by run id and an evidence version that changes
-whenever anything new arrives for the execution's stores or trace. The cache is
-bounded by an estimate of the memory the histories hold, not only by count: a
-10,000-step run on a 360 KB state holds ~30 MB of checkpoints and steps.
-
-The background replayer offers the long histories it makes (collector/jobs/replayer.py),
-so the first view of a long run that was just ingested does not replay it again.
-The stored row (verdict, counts) is read on every view: the replayer saves a
-verdict after the evidence arrived, so a cached row would go stale.
-
-`parent_and_children` reads a run's relatives for both the execution page and
-its JSON twin, so the two name the same runs.
+A user stepping through a timeline asks for the same run again and again, so
+histories are kept in an LRU cache keyed by run id and evidence version, bounded by
+an estimate of the memory they hold (a long run's checkpoints are large). The
+replayer offers the long histories it makes, so a just-ingested run is not replayed
+twice. The stored row (verdict, counts) is read on every view, since the replayer
+saves verdicts after the evidence arrives.
 """
 
 from __future__ import annotations
@@ -37,8 +29,8 @@ CACHE_BUDGET_BYTES = 256 * 1024 * 1024
 # Shorter histories replay in milliseconds when first viewed; keeping every
 # replayed history would only churn the cache.
 MIN_OFFERED_STEPS = 1_000
-# Parsed JSON held in Python objects, per byte of its text (measured ~3.9 on a
-# 360 KB state), and what one step (a Step, its Transition and strings) holds.
+# Parsed JSON held in Python objects, per byte of its text, and what one step
+# (a Step, its Transition and strings) holds.
 _OBJECT_BYTES_PER_JSON_BYTE = 4
 _BYTES_PER_STEP = 600
 # Provenance costs about a replay; a user clicks through a few fields of a run.
@@ -67,12 +59,8 @@ class Inspection:
     )
 
     def provenance(self, pointer: str) -> Provenance:
-        """`collector.replay.provenance.provenance` of this history, remembered per pointer.
-
-        Lives and dies with the inspection, which the Inspector replaces as soon
-        as new evidence arrives, so a remembered answer is never stale.
-        Raises ValueError for a malformed pointer.
-        """
+        """Provenance of this history, remembered per pointer (never stale: the inspection
+        is replaced when new evidence arrives). Raises ValueError for a malformed pointer."""
         with self._provenance_lock:
             found = self._provenances.get(pointer)
             if found is not None:

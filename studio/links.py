@@ -1,18 +1,11 @@
 """Addresses in the studio, built in one place.
 
-Telemetry names runs, traces and stores, so every id is quoted whole: a run id
-may hold "?", "#" or "%". A run id is also a path segment, written in tilde
-encoding (`run_id_segment`, as Datasette writes table names): percent-encoding
-is not enough there, because the server decodes %2F before routing (so a run
-named "x/provenance" read as run "x"'s provenance panel) and browsers drop a
-"." or ".." segment, %2E%2E included. Junjo's run ids are nanoids
-([A-Za-z0-9_-]), which read the same either way, as does the ":" of an agent's
-application-store run. Every address starts with the prefix the studio is
-served under (`--root-path`, which uvicorn hands each request as the ASGI
-`root_path`): behind a reverse proxy that serves it at /statetrail, a link to
-"/executions/x" would leave the proxy's path. Templates get a `Links` as
-`links` (studio/templating.py); pages rendered before routing build one from
-the request themselves.
+Telemetry names runs, traces and stores, so every id is quoted whole. A run id in a
+path segment is tilde encoded (`run_id_segment`, as Datasette writes table names):
+the server decodes %2F before routing ("x/provenance" would read as run "x"'s panel)
+and browsers drop "." and ".." segments, %2E%2E included; Junjo's nanoids read the
+same either way. Every address starts with the `--root-path` prefix, so links stay
+under a reverse proxy's path. Templates get a `Links` as `links`.
 """
 
 from __future__ import annotations
@@ -86,11 +79,8 @@ class Links:
     def provenance(
         self, run_id: str, pointer: str, *, step: int | None = None, state: str | None = None
     ) -> str:
-        """A run's page with the provenance panel of the field at `pointer` open.
-
-        At step `step` (default: the last), showing `state` ("recorded") if given.
-        The pointer keeps its slashes (`path=/a/b`), so the address reads like the field.
-        """
+        """A run's page at `step` (default: the last) with the provenance panel of the
+        field at `pointer` open; the pointer keeps its slashes, to read like the field."""
         params = {"step": step, "path": pointer, "state": state}
         query = urlencode(
             {key: str(value) for key, value in params.items() if value is not None},
@@ -121,12 +111,8 @@ class Links:
 
 
 def route_path(scope: Scope) -> str:
-    """A request's path as the studio's routes name it: without the root it is served under.
-
-    uvicorn puts the root in front of the path it received (ASGI `root_path`),
-    so middleware that matches paths (the login, the foreground gate) reads
-    them through here to see "/login" behind a proxy's "/statetrail/login" too.
-    """
+    """A request's path as the studio's routes name it, without the root uvicorn puts in
+    front, so middleware matching paths sees "/login" behind a proxy's prefix too."""
     path: str = scope["path"]
     root: str = scope.get("root_path", "").rstrip("/")
     if root and (path == root or path.startswith(root + "/")):

@@ -1,24 +1,12 @@
 """The sign-in throttle: how many wrong passwords the studio listens to, and from whom.
 
-One throttle counts every check of the studio password, whether it came as the
-login form or as `Authorization: Bearer` on /api, so neither way around it is
-cheaper than the other. Two budgets apply:
-
-- Per address: `address_failures` wrong passwords from one client address are
-  allowed; the next locks that address out for a sixteenth of the window, and
-  each wrong password after a lockout ends doubles it, up to the window. An
-  address is forgotten once it has been quiet (no wrong password, no lockout)
-  for a window, and a right password clears its count.
-- Globally: `global_failures` wrong passwords from all addresses together in
-  a window; past that, only addresses that signed in successfully before (the
-  last `MAX_KNOWN_ADDRESSES` of them) may try, until the oldest of those
-  failures is a window old. An attacker rotating addresses is stopped by this
-  budget.
-
-While refused, a password is not checked at all, the right one included: a
-lockout that still answered "right" or "wrong" would be no lockout. Every
-lockout ends by itself, within one window. Memory stays bounded: at most
-`MAX_ADDRESSES` addresses are remembered, the least recently failed dropped first.
+One throttle counts every check of the studio password, form or Bearer, so neither
+way is cheaper. Two budgets: per address (a lockout growing from a sixteenth of the
+window, doubling up to it) and global (past it, only addresses that signed in before
+may try), the latter against an attacker rotating addresses. While refused, a password
+is not checked at all, the right one included: a lockout that still answered would be
+no lockout. Every lockout ends within one window; at most `MAX_ADDRESSES` addresses
+are remembered. The rules, for operators: docs/security.md, "The sign-in throttle".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The command line's client for a running server's admin routes.
 
-`statetrail keys` and `statetrail prune` work on the database file directly
-when it is free; while `statetrail serve` holds it they send the same request
-to that server's admin routes instead (studio/views/admin.py), found through the
-server's sidecar file (collector/cli/sidecar.py). The routes
-answer only loopback peers that present the sidecar's admin token in
-`ADMIN_TOKEN_HEADER`; every refusal is a JSON object `{"error": message}`.
-
-Every failure ends the command with a message the operator can act on
-(SystemExit), as the rest of the command line does.
+While `serve` holds the database, `keys` and `prune` send their request to its admin
+routes (studio/views/admin.py), found through the sidecar file, with the admin token
+in `ADMIN_TOKEN_HEADER`. Every failure ends the command with a message the operator
+can act on (SystemExit).
 """
 
 from __future__ import annotations

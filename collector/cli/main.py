@@ -89,9 +89,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     tune_for_server()
-    # A studio request that waits for the interpreter lock after each DuckDB
-    # query waits up to one switch interval per CPU-bound thread; the 5 ms default
-    # made executions-page latency under full ingest mostly waiting.
+    # A studio request waits up to one switch interval per CPU-bound thread after each
+    # DuckDB query; at the default, page latency under full ingest was mostly waiting.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     app = create_app(config)
     freeze_startup()

@@ -1,14 +1,9 @@
 """The sidecar file `<db>.server.json`: how the command line reaches a running server.
 
-While `statetrail serve` runs, DuckDB locks the database file to it, so the
-commands that would read or change the file (`statetrail executions`, `keys`,
-`prune`) ask that server instead. The server writes this file beside the
-database when it is ready and removes it when it stops; it names the server's
-URL and the admin token that the admin routes ask for (collector/cli/admin_client.py).
-
-Invariant: the file is created afresh, exclusively, with mode 0600. The token
-in it is what lets a caller change the accepted keys or delete traces, so only
-the user who started the server (the operator) may read it.
+While `serve` runs DuckDB locks the file to it, so `executions`, `keys` and `prune` ask
+that server instead, at the URL and with the admin token this file names. Invariant:
+created afresh, exclusively, mode 0600: its token lets a caller change keys or delete
+traces, so only the operator may read it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Decode stage: OTLP protobuf -> plain span records.
 
 Invariant: nothing here touches storage or the network, and every id leaves as
-lowercase hex and every time as integer nanoseconds. Turning every attribute of
-every span into Python objects costs ~25 us a span, so a span is kept whole as
-the protobuf bytes it arrived in (decoded again lazily when someone looks at
-it), only the columns that are queried are decoded here, and extraction reads
-the few attributes it needs by key (collector/decode/wire.py, `string_attribute`).
-The Resource and InstrumentationScope a span was sent under are kept the same
-way, as their own bytes (`ResourceRecord`), once per ResourceSpans/ScopeSpans.
+lowercase hex and every time as integer nanoseconds. Turning every attribute into
+Python objects is costly, so a span is kept whole as the bytes it arrived in (decoded
+lazily when someone looks at it), only queried columns are decoded here, and
+extraction reads the few attributes it needs by key (collector/decode/wire.py). The
+Resource and InstrumentationScope are kept as their own bytes too (`ResourceRecord`).
 """
 
 from __future__ import annotations
@@ -79,12 +77,9 @@ _PROTOBUF_ERRORS: Final = (message.DecodeError, RuntimeWarning)
 class ResourceRecord:
     """A resource + scope pair as sent, content-addressed so repeats are stored once.
 
-    `resource_raw` and `scope_raw` are the Resource's and the InstrumentationScope's
-    own protobuf bytes, kept as spans keep theirs: every attribute with its type
-    (bytes stay bytes, NaN stays NaN), repeated keys, and the dropped counts. The
-    service name, scope name and version and the attributes as JSON are decoded
-    from them, for querying and listing. The key covers the bytes and both schema
-    URLs: whatever tells two resources apart makes them two rows.
+    Their own protobuf bytes are kept, so every attribute keeps its type; the decoded
+    columns are for queries. The key covers the bytes and both schema URLs: whatever
+    tells two resources apart makes them two rows.
     """
 
     key: str
@@ -143,12 +138,8 @@ def parse_request(body: bytes) -> ExportRequestPB2:
 
 
 def iter_spans(body: bytes) -> Iterator[DecodedSpan | RejectedSpan]:
-    """Yield a record for every span in an export request's bytes, in request order.
-
-    Reads through collector/decode/wire.py's schema: each span keeps its own bytes as
-    they arrived, and its attributes are a map. Raises DecodeError if the body
-    is not an export request.
-    """
+    """Yield a record for every span in an export request's bytes, in request order, read
+    through wire.py's schema. Raises DecodeError if the body is not an export request."""
     try:
         request = wire.parse_request_view(body)
     except _PROTOBUF_ERRORS as exc:
@@ -265,7 +256,7 @@ def _span_record(raw: bytes, resource: ResourceRecord) -> DecodedSpan | Rejected
         return RejectedSpan(span.name, reason)
     status = span.status
     # Positional, in SpanRecord's field order: by keyword, NamedTuple's __new__
-    # binds the 15 names in Python, ~8% of decoding a span.
+    # binds the names in Python, a noticeable part of decoding a span.
     record = SpanRecord(
         span.trace_id.hex(),
         span.span_id.hex(),
@@ -429,14 +420,9 @@ def json_safe(value: AttributeValue | Mapping[str, AttributeValue]) -> Any:
 
 
 def _json_text(value: AttributeValue | Mapping[str, AttributeValue], **options: Any) -> str:
-    """Strict JSON (RFC 8259) for attribute values, whatever double they hold.
-
-    A double attribute may be NaN or infinite. Python writes those as bare
-    NaN/Infinity, which is not JSON: the resources' JSON column refused the
-    export (and every export grouped into the same commit), and the studio's
-    JSON answers failed. Such numbers are written as strings instead; the
-    span's own protobuf bytes keep the real value.
-    """
+    """Strict JSON (RFC 8259) for attribute values: NaN and infinities, which the JSON
+    column would refuse (with the whole commit), are written as strings; the span's
+    own bytes keep the real value."""
     try:
         return json.dumps(value, default=_json_default, allow_nan=False, **options)
     except ValueError:

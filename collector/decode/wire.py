@@ -1,38 +1,21 @@
 """OTLP trace requests read through a second schema, made for storing spans fast.
 
-Pure, part of the decode stage. The generated OTLP classes model attributes as
-a repeated KeyValue, so reading one attribute means walking the list in
-Python, one wrapper object per key and per value: decoding the set_state
-events' attributes was more than half of extraction (~25 of ~47 us a span,
-bench/bench_ingest.py's spans). Two facts of the protobuf wire format let this
-module do better without changing what is stored:
+Pure, part of the decode stage. The generated classes model attributes as a repeated
+KeyValue, walked in Python one wrapper object at a time, which was most of
+extraction. Two facts of the wire format do better without changing what is stored:
 
-- A `map<string, V>` field is encoded exactly like a repeated message whose
-  field 1 is the key and field 2 the value, which is what KeyValue is. Read as
-  a map, a span's attributes are a C hash table: `attributes.get(key)` finds a
-  value without building the others. A repeated key keeps its last value, as
-  `decode.decode_attributes` does.
-- An embedded message is encoded exactly like a `bytes` field. Reading a
-  scope's spans as `repeated bytes` gives each span's own bytes as they
-  arrived, so a stored span is the producer's span byte for byte and is never
-  serialized again. The Resource and the InstrumentationScope are read as
-  bytes too, for the same reason: stored as sent, every field and type of
-  theirs survives (a repeated key, bytes against a string, NaN), and they are
-  parsed once per ResourceSpans and ScopeSpans, not per span.
+- A `map<string, V>` is encoded exactly like a repeated KeyValue, so read as a map a
+  span's attributes are a C hash table (a repeated key keeps its last value, as
+  `decode.decode_attributes` does).
+- An embedded message is encoded exactly like `bytes`, so spans, the Resource and the
+  InstrumentationScope are read as the bytes they arrived in: stored byte for byte,
+  never serialized again, and parsed once per ResourceSpans/ScopeSpans.
 
-Only the fields extraction reads are declared. The others stay in the span's
-bytes, which is what the studio decodes (with the generated classes) when it
-shows a span. Both schemas accept the same bytes: the declared fields have the
-wire types of the real ones, and an undeclared field is skipped as unknown.
-
-One reading differs, and only for bytes no OTLP exporter writes: a KeyValue
-that carries a field OTLP does not define is left out of the map (the protobuf
-runtime keeps it as unknown data of the span or event, so that it would
-serialize again). Extraction then reads that attribute as absent, and replay
-reports the hole; the stored span keeps it, and the studio shows it. Checking
-every span and event for such data would cost ~1.4 us a message. Likewise, a
-Resource or scope sent twice within one ResourceSpans or ScopeSpans (which
-protobuf would merge) is read as its last copy.
+Only the fields extraction reads are declared; the studio decodes the rest from the
+stored bytes. One reading differs, only for bytes no exporter writes: a KeyValue with
+a field OTLP does not define is left out of the map (extraction sees the attribute as
+absent and replay reports the hole; the stored span keeps it), and a Resource or
+scope sent twice in one message is read as its last copy.
 """
 
 from __future__ import annotations

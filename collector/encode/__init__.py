@@ -1,11 +1,7 @@
-"""Encode stage: an export's decoded spans and extracted evidence as the Arrow
-rows of one write, built without the database.
+"""Encode stage: an export's decoded spans and evidence as the Arrow rows of one write.
 
-Between extraction (collector/producers/junjo.py) and storage (collector/store/): an
-export request's bytes become an IngestBatch (exports.py), a group of batches
-one PreparedWrite (rows.py), with span bytes in compressed chunks
-(span_bytes.py) and states and graphs as packed documents (documents.py). No
-SQL and no DuckDB here, so the extraction worker's process
-(collector/intake/worker.py) does all of this without importing it; the
-store reads documents and chunks back with the same modules.
+An export becomes an IngestBatch (exports.py), a group of them one PreparedWrite
+(rows.py), span bytes compressed chunks (span_bytes.py), states and graphs packed
+documents (documents.py). No SQL and no DuckDB, so the extraction worker never imports
+it; the store reads documents and chunks back with the same modules.
 """

@@ -1,32 +1,12 @@
 """The executions' large JSON documents (start state, end state, graph), stored compressed.
 
-They are most of an execution row: about 7 KB of text against a few hundred
-bytes for everything else in bench_ingest's load, and real states are larger.
-At every checkpoint DuckDB rewrites a table's last, partly filled row group
-(up to 122,880 rows), and the memory that rewrite takes grew with the text in
-it: in process, a checkpoint after 77k, 154k and 230k spans of that load
-raised RSS by 46, 147 and 179 MB with the text stored as VARCHAR (or as an
-uncompressed BLOB), and by 76, 50 and 63 MB compressed. (Smaller row groups
-bounded the spike too, but ran DuckDB out of its memory limit while storing;
-see the note on issue 2.)
-
-How: zstd at level 1, every document of a write in one call
-(`multi_compress_to_buffer`), which releases the interpreter lock once for the
-lot. Compressing them one at a time with zlib, as statetrail did first, let go
-of the lock three times an execution, and each time it could take a switch
-interval to get it back from a receiver: beside one busy thread, storing went
-from 12.6k to 2.1k spans/s, against 4.3k with no compression at all. zlib's
-level 1 also cost ~55 us a document, zstd's ~4, for the same ratio (about
-five times on these states). This is the zstandard package, not pyarrow's
-codec that collector/encode/span_bytes.py uses: that one compresses one buffer
-an export, and has no call for many.
-
-Documents stored before this are zlib streams; `unpack` tells the two apart
-by their first bytes (a zstd frame starts with its magic number, a zlib stream
-with 0x78), so those rows read as they always did.
-
-Nothing queries inside these documents in SQL: they are read whole, by run id,
-into `Execution` (collector/store/replays.py).
+They are most of an execution row, and the memory DuckDB's checkpoint takes to rewrite
+a table's last row group grows with the text in it. Every document of a write is
+compressed with zstd in one call (`multi_compress_to_buffer`), which releases the
+interpreter lock once for the lot: one call per document gave a receiver's thread
+the lock back many times per execution, each wait up to a switch interval. Older
+rows are zlib streams; `unpack` tells the two apart by their first bytes. Nothing
+queries inside these documents in SQL: they are read whole, by run id.
 """
 
 from __future__ import annotations
@@ -42,7 +22,7 @@ import zstandard
 
 from collector.model import Execution
 
-# Level 1: the ingest path pays for compression; higher levels saved ~5% more.
+# Level 1: the ingest path pays for compression, and higher levels saved little more.
 _LEVEL: Final = 1
 COLUMNS: Final = ("state_start", "state_end", "graph_snapshot")
 

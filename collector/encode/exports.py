@@ -14,10 +14,8 @@ def batch_from_export(
 ) -> IngestBatch:
     """An export request's bytes as the rows they add. Raises DecodeError.
 
-    `paced` wraps the spans on their way into extraction (the extractor gives
-    way to studio requests between spans). The spans' parsed views, several
-    times the size of their bytes, are let go on return: four exports' views
-    held at once until their run was written cost ~16 MB at peak.
+    `paced` wraps the spans on their way into extraction (to give way to studio
+    requests). The spans' parsed views, several times their bytes, are let go on return.
     """
     decoded = _first_copies(span for span in iter_spans(body) if isinstance(span, DecodedSpan))
     evidence = extract(paced(decoded))

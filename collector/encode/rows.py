@@ -7,9 +7,8 @@ be let go: only the Arrow tables are held while DuckDB commits
 (collector/intake/extractor.py). Each batch's span bytes become one compressed chunk
 (collector/encode/span_bytes.py), numbered from 0 within the write and stored
 as a row per piece; the store numbers them for good when it commits
-(collector/store/prepared.py). No Arrow compute function is needed here: the
-extraction worker, which runs this, then never loads pyarrow.compute (~6 MB of
-its private memory).
+(collector/store/prepared.py). No Arrow compute function is used here, so the
+extraction worker never loads pyarrow.compute.
 """
 
 from __future__ import annotations
@@ -57,14 +56,9 @@ class PreparedWrite:
 
 
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
-    """The rows of several batches, each span, execution and transition once.
-
-    The first copy of a span wins, as it does against spans already stored
-    (`keeping_spans` in collector/store/prepared.py), and its evidence comes
-    with it: executions, transitions and roles are taken only from the batch
-    that holds a span's first copy, so a span delivered twice with different
-    content never mixes the two.
-    """
+    """The rows of several batches, each span, execution and transition once: a span's
+    first copy wins, with its own batch's evidence, so two different deliveries of one
+    span never mix."""
     now = time.time_ns()
     spans, places, chunks, first_batch = _placed_spans(batches)
 
@@ -102,13 +96,8 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
 def _placed_spans(
     batches: Sequence[IngestBatch],
 ) -> tuple[list[SpanRecord], list[_Place], list[tuple[bytes, int]], dict[tuple[str, str], int]]:
-    """Each span once, where its bytes sit, the chunks (body, raw size) they sit in, and
-    which batch holds each span's first copy.
-
-    A span repeated within the write keeps its first copy; its bytes sit in its
-    batch's chunk. A batch whose every span came earlier (an export retried
-    while the first copy still waited in the spool) gets no chunk.
-    """
+    """Each span once, where its bytes sit, the chunks (body, raw size), and which batch
+    holds each span's first copy (a batch with no first copy gets no chunk)."""
     first: dict[tuple[str, str], tuple[int, int, SpanRecord]] = {}
     for index, batch in enumerate(batches):
         for position, s in enumerate(batch.spans):
@@ -130,11 +119,8 @@ def _placed_spans(
 
 
 def _transposed(rows: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Sequence[Any]]:
-    """Tuples (NamedTuples) as columns by name, in one pass in C.
-
-    A comprehension (or getattr) per column and value cost ~40 ns a value:
-    ~6 us a span for the transitions alone in bench_ingest's load.
-    """
+    """Tuples (NamedTuples) as columns by name, in one pass in C (a comprehension per
+    column and value was a noticeable cost per span)."""
     if not rows:
         return {name: () for name in names}
     return dict(zip(names, zip(*rows, strict=True), strict=True))

@@ -1,24 +1,17 @@
 """Flatten an execution's JSON states into field-index rows.
 
-Stage: pure (no I/O). Replay hands over the start state, the final state and,
-per transition, the pointers its ops touched with the value found there
-afterwards; this module turns them into the rows `collector.store.filters`
-bulk-loads and queries.
+Pure (no I/O): the start state, the final state and each transition's touched
+pointers (with their values after it) become the rows collector/store/filters.py
+loads and queries.
 
 Invariants:
-- One row per distinct (path, kind, value) across the whole history; a row
-  whose (path, kind, value) is a node of the final state has `is_final=True`
-  (one row, never a final and a non-final twin).
-- Every node except the root becomes a row: leaves and containers alike, so
-  `exists` works on objects and arrays. Container rows carry no value.
-- Intermediate states are never flattened whole. A state differs from its
-  predecessor only under the pointers a transition touched, so flattening the
-  start state plus each touched subtree sees every (path, value) the history
-  ever held.
-- Every string in a row (path, parent, text) encodes as UTF-8: a lone
-  surrogate (valid in JSON) is written as its backslash escape (`_clean`).
-- At most `max_rows` rows per execution; final-state rows are kept first
-  (`final` is the default filter scope) and `truncated` reports any loss.
+- One row per distinct (path, kind, value) in the whole history, `is_final` when it
+  is a node of the final state; every node but the root is a row (containers too,
+  valueless, so `exists` works on them).
+- Intermediate states are never flattened whole: the start plus each touched subtree
+  sees every (path, value) the history held.
+- Every string encodes as UTF-8 (a lone surrogate becomes its escape, `_clean`).
+- At most `max_rows` rows, final-state rows first; `truncated` reports any loss.
 """
 
 from __future__ import annotations
@@ -67,12 +60,8 @@ class FieldRow:
 
 @dataclass(frozen=True, slots=True)
 class FieldIndex:
-    """All rows for one execution, and whether the row cap cut any off.
-
-    Kept as the distinct nodes, final-state nodes first, rather than as
-    FieldRows: the store writes them column by column and never needs a row
-    object (making one per node was a tenth of a replay batch).
-    """
+    """All rows for one execution, and whether the row cap cut any off. Kept as distinct
+    nodes, final ones first, not FieldRows: the store writes them column by column."""
 
     run_id: str
     nodes: tuple[NodeKey, ...]
@@ -100,12 +89,9 @@ def index_rows(
 ) -> FieldIndex:
     """Build the field index of one execution.
 
-    `touched` lists, per transition in order, each pointer an op wrote to and
-    the value at that pointer in the state after the transition (`ABSENT` for
-    a removal, which adds nothing: absence is answered by `missing`). A
-    withheld start or final state is passed as `ABSENT`; the rows then cover
-    only what is known. Pointers must be valid RFC 6901 pointers ("" is the
-    whole document).
+    `touched` lists, per transition in order, each pointer written and its value after
+    the transition (`ABSENT` for a removal: `missing` answers absence). A withheld
+    start or final state is `ABSENT`, and the rows cover only what is known.
     """
     nodes = Nodes(max_rows)
     for pointer, value in touched:
@@ -177,13 +163,9 @@ class Nodes:
     ) -> None:
         """Every node under `parent` (`children` are its (index or member, value) pairs).
 
-        Iterative rather than recursive: telemetry may carry states nested
-        deeper than Python's recursion limit. This runs for every node of
-        every indexed state, the largest part of the replayer's work, so it
-        dispatches on exact types (JSON decodes to exactly these), keys each
-        scalar where it meets it (only containers go on the stack, and most
-        nodes are scalars) and builds each child's pointer once, from its
-        parent's.
+        Iterative: telemetry may nest deeper than Python's recursion limit. The
+        replayer's hottest loop, so it dispatches on exact types and keys scalars
+        where it meets them (only containers go on the stack).
         """
         keys = self.keys
         max_rows = self.max_rows
@@ -296,13 +278,8 @@ def _as_float(number: int | float) -> float:
 
 def _clean(text: str) -> str:
     """Make text encodable as UTF-8: JSON allows lone surrogate escapes, UTF-8 does not.
-
-    The one rule for every string a row holds: values, member names and the
-    pointers patches wrote to. Cleaning a whole pointer equals cleaning each of
-    its member names (it only rewrites surrogates, RFC 6901 escaping only "~"
-    and "/"), so a node a patch wrote and the same node found inside a state
-    get one key.
-    """
+    Cleaning a whole pointer equals cleaning each member name, so a node a patch wrote
+    and the same node found inside a state get one key."""
     if text.isascii():
         return text
     try:

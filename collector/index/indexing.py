@@ -34,13 +34,9 @@ from collector.replay.jsondoc import (
 
 
 def field_index(history: History, run_id: str, touched: Nodes | None = None) -> FieldIndex:
-    """The filterable values of a history: its start, every write, and its end.
-
-    The end is the recorded end state when there is one (it is what the run
-    ended with, whatever the evidence in between), else the replayed end.
-    `touched` is what a `TouchedValues` saw during the replay; without it the
-    history is walked again to find the same values.
-    """
+    """The filterable values of a history: its start, every write, and its end (the
+    recorded one when there is one: what the run ended with). Without `touched` (a
+    `TouchedValues`) the history is walked again."""
     recorded = history.recorded_end
     if not history.has_states:
         return index_rows(run_id, ABSENT, ABSENT if isinstance(recorded, Missing) else recorded)
@@ -60,9 +56,8 @@ def field_index(history: History, run_id: str, touched: Nodes | None = None) -> 
 class TouchedValues:
     """Replay's observer for the field index: every node a patch wrote, as it was then.
 
-    Watching the replay saves walking the history a second time (re-applying
-    every patch was a sixth of a replay batch). Each value is flattened as it
-    is seen, because the replay goes on patching the same document in place.
+    Watching the replay saves walking the history a second time. Each value is
+    flattened as it is seen: the replay goes on patching the same document in place.
     """
 
     def __init__(self) -> None:
@@ -78,15 +73,9 @@ def _add_written(
     nodes: Nodes, pointers: Iterable[str], shifting: Callable[[], Mapping[str, int]],
     state: JsonValue,
 ) -> None:
-    """Add each node at `pointers` in the state after a step, and array elements it moved.
-
-    Inserting into or removing from an array moves every later element to a
-    new index: new (path, value) pairs that no op names. `shifting` gives the
-    pointers the step inserted at or removed from (with how many ops name
-    each); it is asked only when a pointer names an array slot. Each array's
-    moved elements are read once, from the lowest index any op shifted: a patch
-    that fills a list with N `add /list/i` ops would otherwise read N²/2.
-    """
+    """Add each node at `pointers` in the state after a step, and array elements it moved
+    (new (path, value) pairs no op names). Each array's moved elements are read once,
+    from the lowest index shifted: N `add /list/i` ops would otherwise read N²/2."""
     shifted: Mapping[str, int] | None = None
     inserts: dict[str, int] | None = None
     moved_from: dict[str, tuple[list[JsonValue], int]] = {}

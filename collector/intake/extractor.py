@@ -1,42 +1,20 @@
 """Turns spool records into DuckDB rows, in arrival order, on one background thread.
 
-Each round reads a run of records from the spool (collector/intake/spool.py),
-decodes, extracts and encodes them (collector/decode/otlp.py, collector/producers/junjo.py,
-collector/encode/; in the extraction worker's process when `serve` runs one,
-collector/intake/worker.py, and here whenever it cannot), and writes the
-spans, executions and transitions in one transaction that also records the
-spool position after them. That position is what makes processing exactly
-once: after a crash the extractor resumes from the last committed position, so
-a record is never half-stored and never stored twice (and a redelivered export
-is deduplicated by the store's keys anyway).
-
-With a worker, runs overlap: as soon as a run's rows are back, the next run
-is read and handed to the worker, and the run commits while the worker
-prepares the next. The next round takes those rows if it starts where the
-run read ahead starts; a retry, or a run stored record by record, drops them
-(their records are still in the spool, and are read again). A run whose commit
-will likely checkpoint is not read ahead, and the worker is stopped while it
-commits (CHECKPOINT_MARGIN_RUNS).
+Each round reads a run of records from the spool, decodes, extracts and encodes them
+(in the extraction worker's process when there is one, collector/intake/worker.py),
+and writes the rows in one transaction that also records the spool position after
+them: after a crash the extractor resumes from the last committed position, so a
+record is never half-stored nor stored twice. With a worker, the next run is prepared
+while this one commits (not before a commit that will likely checkpoint).
 
 Failures:
-- The store refused the write (StoreError: disk, lock, WAL): nothing was
-  stored, the records stay in the spool, and the extractor retries after a
-  growing pause. Exports waiting to become visible are told, so a receiver
-  that is still holding the call answers "retry" rather than success. (When
-  only DuckDB's automatic checkpoint after the COMMIT failed, the rows are
-  stored; the retry stores nothing twice, as for any redelivery.)
-- DuckDB keeps running out of its memory limit on one run (an export with a
-  string of tens of MB in a column it holds in memory): after POISON_ATTEMPTS
-  such refusals the run is stored a record at a time; a record that runs out
-  of memory alone gets one more try with ISOLATED_MEMORY_LIMIT, then goes to
-  quarantine. Otherwise one such export would stop all storing for good,
-  behind it, every later export acknowledged and never stored. Only
-  out-of-memory counts: a full disk or a lock is the store's failure, and
-  every record waits for it.
-- Anything else is a bug meeting hostile input. A failed run of records is
-  retried one record at a time; a single record that still fails is copied to
-  the spool's quarantine folder with the reason, logged, and passed over, so
-  one bad export never stops ingestion.
+- The store refused the write (disk, lock): the records stay spooled and are retried
+  after a growing pause; waiting receivers answer "retry".
+- One run keeps running out of memory: after POISON_ATTEMPTS it is stored a record at
+  a time, a record failing alone gets one try at ISOLATED_MEMORY_LIMIT, then goes to
+  quarantine, so one huge export cannot stop all storing behind it.
+- Anything else is a bug meeting hostile input: retried record by record, and a record
+  that still fails is quarantined with its reason.
 """
 
 from __future__ import annotations
@@ -64,10 +42,8 @@ from collector.store import (
 
 logger = logging.getLogger(__name__)
 
-# One transaction's worth of records: large enough to amortize a commit and
-# DuckDB's per-statement costs (four ~1 MB exports per transaction store a
-# span in half the time one does), small enough that the decoded batch stays
-# a few tens of MB.
+# One transaction's worth of records: large enough to amortize a commit and DuckDB's
+# per-statement costs, small enough that the decoded batch stays a few tens of MB.
 BATCH_BYTES: Final = 4 * 1024 * 1024
 FIRST_RETRY_SECONDS: Final = 0.25
 MAX_RETRY_SECONDS: Final = 5.0
@@ -78,20 +54,13 @@ POISON_ATTEMPTS: Final = 3
 # DuckDB's memory limit for the last try of a record the store refused alone:
 # enough for strings near the 64 MiB receive limit, held only for that commit.
 ISOLATED_MEMORY_LIMIT: Final = "1GB"
-# A run is not read ahead when its commit will likely checkpoint (the WAL is
-# within this many runs' growth of DuckDB's threshold): DuckDB checkpoints inside
-# that commit, for seconds, and meanwhile a worker preparing the next run holds
-# its whole working set, blocked on a reply the extractor reads only afterwards.
-# The checkpoints are where serve's memory peaks while it stores a burst
-# (bench/README.md): 25-47 MB of the worker's on top of them. Even idle, the
-# worker holds ~25 MB there, so it is stopped for that commit, and the runs
-# after it are prepared in the server until another has started (~1 s; its
-# imports cost ~0.25 s of CPU, once a checkpoint, every 10-15 s of a burst).
+# A commit within this many runs' WAL growth of DuckDB's threshold will likely
+# checkpoint, where serve's memory peaks: no run is read ahead for it, and the worker,
+# whose memory would add to the peak even idle, is stopped until it ends
+# (docs/memory.md, "The extraction worker and threads").
 CHECKPOINT_MARGIN_RUNS: Final = 1.5
-# The preparer rests once the spool has held nothing new for this long: an
-# extraction worker with nothing to do still holds ~25 MB. Long enough that a
-# steady trickle of exports keeps it; after a burst, the replays that follow
-# (minutes of them) run without it.
+# The preparer rests once the spool has held nothing new for this long, since an idle
+# worker still holds memory; a steady trickle keeps it.
 PREPARER_IDLE_SECONDS: Final = 30.0
 
 
@@ -137,12 +106,9 @@ class Extractor:
         preparer: Preparer | None = None,
     ) -> None:
         self._store = store
-        # Another process preparing runs' rows (collector/intake/worker.py),
-        # or None; when it answers None, the run is prepared here.
+        # The worker, or None; when it answers None, the run is prepared here.
         self._preparer = preparer
-        # The run the preparer was given while the one before it committed.
         self._ahead: _RunAhead | None = None
-        # WAL bytes the last commit added (`_committed`).
         self._wal_growth = 0
         self._spool = spool
         self._on_commit = on_commit
@@ -178,11 +144,9 @@ class Extractor:
     def wait_stored(self, end: Position, timeout: float) -> bool:
         """Wait until the record ending at `end` is in the store; False on timeout.
 
-        Raises StoreError if the store refused it (the record stays spooled and
-        is retried, but the caller should not report success yet), and
-        ExportQuarantined if it was set aside (retrying it cannot help). An
-        out-of-memory refusal is waited through: it may be this very export,
-        which the extractor then stores alone or sets aside within seconds.
+        Raises StoreError while the store refuses it (it stays spooled), and
+        ExportQuarantined if it was set aside. An out-of-memory refusal is waited
+        through: the extractor soon stores this export alone or sets it aside.
         """
         deadline = time.monotonic() + timeout
         with self._changed:
@@ -285,9 +249,8 @@ class Extractor:
         commits, so that the two overlap (the next round picks it up).
         """
         try:
-            # The decoded batches (~11 MB for a 4 MB run) are let go once their
-            # rows are built, not held through the commit, where DuckDB's own
-            # memory peaks.
+            # The decoded batches are let go once their rows are built, not held
+            # through the commit, where DuckDB's memory peaks.
             rows = self._prepared(records)
             if self._checkpoint_comes_next():
                 self._rest_preparer()
@@ -377,12 +340,9 @@ class Extractor:
         return preparer.submit([record.export for record in records])
 
     def _store_isolated(self, records: list[SpoolRecord], after: Position) -> None:
-        """Store a run whose commits keep running out of memory a record at a time,
-        setting aside a record too big for the store even with ISOLATED_MEMORY_LIMIT.
-
-        Any other StoreError propagates, and the run is retried as usual: a
-        record is never set aside for the store's own failure.
-        """
+        """Store a run that keeps running out of memory a record at a time, setting
+        aside one too big even at ISOLATED_MEMORY_LIMIT. Other StoreErrors propagate:
+        a record is never set aside for the store's own failure."""
         for record in records:
             try:
                 self._store_records([record], record.end)
@@ -405,9 +365,8 @@ class Extractor:
             self._advance(self._store.write([], progress=after), after)
 
     def _advance(self, result: WriteResult, after: Position) -> None:
-        # The replayer hears first, so that no moment shows "nothing pending"
-        # between this commit and its replays. It is also told whether more
-        # is spooled behind this commit: replays wait for storing to catch up.
+        # The replayer hears first, so no moment shows "nothing pending" between this
+        # commit and its replays.
         if self._on_commit is not None:
             self._on_commit(result, self._spool.durable_end > after)
         with self._changed:

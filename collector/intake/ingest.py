@@ -1,23 +1,11 @@
 """The ingest pipeline shared by every transport: screen -> spool -> extract -> store.
 
-Transports (gRPC, HTTP) call `Ingestor.ingest` from their worker threads with
-a parsed request. The call screens the spans (which can be stored, which are
-rejected and why), then hands the request's bytes to one writer thread that
-appends whatever has queued up to the intake spool with a single fdatasync
-(group commit), so concurrent exporters share one flush. Once the bytes are
-synced the export is durable, and the extractor thread turns it into DuckDB
-rows in arrival order (collector/intake/spool.py, collector/intake/extractor.py), with the
-decoding done in a child process when `extraction_worker` is set
-(collector/intake/worker.py).
-
-When to acknowledge: if nothing is queued ahead of this export (the extractor
-is idle, as it is for an exporter that sends one request at a time), the call
-also waits, briefly, until the export's rows are committed, so an exporter
-that then queries sees its data, and a failing database is answered with
-"retry" as before. Otherwise the call returns as soon as the spool has the
-export: a burst waits in the spool instead of in the exporters' queues (which
-drop spans when full). The backlog is bounded; past the bound exports are
-refused with a retry delay until the extractor catches up.
+`Ingestor.ingest` screens a parsed request's spans, then one writer thread appends
+whatever has queued to the spool with one fdatasync (group commit); once synced the
+export is durable and the extractor stores it in arrival order. When nothing is queued
+ahead, the call also waits briefly for the commit, so an exporter that then queries
+sees its data; otherwise a burst waits in the spool rather than in exporters' queues,
+up to a bounded backlog past which exports are refused with a retry delay.
 """
 
 from __future__ import annotations
@@ -129,9 +117,8 @@ class Ingestor:
     def check_backlog(self) -> None:
         """Raise IngestorBusy while the backlog is past its bound.
 
-        Receivers call it before decoding: while the extractor catches up,
-        parsing and screening exports only to refuse them cost ~2 ms of the
-        interpreter lock each, taken from storing.
+        Receivers call it before decoding: screening exports only to refuse them
+        would take the interpreter lock from storing.
         """
         backlog = self.backlog_bytes()
         if backlog > self._max_backlog_bytes:
@@ -141,12 +128,8 @@ class Ingestor:
             )
 
     def give_way(self) -> None:
-        """Wait (bounded) while studio requests are served; receivers call it before decoding.
-
-        Decoding a ~1 MB export holds the interpreter lock for milliseconds in
-        C. Under full ingest on two cores, receivers that did not wait put the
-        executions page's p95 at 206-236 ms (bench/bench_studio_load.py).
-        """
+        """Wait (bounded) while studio requests are served; receivers call it before
+        decoding, which holds the interpreter lock for milliseconds in C."""
         self._foreground.give_way()
 
     def backlog_bytes(self) -> int:

@@ -1,42 +1,22 @@
 """The intake spool: an export is durable once its bytes are in an fsynced segment file.
 
-Why a spool in front of DuckDB: turning an export into rows (decoding the Junjo
-attributes, extracting transitions, inserting into keyed tables) costs ~70
-microseconds a span, most of it under the interpreter lock, while appending the
-request's own protobuf bytes and calling fdatasync costs about a microsecond a
-span and releases the lock. So an export is acknowledged once its bytes are here, and
-the extractor (collector/intake/extractor.py) turns records into DuckDB rows in order,
-storing how far it got in the same transaction as the rows. A burst is absorbed
-here instead of making exporters wait until their queues drop spans.
+Turning an export into rows costs far more, mostly under the interpreter lock, than
+appending its bytes and calling fdatasync, so an export is acknowledged once it is
+here and the extractor stores records in order later; a burst is absorbed here
+instead of in exporters' queues. Exports are zstd-compressed in the receiver's thread
+(lock released): OTLP repeats itself, so the spool writes, reads and pipes a fraction
+of the bytes, and the backlog bound holds that many more exports.
 
-Layout: the directory holds numbered segments, `00000000000000000001.seg`, ...
-A record is a 16-byte header (payload length, CRC-32 of the payload, arrival
-time in Unix nanoseconds; little-endian) followed by the payload: one
-ExportTraceServiceRequest as protobuf, compressed as one zstd frame that
-records its own decompressed size. The length's top bit says the payload is
-compressed; records written before compression (the bit clear) hold the
-protobuf bytes as they are, and are read as such. Only the newest segment is
-appended to; past SEGMENT_BYTES it is sealed and the next one started.
-Segments wholly before the extractor's position are deleted.
+Layout: numbered segments `00000000000000000001.seg`, ...; a record is a 16-byte
+little-endian header (payload length, its top bit set when compressed; CRC-32 of the
+payload; arrival time in Unix nanoseconds), then the payload: one
+ExportTraceServiceRequest, as one zstd frame (older records: plain protobuf). Only
+the newest segment is appended to; segments wholly before the extractor's position
+are deleted.
 
-Why compress: OTLP exports repeat themselves (attribute keys, ids, states that
-change a field at a time). Junjo's captured requests (../shared/junjo/fixtures)
-shrink 2.6-66x at zstd level 1, 12.5x taken together, and bench_ingest's
-~48x. Compressing costs ~1.7 us a span in the receiver's own thread, with the
-interpreter lock released; in return the spool writes, checksums, reads back
-and pipes to the extraction worker a fraction of the bytes (the server spent
-a sixth of its CPU under load copying exports into the page cache), and the
-backlog bound (`--max-backlog-mib`, counted on disk) holds that many times
-more exports before a burst is refused.
-
-Crash safety: a record is acknowledged only after fdatasync, and readers never
-look past the last synced byte. A crash mid-append leaves a torn record at the
-tail of the newest segment, which nobody acknowledged; opening the spool cuts
-it off (a record running past the end, or whose CRC does not match).
-
-Privacy: the directory, the quarantine folder and every file in them are
-owner-only (collector/private_files.py), whatever the umask; ones an older
-version left open to others are tightened when the spool opens.
+Invariants: a record is acknowledged only after fdatasync, readers never look past
+the last synced byte, and opening cuts a torn tail (which nobody acknowledged). Every
+file is owner-only whatever the umask (collector/private_files.py).
 """
 
 from __future__ import annotations
@@ -63,8 +43,7 @@ _HEADER: Final = struct.Struct("<IIQ")  # payload length | flag, CRC-32 of the p
 # The length's top bit: the payload is a zstd frame (clear in records written before).
 _COMPRESSED: Final = 1 << 31
 MAX_PAYLOAD_BYTES: Final = _COMPRESSED - 1
-# Fast enough to run in every receiver thread: level 1 compressed bench_ingest's
-# requests at ~1.7 us a span, 48x; level 3 cost ~40% more for 6% smaller.
+# Fast enough to run in every receiver thread; higher levels cost more for little.
 COMPRESSION_LEVEL: Final = 1
 _IOV_MAX: Final = 1024  # buffers one writev call may take (POSIX minimum limit)
 
@@ -280,12 +259,8 @@ class Spool:
 
     def read(self, position: Position, max_bytes: int) -> tuple[list[SpoolRecord], Position]:
         """Records from `position` (at least one if any is durable, then up to
-        `max_bytes` of exports, counted decompressed: what the caller decodes).
-
-        Returns the records and the position after them. A record that fails its
-        CRC (the disk corrupted a synced record) is logged and its segment
-        skipped, since nothing after it in that segment can be framed again.
-        """
+        `max_bytes` decompressed), and the position after them. A record failing its
+        CRC is logged and the rest of its segment skipped: it cannot be framed again."""
         records: list[SpoolRecord] = []
         size = 0
         with self._lock:

@@ -1,26 +1,12 @@
 """Extraction in a child process, away from the receivers' interpreter lock.
 
-Why a process: decoding an export, extracting its Junjo evidence and building
-the Arrow tables of its rows hold the interpreter lock for ~70 microseconds a
-span. On the server's lock that starved the receivers under a burst: a thread
-waking from a blocking call waited 2-5 ms for the lock at p90 (10 ms at p99),
-and an acknowledgement takes several such wake-ups. With the work in a child,
-bench_ingest --quick acknowledged 45-68k spans/s (0.31-0.39 of the parse-only
-baseline) against 43.6k in-process in the same session (0.25-0.28), at p50
-latencies of 28-44 ms against 45-46 ms. The extractor hands the worker the
-next run while it commits the last (collector/intake/extractor.py): the backlog
-after a burst was stored at 18-26 MiB/s that way against 17-21 with the two
-in turn. The child imports no DuckDB (collector/encode/ builds the rows
-without it): its private memory peaks at 56-58 MB, 64-66 MB before.
-
-What stays in the server: reading the spool, every commit, and every failure
-path. The worker only prepares rows. When it cannot (it is still starting,
-it raised, it died or it hangs), `ExtractionWorker.collect` answers None and
-the extractor prepares the same records itself, retrying record by record and
-quarantining exactly as before. So the worker changes how fast a run is
-prepared, never what is stored. Once nothing has been spooled for a while the
-extractor rests the worker (`rest`: the child exits), and the next run starts
-another, prepared in the server while it starts.
+Decoding, extracting and building the Arrow rows hold the interpreter lock for a
+long time per span, and on the server's lock that starved the receivers under a
+burst. The worker only prepares rows; reading the spool, every commit and every
+failure path stay in the server. When the worker cannot answer (starting, raised,
+died, hung), `collect` answers None and the extractor prepares the same records
+itself, so the worker changes how fast a run is prepared, never what is stored. The
+child imports no DuckDB.
 
 The child is `python -m collector.intake.worker`, talking over its stdin
 and stdout. Each message is a count of parts, each part's length (8 bytes
@@ -98,12 +84,7 @@ class ExtractionWorker:
 
     def submit(self, exports: Sequence[Export]) -> bool:
         """Start preparing these exports; False if the caller must prepare them itself.
-
-        One run at a time: `collect` its rows before submitting the next. The
-        child reads the whole request before it starts, so this returns once
-        the exports are in its hands, and the caller goes on (the extractor
-        commits the previous run meanwhile).
-        """
+        One run at a time: `collect` its rows before submitting the next."""
         assert not self._submitted, "collect the run submitted before"
         if self._resting:
             self._resting = False
@@ -139,14 +120,9 @@ class ExtractionWorker:
         return None
 
     def rest(self) -> None:
-        """Stop the child while there is nothing to prepare; `submit` starts another.
-
-        An idle child holds ~25 MB of private memory (its imports, and the
-        arenas of its last run), for as long as the server is idle. Starting
-        one again costs ~0.25 s of CPU (its imports), during which the
-        extractor prepares runs itself, as it does at start: a server woken
-        once a minute spends well under 1% of a core on it.
-        """
+        """Stop the child while there is nothing to prepare, since an idle child still
+        holds its imports and arenas; `submit` starts another (a fraction of a
+        second of CPU, during which the extractor prepares runs itself)."""
         if self._child is None or self._submitted:
             return
         _stop(self._child)
@@ -265,9 +241,7 @@ def prepare_exports(bodies: list[bytes]) -> PreparedWrite:
 def _serve(requests: int, replies: int) -> None:
     write_all(replies, [_READY])
     while _answer_one(requests, replies):
-        # The run's bodies, rows and reply went with _answer_one's frame: without
-        # a trim the child would keep the pages of its largest run for good (an
-        # idle child held 41 MiB with the last run's rows kept alive, untrimmed).
+        # Without a trim the child would keep the pages of its largest run for good.
         release_free_memory()
 
 

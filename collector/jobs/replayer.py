@@ -1,11 +1,9 @@
 """Keeps every execution's stored replay (verdict, diagnostics, field index) current.
 
-An execution is replayed when its owner span arrives and again whenever late
-transitions for its store arrive, on a background thread: the acknowledgement
-of an export never waits for a replay. Work is keyed by store (one replay per
-store serves every run it holds); a run naming no store is replayed by its run
-id, so every execution gets a stored verdict. Lists and field filters read what this
-saved; the execution pages replay on demand from the evidence itself.
+An execution is replayed on a background thread when its owner span arrives and again
+when late transitions arrive, so no acknowledgement waits for a replay. Work is keyed
+by store (one replay serves every run it holds), a storeless run by its id, so every
+execution gets a stored verdict for lists and filters to read.
 """
 
 from __future__ import annotations
@@ -34,40 +32,28 @@ from collector.store.replays import ReplayBatch, ReplayRecord, SpanLink
 
 logger = logging.getLogger(__name__)
 
-# Executions replayed and saved per transaction: few enough that fresh verdicts
-# appear within a second or so and that their field-index rows (hundreds per
-# execution) stay a few tens of MB: at 256 stores a batch added ~90 MB to the
-# peak RSS, at 64 about 45. At 32 serve's peak while catching up with
-# bench_ingest's burst was 322-329 MB against 338-366 at 64, for saves that
-# cost ~1.4 ms an execution against ~1.05 (bench_replayer, +15% replay CPU in all).
+# Executions replayed and saved per transaction: few enough that fresh verdicts appear
+# within a second or so and that their field-index rows (hundreds per execution) stay
+# small in memory; more per save costs less CPU but raises the peak.
 REPLAY_BATCH_STORES = 32
-# Stores whose evidence is read at once, then replayed and saved REPLAY_BATCH_STORES
-# at a time. Each read scans the executions, transitions and spans tables (their
-# ids are random: no index or zone map narrows the scan), and a scan costs about
-# as much for hundreds of stores as for 64, while growing with the tables. At
-# 200k stored runs (bench/bench_replayer.py) reading 64 stores' evidence cost
-# 2.6 ms a run in CPU, 256 stores' 0.9, 512 stores' 0.6; the replayer's peak RSS
-# rose by 16 MB at 256 and by 41 MB at 512, against a 400 MB target for serve.
+# Stores whose evidence is read at once. Each read scans whole tables (random ids: no
+# zone map narrows it), which costs about as much for hundreds of stores as for a few;
+# larger reads hold more memory (bench/bench_replayer.py).
 READ_BATCH_STORES = 256
 MAX_REST_SECONDS = 1.0
 # Ingest counts as active for this long after its last commit.
 INGEST_QUIET_SECONDS = 1.0
-# While exports wait in the spool, replays wait too, but never longer than
-# this at a time: verdicts lag behind a long burst, and still move.
+# While exports wait in the spool replays wait too, never longer than this at a time.
 MAX_DEFER_SECONDS = 10.0
-# A batch the store could not replay (out of memory, say) is tried again after
-# this delay, doubled for every failure in a row up to the maximum.
+# First retry delay of a batch the store could not replay, doubled per failure in a row.
 FIRST_RETRY_SECONDS = 0.5
 MAX_RETRY_SECONDS = 30.0
 
 
 @dataclass(slots=True)
 class Backlog:
-    """What waits to be replayed: stores, and runs that name no store.
-
-    The two never overlap (WriteResult and the stale queries split runs by
-    whether they name a store), so no execution is replayed twice for one commit.
-    """
+    """What waits to be replayed: stores, and runs that name no store (never overlapping,
+    so no execution is replayed twice for one commit)."""
 
     stores: set[str] = field(default_factory=set)
     runs: set[str] = field(default_factory=set)
@@ -84,11 +70,7 @@ class Backlog:
 
     def take(self, size: int) -> Backlog:
         """Up to `size` stores and `size` runs (the least ids), removed from here.
-
-        `nsmallest`, not a sort: a burst leaves tens of thousands waiting, and
-        sorting them all again for every batch took 2.9 s of CPU to drain 42,000
-        stores 64 at a time, against 0.7 s (0.3 s 256 at a time).
-        """
+        `nsmallest`, not a sort: a burst leaves tens of thousands waiting."""
         batch = Backlog(
             set(heapq.nsmallest(size, self.stores)), set(heapq.nsmallest(size, self.runs))
         )
@@ -98,11 +80,8 @@ class Backlog:
 
 
 class HistorySink(Protocol):
-    """Takes replayed histories for reuse (the studio's Inspector keeps long ones).
-
-    `version` is `Store.evidence_version` as read before the evidence was: if
-    more arrived meanwhile, the reader sees a newer version and replays afresh.
-    """
+    """Takes replayed histories for reuse (the studio's Inspector keeps long ones); `version`
+    is read before the evidence, so evidence arriving meanwhile makes it stale."""
 
     def offer(self, execution: Execution, history: History, version: EvidenceVersion) -> None:
         ...
@@ -127,12 +106,9 @@ def replay_record(
 class Replayer:
     """A background thread that re-replays the executions a commit touched.
 
-    Stores named by commits pile up in one pending set, so a burst of commits
-    touching the same stores costs one replay. Storing comes first: while the
-    extractor has exports still to store, replays wait (see `_run`). Shutdown
-    does not wait for the backlog: whatever was not replayed is found again at
-    the next start-up (`Store.stale_store_ids`, `stale_storeless_run_ids`), so
-    stopping stays quick however busy ingest was.
+    Stores pile up in one pending set, so a burst touching the same stores costs one
+    replay; storing comes first. Shutdown does not wait for the backlog: the next
+    start-up finds it again (`Store.stale_store_ids`), so stopping stays quick.
     """
 
     def __init__(
@@ -201,10 +177,8 @@ class Replayer:
             if catching_up:
                 self._burst.enter()
             with self._changed:
-                # Storing exports comes first: the extractor and this thread
-                # share one interpreter lock, a replay costs several times what
-                # storing the same spans does, and a backlog held in the spool
-                # is what bounds intake. Once it is stored, replay catches up.
+                # Storing comes first: both share one interpreter lock, a replay costs
+                # more than storing, and the spool's backlog is what bounds intake.
                 self._changed.wait_for(
                     lambda: self._stopping or not self._storing_behind, MAX_DEFER_SECONDS
                 )
@@ -217,13 +191,9 @@ class Replayer:
             with self._changed:
                 settled = not self._pending and not self._storing_behind
             if settled:
-                # Before "idle" is reported: a server stopped once idle then
-                # has little WAL left to fold at its closing checkpoint.
+                # Before "idle" is reported, so a server stopped then has little WAL left.
                 self._burst.leave()
-            # Let go of what appends pinned so far (Store.release_memory): within
-            # a burst, a whole burst's would leave the replay's own work less and
-            # less of the pool; idle, a long trickle would pin more and more. (A
-            # burst that just settled was let go of by `leave`.)
+            # What appends pinned would otherwise leave replay less and less of the pool.
             self._store.release_memory_if_grown()
             with self._changed:
                 idle = not self._pending
@@ -232,15 +202,12 @@ class Replayer:
                     self._changed.notify_all()
             if idle:
                 if settled:
-                    # Every verdict is current and nothing waits to be stored:
-                    # now keep the field index sorted.
+                    # Every verdict current and nothing to store: keep the index sorted.
                     self._compact_field_index()
                 continue
             with self._changed:
-                # While ingest commits, rest as long as the batch took: replay
-                # shares one interpreter lock with the receivers and the
-                # extractor, and storing exports comes first. Verdicts lag;
-                # nothing is skipped. Once ingest is quiet, catch up at full speed.
+                # While ingest commits, rest as long as the batch took (one interpreter
+                # lock, storing first); once ingest is quiet, catch up at full speed.
                 if time.monotonic() - self._last_commit < INGEST_QUIET_SECONDS:
                     rest = min(time.monotonic() - started, MAX_REST_SECONDS)
                     self._changed.wait_for(lambda: self._stopping, rest)
@@ -253,8 +220,7 @@ class Replayer:
         started = time.monotonic()
         self._rewrite_paused = False
         try:
-            # Asked first, so that an idle moment with no rewrite to do keeps
-            # DuckDB's cache (lowering the limit evicts it) for the studio.
+            # Asked first: lowering the limit evicts the cache the studio uses.
             if not self._store.field_index_rewrite_wanted(self._compaction):
                 return
             if self._rewrite_field_index():
@@ -263,8 +229,7 @@ class Replayer:
                     time.monotonic() - started,
                 )
             else:
-                # Paused (or not due): resumed once idle, even with no export to replay.
-                # After a failure it is not: the next idle moment tries again.
+                # Paused: resumed once idle (after a failure, at the next idle moment).
                 self._rewrite_paused = self._store.rewriting_field_index
         except StoreError as exc:
             # Filters stay right, only slower; the next idle moment tries again.
@@ -273,15 +238,9 @@ class Replayer:
 
     def _rewrite_field_index(self) -> bool:
         """The field index's rewrite, a piece at a time, at the burst's lower memory
-        limit; whether it finished. Stops for whatever else there is to do: the
-        rewrite resumes at the next idle moment (Store.compact_field_index_if_due).
-
-        A step that runs out of memory there is run again at the configured limit,
-        alone, and the rest at the lower one again: the pieces are sized to fit it
-        (field_layout.CHUNK_ROWS), but 3-442 steps of a rewrite after a burst ran
-        out at 76 MiB in four bench_ingest runs, before the burst's pinned memory
-        was let go (BurstMemory.leave; none since, in five). Raises StoreError if a
-        step fails at the configured limit too.
+        limit; whether it finished. Stops for whatever else there is to do and resumes
+        at the next idle moment. A step that runs out of memory is run again alone at
+        the configured limit; raises StoreError if it fails there too.
         """
         while True:
             try:
@@ -317,16 +276,12 @@ class Replayer:
                 limits=self._limits,
             )
         except StoreError as exc:
-            # The evidence is stored, and its verdicts must not stay pending
-            # until some later commit touches these stores: DuckDB running out
-            # of memory while a burst was replayed (bench_ingest) left runs
-            # without a verdict. Groups saved before the failure are replayed
-            # again, which replaces their rows.
+            # Verdicts must not stay pending until some later commit touches these
+            # stores; groups saved before the failure are replayed again (replacing rows).
             self._retry_later(batch, exc)
         except Exception:
-            # A replay bug on hostile evidence must not end this thread (every
-            # later verdict would stay pending); replay the stores one by one
-            # so the rest still get their verdicts, and log the culprit.
+            # A replay bug on hostile evidence must not end this thread: replay the
+            # stores one by one so the rest still get verdicts, and log the culprit.
             if len(batch) > 1:
                 for store_id in sorted(batch.stores):
                     self._replay(Backlog(stores={store_id}))
@@ -359,20 +314,15 @@ def replay_stores(
     save_every: int = REPLAY_BATCH_STORES,
     limits: DocumentLimits = DEFAULT_LIMITS,
 ) -> int:
-    """Replay and save every execution owning one of these stores; return how many.
+    """Replay and save every execution owning one of these stores (and the
+    `storeless_runs`); return how many.
 
-    `storeless_runs` adds those runs that name no store (a run whose owner span
-    lost its store id: not_applicable, with its diagnostics). The evidence of
-    the whole batch is read in one snapshot (Store.replay_batch), with the
-    runs' keys, which the saves then need no join to find; the executions are
-    then replayed and saved `save_every` at a time, each group in one
-    transaction. `between` runs before each execution's replay (the replayer
-    gives way to studio requests there); each history is offered to `sink` as
-    it is made. No replayed state crosses `limits`.
+    The evidence is read in one snapshot; the executions are saved `save_every` at a
+    time, each group in one transaction. `between` runs before each replay (to give
+    way to studio requests); each history is offered to `sink`.
     """
     batch = store.replay_batch(store_ids, storeless_runs)
-    # Each execution needs its own trace's spans and its carriers elsewhere; hand
-    # it those, not the whole batch's, so a batch costs linear time.
+    # Each execution gets only its trace's spans and its carriers: linear per batch.
     by_trace: dict[str, list[SpanLink]] = {}
     for link in batch.links:
         by_trace.setdefault(link.span.trace_id, []).append(link)
@@ -416,8 +366,7 @@ def _replay_and_save(
             per_store, per_trace = versions
             stored = per_store.get(execution.store_id, 0) if execution.store_id else 0
             sink.offer(execution, history, (stored, per_trace.get(execution.trace_id, 0)))
-    # An agent run in a node names the node, not its run: link it to the run
-    # around it now that the spans between may have arrived (collector/replay/lineage.py).
+    # Link runs named through a node to the run around them (collector/replay/lineage.py).
     traces = {e.trace_id for e in executions}
     parents = enclosing_runs(link for trace in sorted(traces) for link in by_trace.get(trace, ()))
     store.save_replays(records, indexes, snapshots, parents, batch.run_keys)

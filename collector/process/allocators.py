@@ -1,47 +1,13 @@
 """Memory allocator settings for the long-running server process.
 
-Measured with bench/bench_ingest.py (four exporters sending ~1 MB requests):
-peak RSS was ~640 MB with the defaults, most of it memory freed but not given
-back. Three allocators keep it:
-
-- glibc gives every thread that mallocs concurrently an arena of its own (up to
-  8 per core), and each arena holds its freed pages. The gRPC workers, the
-  writer and the replayer are a dozen such threads. Two arenas are enough for
-  two cores and keep the freed pages in one place, where they are reused.
-- pyarrow's default pool (jemalloc or mimalloc) keeps freed memory for reuse as
-  well, on top of glibc. The store builds short-lived Arrow tables for every
-  commit, so the system allocator, whose freed memory the arenas reuse, is used.
-- Even so, glibc returns freed memory to the system only from the top of an
-  arena, and only past its trim threshold (which grows with the largest block
-  freed, or is fixed by MALLOC_TRIM_THRESHOLD_). After a burst the arenas held
-  ~100 MB free of ~160 MB. A daemon thread calls malloc_trim once a second,
-  which also releases free pages inside the arenas.
-- DuckDB's Linux builds bring their own jemalloc, which keeps freed pages for
-  a while (dirty, then "muzzy": still resident until the kernel needs them),
-  and, without its background threads (off by default; the store turns them
-  on), indefinitely once allocations stop: a connection held 300 MB that a
-  finished query had freed. In bench_ingest a purge of its arenas at SIGTERM
-  gave back 74 MB. The same thread purges them once a second: the server then
-  held ~20 MB less at the end of replay (356 against 375 MiB). Its peaks come
-  at checkpoints, bounded by DuckDB's memory limit (config.py), and did not
-  move measurably: 347-391 MiB in five runs with the purge, 367 in one
-  without (DuckDB at a 96 MB limit in all six). `release_free_memory` runs
-  once more before the closing checkpoint.
-- Those peaks were pages freed within the second between purges. Sampling
-  jemalloc's own counts every 0.25 s through bench_ingest (December 2026) put
-  its resident pages up to 143 MB above what DuckDB held allocated: a
-  checkpoint allocates ~40 MB past the cache's limit, frees it and the
-  evicted blocks, and allocates again, so its freed pages piled up until the
-  next purge (the server at 370-373 MB in those moments; above 355 MB in 50
-  samples). With jemalloc's decay set to 0 in the server (pages freed are
-  given back at once) the gap stayed within 11 MB and 3 samples passed 355 MB;
-  bench_ingest's peak was 388 and 386 MB in the next two runs (402 before).
-  The cost is a system call per freed extent: the server's CPU a span was
-  109-112 us in those runs against 76 before, on days when the baseline ran
-  25-35% slower, so most of that rise is the machine's.
-
-The arena settings must be made before the threads they affect first
-allocate, so `serve` calls `tune_for_server` first thing.
+Three allocators keep freed memory rather than give it back, and the server frees a
+lot in bursts: glibc (one arena per concurrent thread, trimmed only from the top), so
+it gets two arenas and a malloc_trim once a second; pyarrow's own pool, replaced by
+the system allocator whose freed memory the arenas reuse; and DuckDB's jemalloc, set
+to return freed pages at once, since a checkpoint allocates past DuckDB's limit and
+frees as it goes. The arena settings must be made before the threads they affect first
+allocate, so `serve` calls `tune_for_server` first thing. Measurements: docs/memory.md,
+"Allocators".
 """
 
 from __future__ import annotations
@@ -82,12 +48,8 @@ def tune_for_server() -> None:
 
 
 def tune_for_worker() -> None:
-    """One glibc arena (one thread allocates) and the system allocator for Arrow.
-
-    For the extraction worker (collector/intake/worker.py), which builds
-    the Arrow tables of every commit and hands them back to the server; it
-    frees memory itself after each run, so it needs no releasing thread.
-    """
+    """One glibc arena and the system allocator for Arrow, for the extraction worker
+    (one allocating thread, which frees memory itself after each run)."""
     _tune(WORKER_ARENAS)
 
 
@@ -99,17 +61,12 @@ def _tune(arenas: int) -> None:
 
 
 def release_free_memory() -> None:
-    """Give the system back what glibc and DuckDB's jemalloc hold freed.
-
-    Safe from any thread, at any time; each half is a no-op where its
-    allocator is not there. ctypes releases the interpreter lock for each
-    call, and each takes a millisecond or two.
-    """
+    """Give the system back what glibc and DuckDB's jemalloc hold freed; safe from any
+    thread, a no-op where an allocator is not there."""
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-    # Only where DuckDB is loaded: loading it to purge would cost the
-    # extraction worker ~8 MB it never uses.
+    # Only where DuckDB is loaded: the extraction worker never loads it.
     purge_duckdb = _duckdb_purge() if "_duckdb" in sys.modules else None
     if purge_duckdb is not None:
         purge_duckdb()
@@ -134,14 +91,9 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def return_duckdb_pages_at_once() -> None:
-    """Have DuckDB's jemalloc give pages back to the system as soon as they are freed.
-
-    jemalloc's decay times (DuckDB's build: one second dirty, then one second
-    "muzzy", still resident) become 0 for its arenas now and for those it
-    creates later. It then returns freed memory at the cost of a system call
-    per freed extent, which is what bounds the server's RSS at checkpoints.
-    Loads DuckDB: meant for the processes that use it.
-    """
+    """Have DuckDB's jemalloc give pages back as soon as they are freed (decay 0, for its
+    arenas now and later): a system call per freed extent bounds RSS at checkpoints.
+    Loads DuckDB: meant for the processes that use it."""
     import duckdb  # noqa: F401  (loads the extension module whose allocator this tunes)
 
     mallctl = _duckdb_mallctl()
@@ -183,12 +135,8 @@ def _duckdb_purge() -> Callable[[], None] | None:
 
 @functools.cache
 def _duckdb_mallctl() -> Mallctl | None:
-    """jemalloc's control function inside DuckDB's extension module, if it has one.
-
-    DuckDB links jemalloc statically on Linux and exports it with a
-    `duckdb_je_` prefix; other builds (macOS, Windows, musl) use the system
-    allocator, which `malloc_trim` covers where there is one.
-    """
+    """jemalloc's control function inside DuckDB's module (`duckdb_je_`, Linux builds
+    only; elsewhere DuckDB uses the system allocator)."""
     try:
         library = ctypes.CDLL(sys.modules["_duckdb"].__file__)
         function = library.duckdb_je_mallctl

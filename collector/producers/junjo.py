@@ -239,13 +239,9 @@ def application_execution(
 ) -> Execution:
     """The agent's application store over the agent's run, as a run of its own.
 
-    An agent given a store (`execute(store=...)` or its `store_factory`) writes it
-    from its tools, and its span carries that store's start and end state and
-    interval (SCHEMA.md 2.4) beside its private AgentStore's. Often no other
-    run owns the store (a top-level agent, a factory's store, a store the node
-    made), so without this run its history would be replayed nowhere. It is
-    the agent's child, on the agent's span: the same trace, subtree, status and
-    outcome, with the application store's evidence in place of the private one's.
+    The agent's span carries that store's states and interval beside its private
+    store's (SCHEMA.md 2.4), and often no other run owns it, so without this run its
+    history would be replayed nowhere. It is the agent's child, on the agent's span.
     """
     application = _execution(span, attrs, "application_store")
     assert application is not None  # the agent's run id was read from this span

@@ -1,22 +1,11 @@
 """Bounded admission shared by the transports: how many exports, and how many bytes, at once.
 
-Invariant: past either bound a new export is refused (the transport answers
-"retry after a delay") instead of queueing without limit, so the memory held by
-exports in progress stays bounded whatever the exporters do. A single request
-larger than the byte budget is still admitted when nothing else holds any:
-the receive limit, not this, bounds one request.
-
-A slot is taken only once a request's body has arrived: gRPC hands over whole
-messages, and an OTLP/HTTP body in transit holds only the bytes it has sent
-(`open_upload`, `try_grow`) until it is complete (`try_take_slot`). A client
-sending slowly then holds memory it really filled, never a slot that
-exporters sending at full speed are refused for.
-
-Each holder names the parties it speaks for (its address, its key: `Client`),
-and no party may hold more than `client_share` of the byte budget, so one
-client cannot fill it alone with bodies it sends fast and then finishes
-slowly; a party's only holding may still reach the receive limit, as a lone
-request may. Slots need no such share: nobody holds one while sending.
+Invariant: past either bound a new export is refused with a retry delay instead of
+queueing, so exports in progress hold bounded memory (a lone request larger than the
+byte budget is still admitted: the receive limit bounds one request). A slot is taken
+only once a body has arrived, so a slow sender holds the bytes it really sent, never a
+slot fast exporters are refused for; and no party (address, key: `Client`) may hold
+more than `client_share` of the bytes.
 """
 
 from __future__ import annotations

@@ -44,12 +44,10 @@ def export_response(outcome: IngestOutcome) -> ExportResponsePB2:
 def retry_delay_seconds(base_seconds: int) -> int:
     """How long one refused exporter should wait: `base_seconds`, give or take half.
 
-    A fixed delay sends every exporter refused in one moment back in the same
-    moment, to be refused together again: twelve Python OTLP/HTTP exporters
-    refused with a fixed 2 s retried in lockstep and gave up after their sixth
-    attempt, dropping a sixth of their batches. Spread over the range, some get
-    in on each retry. Whole seconds, because HTTP's Retry-After has no
-    fractions and both transports send one value; never below one second.
+    A fixed delay sends every exporter refused in one moment back in the same moment,
+    to be refused together again until they give up and drop batches; spread, some
+    get in on each retry. Whole seconds (HTTP's Retry-After has no fractions), never
+    below one.
     """
     return random.randint(max(1, base_seconds // 2), max(1, base_seconds * 3 // 2))
 
@@ -62,13 +60,9 @@ def retry_info(delay_seconds: int) -> RetryInfoPB2:
 def error_status(
     code: int, message: str, retry: RetryInfoPB2 | None = None, *, bad_request: bool = False
 ) -> StatusPB2:
-    """A google.rpc.Status; with `retry`, that RetryInfo is packed into its details.
-
-    With `bad_request` (an export that can never be stored as sent) its details
-    carry a google.rpc.BadRequest describing the bad data, as OTLP asks of
-    INVALID_ARGUMENT / 400 answers. Which field is wrong is rarely known for an
-    undecodable body, so the violation names none and says what was found.
-    """
+    """A google.rpc.Status; with `retry`, RetryInfo in its details; with `bad_request`, a
+    google.rpc.BadRequest as OTLP asks of INVALID_ARGUMENT (naming no field: for an
+    undecodable body which one is rarely known)."""
     status = StatusPB2(code=code, message=message)
     if retry is not None:
         detail = any_pb2.Any()

@@ -43,10 +43,9 @@ def presented_key(headers: Iterable[tuple[str, str | bytes]]) -> str | None:
 class KeyChecker:
     """Accepts the configured keys, plus any that `extra` (the key store) vouches for.
 
-    With no configured keys and no `extra`, every request is accepted: the
-    server refuses to bind beyond loopback in that state unless told otherwise.
-    `extra_required`, when given, says whether `extra` currently has any keys
-    (the key store may be empty); without it, giving `extra` requires a key.
+    With neither, every request is accepted (config refuses that beyond loopback).
+    `extra_required` says whether the key store has any keys; without it, giving
+    `extra` requires a key.
     """
 
     def __init__(

@@ -1,17 +1,10 @@
 """The HTTP port's connection deadlines: a request head must arrive in time.
 
-uvicorn closes a keep-alive connection that sends nothing for
-`timeout_keep_alive` seconds, but any byte resets that timer, and a new
-connection has no timer at all until its first response: a client sending one
-header line a second held its connection (and its file descriptor) for as long
-as it liked. `head_deadline_protocol` makes uvicorn's h11 protocol close a
-connection whose request head has not completed within the deadline, counted
-from when the connection was opened or its previous response was sent, with a
-408 answer. The body is the application's to time (collector/receive/otlp_http.py).
-
-A response sent before its request's body was read to the end also closes the
-connection: otherwise the client could go on trickling the rest of that body,
-which uvicorn reads and drops, for as long as it liked.
+uvicorn's keep-alive timer is reset by any byte and absent before a connection's
+first response, so a client trickling header lines could hold a connection for good.
+`head_deadline_protocol` closes a connection whose request head is not complete within
+the deadline (408), and a response sent before its body was read to the end closes
+the connection too, so the rest cannot be trickled. The body is otlp_http.py's to time.
 """
 
 from __future__ import annotations

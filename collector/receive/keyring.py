@@ -1,14 +1,9 @@
 """Managed ingestion keys as the receivers see them: a short-lived cache over the key store.
 
-Invariant: a key revoked through this object is refused on the very next
-request, because every change drops the cache; a change made any other way is
-seen within `refresh_seconds`. While `statetrail serve` runs it holds the
-DuckDB lock, so `statetrail keys` reaches the database only through the
-server's admin route, and therefore through this object.
-
-Fail closed: once any managed key exists (even if all are revoked), exports
-must carry an accepted key. Revoking the last key must not quietly reopen a
-server to anonymous writers.
+Invariant: a key revoked through this object is refused on the very next request
+(every change drops the cache); `statetrail keys` reaches a running server's database
+only through its admin route, hence through here. Fail closed: once any managed key
+exists, even revoked, exports must carry an accepted key.
 """
 
 from __future__ import annotations

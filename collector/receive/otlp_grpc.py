@@ -1,16 +1,10 @@
 """OTLP/gRPC transport: auth, limits, status codes and partial success; nothing else.
 
-The Export method is registered with a pass-through deserializer so that this
-module, not grpcio, decides what an undecodable body means (INVALID_ARGUMENT
-with a message) and so that an overloaded server can refuse a request before
-paying to parse it. What each answer says is shared with the HTTP transport
-(collector/receive/answers.py). Status codes follow the OTLP specification:
-
-- UNAUTHENTICATED: no accepted key;
-- INVALID_ARGUMENT: the body is not an ExportTraceServiceRequest (not retryable);
-- UNAVAILABLE + RetryInfo: overload, a full backlog, storage failure or shutdown
-  (retryable);
-- RESOURCE_EXHAUSTED: over the receive limit (grpcio answers this itself).
+Export takes raw bytes (a pass-through deserializer), so this module, not grpcio,
+decides what an undecodable body means, and an overloaded server refuses before
+parsing. Answers are shared with HTTP (answers.py): UNAUTHENTICATED, INVALID_ARGUMENT
+(not retryable), UNAVAILABLE with RetryInfo (retryable), RESOURCE_EXHAUSTED past the
+receive limit (grpcio's own).
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
 """OTLP/HTTP transport (`POST /v1/traces`): auth, limits, status codes and partial success.
 
-The HTTP twin of `collector/receive/otlp_grpc.py`, following the same rules and giving
-the same answers (collector/receive/answers.py); nothing here decodes spans or
-touches storage except through the injected `ExportSink`. A body is parsed by
-collector/decode/otlp.py (protobuf) or collector/receive/otlp_json.py (OTLP JSON).
+The HTTP twin of otlp_grpc.py, with the same answers (answers.py); it decodes nothing
+and stores nothing but through the injected `ExportSink`. Status codes follow the
+OTLP/HTTP specification (docs/operations.md, "What the receiver answers").
 
 Invariants:
-- a 200 is sent only after `ExportSink.ingest` returned, that is once the export
-  is durable (collector/intake/ingest.py);
-- one request never holds more than the receive limit, compressed or inflated:
-  Content-Length is checked before reading, and bytes are counted while reading
-  and while inflating (a gzip bomb stops at the limit);
-- a body in transit holds the admission bytes it has sent and no slot; it takes
-  a slot once it is complete (collector/receive/admission.py), and is cut off (408,
-  its bytes freed at once) when it arrives slower than the `UploadPace` allows;
-- every answer is in the request's encoding: an ExportTraceServiceResponse on
-  success, a google.rpc.Status on error, as protobuf or as OTLP JSON.
-
-Status codes follow the OTLP/HTTP specification:
-- 400 INVALID_ARGUMENT: the body is not an export request, or the gzip stream
-  is corrupt (not retryable); a malformed id rejects only its span (partial success);
-- 401 UNAUTHENTICATED: no accepted key (with WWW-Authenticate);
-- 408: the body arrived too slowly (see UploadPace);
-- 413: over the receive limit; 415: a content type or encoding we do not read;
-- 503 UNAVAILABLE + Retry-After: overload, a full backlog, storage failure or
-  shutdown (retryable).
+- a 200 is sent only once the export is durable (`ExportSink.ingest` returned);
+- a request never holds more than the receive limit, compressed or inflated;
+- a body in transit holds the admission bytes it has sent and no slot, and is cut off
+  (408) when slower than `UploadPace` allows;
+- every answer is in the request's encoding, protobuf or OTLP JSON.
 """
 
 from __future__ import annotations
@@ -98,11 +83,9 @@ class BodyFormat(enum.Enum):
 class UploadPace:
     """How fast a body must arrive, or be answered 408 and its admission freed.
 
-    Like Apache's mod_reqtimeout (`body=grace,MinRate=rate`): the body may take
-    `grace_seconds`, plus one second for every `min_bytes_per_second` it has
-    sent, never more than `max_seconds` in all, and may not pause for longer
-    than `grace_seconds`. Exporters send a batch at once; a client trickling
-    bytes to hold its place is cut off after the grace.
+    Like Apache's mod_reqtimeout (`body=grace,MinRate=rate`): `grace_seconds` plus a
+    second per `min_bytes_per_second` sent, at most `max_seconds`, and no pause longer
+    than the grace. Exporters send a batch at once; a trickle is cut off.
     """
 
     grace_seconds: float = 5.0
@@ -178,8 +161,8 @@ class HttpTraceReceiver:
         if declared is not None and declared > self._max_receive_bytes:
             raise self._too_large()
         # The share grows with the bytes read, declared or not (chunked, as Node's
-        # exporters always send): reserving what a body declares let 32 uploads
-        # that declared 100 KB and sent a byte a second hold every slot.
+        # exporters send): reserving what a body declares let slow uploads that
+        # declared much and sent little hold every slot.
         address = request.client.host if request.client else None
         share = _Share(self.admission, client_of(address, digest(key) if key else None))
         try:
@@ -191,12 +174,8 @@ class HttpTraceReceiver:
             share.leave()
 
     async def _read_body(self, request: Request, share: _Share) -> bytes:
-        """The body, within the receive limit, the admission budget and the upload pace.
-
-        The pace frees the bytes a stalled or trickling upload holds, and its
-        connection (collector/receive/http_deadlines.py closes a connection answered
-        before its body was read).
-        """
+        """The body, within the receive limit, the admission budget and the upload pace
+        (which frees what a stalled upload holds, and its connection)."""
         chunks: list[bytes] = []
         size = 0
         pieces = aiter(request.stream())
@@ -249,12 +228,9 @@ class HttpTraceReceiver:
     def _gunzip(self, body: bytes, share: _Share) -> bytes:
         """Inflate, never past the receive limit, growing the admission share as it goes.
 
-        Concatenated gzip members are one valid stream (RFC 1952), so each is
-        inflated in turn, up to MAX_GZIP_MEMBERS (exporters send one); a
-        truncated or corrupt stream is the client's error. Input goes in in
-        slices of GZIP_INPUT_BYTES: zlib copies what follows a member's end,
-        and handing it the whole rest of the body for each of many empty
-        members took quadratic time (a 10 MB body of them, over a minute).
+        Concatenated members are one valid stream (RFC 1952), up to MAX_GZIP_MEMBERS.
+        Input goes in slices of GZIP_INPUT_BYTES: zlib copies what follows a member's
+        end, so the whole rest for each of many empty members was quadratic.
         """
         inflated = bytearray()
         view = memoryview(body)

@@ -1,12 +1,8 @@
 """OTLP JSON: an export request in the OTLP/HTTP JSON encoding -> its protobuf message.
 
-Stage: pure decoding, for collector/receive/otlp_http.py (which also writes its answers
-in this encoding: BodyFormat.serialize). The encoding is protobuf's JSON
-mapping but for ids, which are hex where protobuf's JSON says base64.
-
-Invariant: `parse_request` returns an ExportTraceServiceRequest or raises
-DecodeError; a malformed id rejects only its span (it arrives as an id of a
-length no id has), never the whole request.
+Pure. Protobuf's JSON mapping, but ids are hex where protobuf says base64. Invariant:
+`parse_request` returns an ExportTraceServiceRequest or raises DecodeError; a malformed
+id rejects only its span (it arrives as an id of impossible length).
 """
 
 from __future__ import annotations
@@ -27,13 +23,9 @@ _LINK_ID_FIELDS: Final = ("traceId", "spanId")
 
 
 def parse_request(body: bytes) -> ExportRequestPB2:
-    """An OTLP JSON export request, whose ids are hex where protobuf's JSON says base64.
-
-    The ids are rewritten in place to base64 at the fields the OTLP JSON
-    encoding names, then protobuf's own parser does the rest (int64 as string or
-    number, enums as integers). Unknown fields are ignored, as the encoding
-    requires for forward compatibility. Raises DecodeError for anything else.
-    """
+    """An OTLP JSON export request: hex ids rewritten to base64 where the encoding names
+    them, then protobuf's parser (unknown fields ignored, as the encoding requires).
+    Raises DecodeError."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as exc:

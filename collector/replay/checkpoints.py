@@ -1,21 +1,14 @@
 """Replay's state storage: a working document patched in place, and checkpoints.
 
-Replay (collector/replay/walk.py) patches one working document, a `Tape`, in place
-and never copies the whole state per step. The tape copies the document into a
-checkpoint whenever the patch work done since the previous checkpoint reaches
-the state's size, so copying is paid for by patching: a full replay costs
-O(total patch work + state size). What it hands over, `States`, rebuilds the
-state after any step from the checkpoint before it, so `History.state_at`
-(collector/replay/history.py) costs one copy plus at most about one state's worth of
-patching. Checkpoints restored from a snapshot (collector/replay/snapshot.py) stay
-JSON text, `Unparsed`, until a state is first rebuilt from one.
+Replay patches one working document (a `Tape`) in place and copies it into a
+checkpoint whenever the patch work since the last one reaches the state's size, so
+copying is paid for by patching: a replay costs O(total patch work + state size), and
+`States` rebuilds any step's state with one copy and about one state's worth of
+patching. Checkpoints restored from a snapshot stay JSON text until first needed.
 
-Checkpoint states are never mutated once kept. States are handed out as fresh
-copies the caller owns, except where a method says it lends its own (`peek`,
-`spaced`, the tape's `document`): read those, never change them. A state that
-cannot be produced raises `StateUnavailableError`, which History's API passes
-on. Pure: no I/O, and nothing here knows of executions or transitions, only
-patch texts.
+Invariant: checkpoint states are never mutated once kept; states are handed out as
+fresh copies, except where a method says it lends its own (read those, never change
+them). Pure: no I/O; only patch texts, nothing of executions.
 """
 
 from __future__ import annotations
@@ -38,14 +31,12 @@ from collector.replay.jsondoc import (
     patch_in_place,
 )
 
-# One jsonpatch application costs about as much as copying 1 KB of state
-# (measured: ~18 us per small patch vs ~17 ns per byte for `clone`). Counting
-# each patch as this many bytes of work keeps checkpoints from being taken so
-# often that copying dominates a replay of many tiny patches.
+# One jsonpatch application costs about as much as copying 1 KB of state with
+# `clone`; counting each patch as this much work keeps checkpoints from being taken
+# so often that copying dominates a replay of many tiny patches.
 _PATCH_WORK_BYTES: Final = 1024
-# ...and never closer than this: rebuilding a state from up to 64 KB of patch
-# work takes a millisecond or so, while a checkpoint every step or two made
-# copying a tenth of replaying the many short runs the replayer sees.
+# ...and never closer than this: rebuilding from this much patch work is quick, while
+# a checkpoint every step or two made copying a real part of replaying short runs.
 _MIN_CHECKPOINT_WORK: Final = 64 * 1024
 
 
@@ -56,10 +47,8 @@ class StateUnavailableError(LookupError):
 class States:
     """Checkpoints plus the patches between them; rebuilds any state on demand.
 
-    Step index -1 is the start state. `patches[i]` is the text that step i
-    applied, or None if step i changed nothing. Checkpoint states are never
-    mutated: every state handed out is rebuilt from a copy. A checkpoint
-    restored from a snapshot stays JSON text until a state needs it.
+    Step index -1 is the start state. `patches[i]` is the text that step i applied,
+    or None if step i changed nothing.
     """
 
     def __init__(self, start: JsonValue) -> None:
@@ -150,10 +139,8 @@ class States:
 def applied_ops(text: str) -> list[JsonPatchOp]:
     """The operations of a patch that replay applied, parsed again for a rebuild.
 
-    Plain `json.loads`, without `parse_patch`'s checks: the text passed them
-    (depth included) when replay applied it, and a snapshot restores only the
-    steps that did. Should a stored text no longer parse, the state is
-    unavailable rather than an exception from the parser (RecursionError too).
+    Plain `json.loads`: the text passed `parse_patch`'s checks when it was applied.
+    A stored text that no longer parses makes the state unavailable, never raises.
     """
     try:
         ops: list[JsonPatchOp] = json.loads(text)

@@ -3,7 +3,7 @@
 Each function looks at one aspect of the selected chain (collector/replay/selection.py)
 or of the evidence, and returns its `Diagnostic`s in the order replay reports
 them; the findings replay makes while it walks the chain are its own
-(collector/replay/walk.py, whose docstring defines the severities). `code` is
+(collector/replay/walk.py; severities: docs/guarantees.md). `code` is
 stable; the wording is for people and says what to do about it.
 
 Contract 1 has no sequences, so no gap can be found there: only replay's end

@@ -1,22 +1,14 @@
 """The replayed history of one execution's store: the types replay hands out, and reading them.
 
-A `History` holds every state the store went through, rebuilt on demand from
-checkpoints (collector/replay/checkpoints.py), which of those states the evidence
-verifies (`Step`), and `Diagnostic`s that say in plain words what is missing or
-contradictory and what to do about it. collector/replay/walk.py builds one from an
-execution's transitions and evidence, and its docstring holds the rules of
-verification, severity and verdicts (selection's are collector/replay/selection.py's,
-the findings' wording collector/replay/findings.py's). collector/replay/snapshot.py saves a
-long one and brings it back with `History.restored`.
+A `History` holds every state the store went through (rebuilt on demand from
+checkpoints), which of them the evidence verifies (`Step`), and `Diagnostic`s that
+say in plain words what is missing or contradictory. walk.py builds one by the rules
+in docs/guarantees.md, "The rules replay follows"; snapshot.py saves a long one.
 
 Invariant: a History is read-only once built, and every JSON value it hands out
 is a fresh copy the caller owns, except the states `walk` and
 `spaced_checkpoints` lend, which are read and never changed. Pure: no I/O, no
 logging, no clock.
-
-Parsing, pointers, patching and comparing JSON live in collector/replay/jsondoc.py;
-tracing which writes reached one field is collector/replay/provenance.py, built on
-this module's public API.
 """
 
 from __future__ import annotations
@@ -81,13 +73,9 @@ class Diagnostic:
 
 
 class Step(NamedTuple):
-    """One transition as replay saw it.
-
-    `sequence` is the producer's sequence, or the 1-based position in time order
-    for contract 1 (where `transition.sequence` is None). `applied` says the
-    patch changed the replayed state; `verified` that the state after this step
-    is proven by the evidence; `foreign` that it was carried outside the owner.
-    """
+    """One transition as replay saw it: `sequence` (for contract 1, the position in time
+    order), whether its patch was `applied`, the state after it `verified`, and whether
+    it was carried outside the owner (`foreign`)."""
 
     sequence: int
     transition: Transition
@@ -99,12 +87,8 @@ class Step(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class OpChange:
-    """What one patch operation did at its target, for a diff view.
-
-    `before` is what sat at `path` and was overwritten (MISSING for an insert);
-    `after` is what the operation left there (MISSING for a remove). For a move,
-    `from_path` lost the value that `after` shows.
-    """
+    """What one patch operation did at its target, for a diff view: `before` (MISSING for
+    an insert), `after` (MISSING for a remove); a move's `from_path` lost `after`."""
 
     op: str
     path: str
@@ -178,12 +162,8 @@ class History:
         end_sequence: int | None,
         checkpoints: Sequence[tuple[int, str]],
     ) -> History:
-        """A History rebuilt from what a replay saved (replay/snapshot.py), patching nothing.
-
-        `checkpoints` are `spaced_checkpoints` as JSON text (none when the replayed
-        history had no states). A step's patch is applied when a state is rebuilt
-        exactly when it was applied in the replay, which `Step.applied` records.
-        """
+        """A History rebuilt from what a replay saved (snapshot.py), patching nothing;
+        `checkpoints` are `spaced_checkpoints` as JSON text."""
         states = None
         if checkpoints:
             patches = [step.transition.patch_json if step.applied else None for step in steps]
@@ -200,12 +180,8 @@ class History:
         )
 
     def spaced_checkpoints(self, min_work: int) -> list[tuple[int, JsonValue]]:
-        """(step index, state) checkpoints at least `min_work` patch work apart, start and end kept.
-
-        What a snapshot saves. Index -1 is the start state. The states are the
-        history's own: read them (to serialize) and never change them. Empty when
-        the history has no states.
-        """
+        """(step index, state) checkpoints at least `min_work` patch work apart, start (-1)
+        and end kept: what a snapshot saves. The states are lent: never change them."""
         if self._states is None:
             return []
         return self._states.spaced(min_work)
@@ -214,12 +190,9 @@ class History:
     def missing_sequences(self) -> Mapping[int | None, tuple[int, int]]:
         """The holes in the run's sequences: (first, last) missing, keyed by the step after each.
 
-        The key None holds the trailing hole, between the last step received and
-        the end the owner span declared. Contract 1 carries no sequences (its
-        steps are numbered by time), and a run in flight declares no bounds, so
-        only the holes between received producer sequences are known there.
-        Worked out once: the timeline, the verdict, provenance and the JSON twin
-        all read it.
+        The key None holds the trailing hole before the declared end. Contract 1 has
+        no sequences and a run in flight no bounds, so only holes between received
+        sequences are known there.
         """
         if any(step.transition.sequence is None for step in self.steps):
             return MappingProxyType({})
@@ -338,9 +311,8 @@ class History:
 def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
     """Each step with the state after it, in one forward pass (for indexing and export).
 
-    The state yielded is the pass's live working document, not a copy: read it
-    before advancing and never mutate it; copy what you keep. That is what makes
-    a full walk cost one replay rather than one whole-state copy per step.
+    The state yielded is the live working document, lent so a full walk costs one
+    replay rather than a copy per step: read it before advancing, never mutate it.
     Raises StateUnavailableError when the history has no start state.
     """
     doc = history._require_states(history.start_sequence).after(-1)
@@ -353,13 +325,9 @@ def walk(history: History) -> Iterator[tuple[Step, JsonValue]]:
 def holes(
     sequences: Iterable[int], lower: int | None, upper: int | None
 ) -> dict[int | None, tuple[int, int]]:
-    """The runs missing from ascending `sequences` in (lower, upper]: (first, last) of each.
-
-    Each run is keyed by the sequence received right after it; the key None
-    holds the trailing run, between the last sequence and `upper`. A bound that
-    is None is not known: nothing before the first sequence (lower) or after the
-    last (upper) counts as missing then.
-    """
+    """The runs missing from ascending `sequences` in (lower, upper]: (first, last) of each,
+    keyed by the sequence after it (None: the trailing run). A None bound is unknown,
+    so nothing beyond the received sequences counts as missing there."""
     found: dict[int | None, tuple[int, int]] = {}
     expected = None if lower is None else lower + 1
     for sequence in sequences:

@@ -1,22 +1,14 @@
 """JSON document stage: parse, address, copy, patch and compare JSON values.
 
-Everything here works on plain JSON documents and RFC 6902 patches and knows
-nothing of executions, transitions or evidence; replay (collector/replay/walk.py,
-its checkpoints in collector/replay/checkpoints.py, the History it builds in
-collector/replay/history.py) and provenance (collector/replay/provenance.py) build on it.
+Plain JSON documents and RFC 6902 patches, nothing of executions or evidence.
 
-Invariant: a payload is either a document every later stage can walk and
-re-serialise, or it is rejected here (MISSING / None): no NaN or Infinity, no
-number that overflows a double, no nesting deeper than MAX_JSON_DEPTH, and a
-patch only of well-formed operations. Equality is JSON's, not Python's (`true`
-is not `1`). The only functions that mutate a document are `patch_in_place`
-and `apply_op_recording`, and only the document they are handed.
-
-A patch can make its document far larger or deeper than its own text (a
-`copy` from "" doubles the document). `patch_in_place` with a `DocumentMeter`
-keeps a running count of the document's size, nodes and depth, updated per
-operation, and refuses (DocumentLimitError) the operation that would cross
-its `DocumentLimits` before that operation allocates or changes anything.
+Invariants: a payload is either a document every later stage can walk and
+re-serialise, or rejected here (no NaN or Infinity, no number overflowing a double,
+no nesting past MAX_JSON_DEPTH, only well-formed patch operations). Equality is
+JSON's (`true` is not `1`). Only `patch_in_place` and `apply_op_recording` mutate a
+document, and only the one they are handed; with a `DocumentMeter` an operation that
+would cross the `DocumentLimits` is refused before it allocates anything (a `copy`
+from "" doubles a document).
 """
 
 from __future__ import annotations
@@ -73,9 +65,8 @@ def json_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
         # every write of a counter), answered without serializing either.
         return left == right
     if left is not MISSING and right is not MISSING and _canonical(left) == _canonical(right):
-        # Identical canonical text proves equality, found in C: comparing a large
-        # replayed end state with the recorded one this way is ~10x faster. Only
-        # a difference (or `1` against `1.0`) needs the walk below.
+        # Identical canonical text proves equality, found in C, far faster than the
+        # walk below, which only a difference (or `1` against `1.0`) needs.
         return True
     return next(iter_differences(left, right), None) is None
 
@@ -120,13 +111,9 @@ def shifting_paths(patch: Sequence[JsonPatchOp]) -> dict[str, int]:
 
 
 def parse_json(text: str) -> JsonValue | Missing:
-    """The payload as JSON, or MISSING when it is not a document replay can use.
-
-    Beyond syntax errors that means: NaN/Infinity literals and numbers that
-    overflow a double (1e400), which RFC 8259 JSON cannot carry back out (the
-    studio's JSON answers would fail on them), and nesting deeper than
-    MAX_JSON_DEPTH (RecursionError from the parser, or later from a walker).
-    """
+    """The payload as JSON, or MISSING when it is not a document replay can use: beyond
+    syntax errors, NaN/Infinity and overflowing numbers (RFC 8259 JSON cannot carry
+    them back out) and nesting deeper than MAX_JSON_DEPTH."""
     try:
         value: JsonValue
         if text[:1] in _JSON_WHITESPACE or text[-1:] in _JSON_WHITESPACE:
@@ -269,9 +256,8 @@ def resolve_parts(doc: JsonValue, parts: Sequence[str]) -> JsonValue | Missing:
 def list_index(token: str) -> int | None:
     """The array index a reference token names, or None if it names none (e.g. "-", "01").
 
-    RFC 6901: ASCII decimal digits without leading zeros, exactly as jsonpointer
-    reads them. `str.isdigit` alone also accepts other scripts' digits ("\\u0661"
-    would name index 1) and digit-like signs `int` rejects ("\\u00b2").
+    RFC 6901: ASCII digits without leading zeros, as jsonpointer reads them
+    (`str.isdigit` alone accepts other scripts' digits).
     """
     if token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"):
         return int(token)
@@ -288,24 +274,16 @@ def _is_list_slot(doc: JsonValue, parts: Sequence[str]) -> bool:
 def patch_in_place(
     doc: JsonValue, ops: list[JsonPatchOp], meter: DocumentMeter | None = None
 ) -> JsonValue:
-    """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again.
+    """Apply `ops` to `doc` in place; `ops` must be freshly parsed and not used again
+    (their values become part of the document, uncopied).
 
-    Values of add/replace ops become part of the document, and older jsonpatch
-    releases insert them without copying. Parsing each application afresh from
-    the patch text means the document never shares objects with patch data that
-    a later step, or a rebuild from a checkpoint, would read again.
-
-    With a `meter` (built from `doc`), each operation is measured first and one
-    that would take the document past the meter's limits raises
-    DocumentLimitError, unapplied; the operations before it stay applied, as
-    when jsonpatch fails part-way, so the caller rebuilds the document.
+    With a `meter`, an operation that would cross its limits raises
+    DocumentLimitError unapplied; the operations before it stay applied, as when
+    jsonpatch fails part-way, so the caller rebuilds the document.
     """
-    # jsonpatch's own operation classes, applied one by one: `JsonPatch(ops)`
-    # would build every operation object twice and deep-copy each op on the way
-    # (validation we have already done in parse_patch), which was most of the
-    # cost of replaying a long history.
-    # A long history writes the same few paths over and over, so the parsed
-    # pointers are shared; jsonpatch takes a JsonPointer in place of the string.
+    # Operation by operation: `JsonPatch(ops)` would build every operation twice and
+    # deep-copy each, most of a long replay's cost. Parsed pointers are shared, since
+    # a long history writes the same few paths over and over.
     for index, op in enumerate(ops):
         try:
             written = _write_plainly(doc, op, meter)
@@ -327,16 +305,9 @@ _NOT_PLAIN: Final = object()
 
 
 def _write_plainly(doc: JsonValue, op: JsonPatchOp, meter: DocumentMeter | None) -> Any:
-    """Apply an add, replace or remove op that succeeds on plain JSON, as jsonpatch would.
-
-    Most of a replay's ops are these, and jsonpatch spends most of applying
-    one on building operation and pointer objects and on deep-copying the
-    value (which `patch_in_place`'s caller owns already). Anything else (other
-    ops, a path through a missing member or past an array's end, any error)
-    returns `_NOT_PLAIN` having changed nothing, and jsonpatch applies it, so
-    its errors stay jsonpatch's own. The meter, if any, is told of each write
-    just before it is made, and may refuse it.
-    """
+    """Apply an add, replace or remove op that succeeds on plain JSON, as jsonpatch would,
+    without its per-op objects and deep copy. Anything else returns `_NOT_PLAIN`
+    unchanged, for jsonpatch to apply (so its errors stay its own)."""
     kind, path = op.get("op"), op.get("path")
     if kind not in _PLAIN_OPS or type(path) is not str or (kind != "remove" and "value" not in op):
         return _NOT_PLAIN
@@ -404,13 +375,8 @@ _OPERATIONS: Final = jsonpatch.JsonPatch.operations
 
 
 class _Pointer(jsonpointer.JsonPointer):
-    """jsonpointer's pointer with a shortcut through plain JSON objects.
-
-    Resolving a pointer is most of the cost of applying an operation, and most
-    of that is jsonpointer's `isinstance(doc, Mapping)` ABC checks. A member of
-    a plain dict resolves here exactly as the library would resolve it; every
-    other step (arrays, "-", missing members, errors) is the library's own.
-    """
+    """jsonpointer's pointer with a shortcut through plain dicts, skipping its costly ABC
+    checks; every other step (arrays, "-", missing members, errors) is the library's."""
 
     def __init__(self, pointer: str) -> None:
         super().__init__(pointer)
@@ -452,13 +418,9 @@ _LIMIT_UNITS: Final[dict[LimitName, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
-    """The most one replayed state may hold (docs/limits.md, section "Documents").
-
-    `max_bytes` counts a document as `measure` does (its compact JSON text);
-    `max_nodes` counts every value in it, containers included; `max_depth` the
-    containers nested in one another, at most MAX_JSON_DEPTH, the parse-side
-    cap that every recursive walker of a document relies on.
-    """
+    """The most one replayed state may hold (docs/limits.md, "Documents"), counted as
+    `measure` counts; `max_depth` is at most MAX_JSON_DEPTH, which recursive walkers
+    rely on."""
 
     max_bytes: int = 16 * MIB
     max_nodes: int = 1_000_000
@@ -490,14 +452,9 @@ class DocumentLimitError(Exception):
 
 
 def measure(value: JsonValue) -> tuple[int, int, int]:
-    """(size, nodes, depth) of a JSON value, as DocumentLimits bound them.
-
-    Size is the length of its compact JSON text, each string counted as its
-    characters plus quotes (escapes are not counted) and one separator after
-    every member or element; nodes are every value, containers included;
-    depth is the containers nested in one another (0 for a scalar).
-    Recursive, so only for values whose depth is bounded already: parsed by
-    `parse_json`, or built by patches under a meter.
+    """(size, nodes, depth) of a JSON value, as DocumentLimits bound them: its compact
+    JSON length (escapes not counted), every value, and containers nested (0 for a
+    scalar). Recursive, so only for values whose depth is bounded already.
     """
     kind = type(value)
     if kind is dict:
@@ -547,14 +504,10 @@ def _slot_size(key: str | None) -> int:
 class DocumentMeter:
     """The running size and node count of one document being patched, against its limits.
 
-    Built from the document (one walk; DocumentLimitError if it is over a
-    limit already). `patch_in_place` then tells it of every write before the
-    write is made: the value written and the value it overwrites or removes
-    are measured, never the document, so the count stays exact at the cost of
-    what the patch touches. Depth needs no running count: a write makes the
-    document as deep as its path's length plus its value's depth, so refusing
-    each write that would pass the limit keeps the whole document within it.
-    `totals` and `restore` let a caller roll the count back with the document.
+    Built from the document (DocumentLimitError if over a limit already), then told of
+    every write before it is made: only the values written and overwritten are
+    measured, so the count stays exact at the cost of what the patch touches. Depth
+    needs no count: refusing each write deeper than the limit bounds the document.
     """
 
     __slots__ = ("limits", "nodes", "size")
@@ -714,12 +667,8 @@ def _index_after_removal(
 def apply_op_recording(
     doc: JsonValue, op: JsonPatchOp
 ) -> tuple[JsonValue | Missing, JsonValue | Missing, JsonValue]:
-    """Apply one operation in place: what sat at its target before, what is there after, the doc.
-
-    Before is MISSING when the operation inserts into a list (nothing is
-    overwritten); after is MISSING for a remove. Both are copies the caller
-    owns. Raises what `patch_in_place` raises when the operation does not apply.
-    """
+    """Apply one operation in place: (before, after, doc) as in `OpChange`, copies the
+    caller owns. Raises what `patch_in_place` raises."""
     kind = str(op["op"])
     parts = pointer_parts(str(op["path"]))
     inserting = kind in {"add", "move", "copy"} and _is_list_slot(doc, parts)
@@ -757,13 +706,9 @@ def iter_differences(
 ) -> Iterator[tuple[str, JsonValue | Missing, JsonValue | Missing]]:
     """(pointer, left value, right value) at each leaf-most place the two differ, in document order.
 
-    Document order is depth first: object keys sorted, array items by index, so
-    `/a/b` comes before `/c`. Objects are compared key by key and arrays index by
-    index, so an insert in the middle of an array shows every later index as
-    changed: that is what a positional RFC 6901 view of the two documents
-    honestly says. MISSING stands for a side that has nothing there; the whole
-    document differing is the pointer "". The values are the callers' own (not
-    copied). Lazy, so a caller that shows the first few pays for only those.
+    Depth first, keys sorted; arrays index by index, so an insert shows every later
+    index as changed (the positional view RFC 6901 gives). MISSING is a side with
+    nothing there. Values are not copied; lazy, so showing the first few is cheap.
     """
     return _differences(left, right, ())
 
@@ -786,12 +731,8 @@ def _differences(
 
 
 def _leaf_equal(left: JsonValue | Missing, right: JsonValue | Missing) -> bool:
-    """JSON's equality where the two are not both objects or both arrays.
-
-    Numbers are equal by value whatever their spelling (`1` and `1.0` are one
-    JSON number), but a boolean is never a number (`true` is not `1`), and
-    values of different kinds (or MISSING against anything) are never equal.
-    """
+    """JSON's equality where the two are not both containers: `1` equals `1.0`, `true`
+    is not `1`, and different kinds (or MISSING) are never equal."""
     if isinstance(left, bool) or isinstance(right, bool):
         return type(left) is type(right) and left == right
     numbers = (int, float)

@@ -1,22 +1,11 @@
 """Which run an execution ran inside, found through the spans between them.
 
-Stage: pure (no I/O). A subflow names its parent run directly
-(`junjo.parent_executable_runtime_id` with a workflow or subflow parent type),
-and extraction stores that. An Agent run in a node, a subflow run as a
-RunConcurrent child, or a Workflow executed inside a node or an agent tool
-names the node or the RunConcurrent instead (SCHEMA.md 2.1, 2.4), whose
-runtime id is no run id; and user or library spans can sit between. Its
-parent run is the nearest owner span (workflow, subflow, agent) above it.
-
-That owner span is exported after everything inside it, often in a later
-request, so the link cannot be made when the child arrives. The replayer
-reads every span of the traces it replays anyway (collector/store/replays.py
-`evidence_spans_for`); this walks them, and the store links each child in the
-same transaction that saves the replays (collector/store/lineage.py).
-
-The same walk names the run a span carrying a store write ran in
-(`carrier_runs`): the execution page says which run wrote a step of a store
-that another run shares, in its own trace or another.
+Pure (no I/O). A subflow names its parent run directly, but an agent run in a node,
+a RunConcurrent child or a workflow inside a node names the node instead (SCHEMA.md
+2.1, 2.4), and other spans can sit between: its parent run is the nearest owner span
+above it. That owner span is exported last, so the link is made when the replayer
+reads the trace's spans, and saved with the replays. The same walk names the run a
+carrier span ran in (`carrier_runs`), for a store that several runs share.
 """
 
 from __future__ import annotations
@@ -48,10 +37,8 @@ class SpanInTrace(Protocol):
 def enclosing_runs(spans: Iterable[SpanInTrace]) -> list[tuple[str, str]]:
     """(child run id, enclosing run id) for each owner span under a span that owns no run.
 
-    Owner spans right under another owner span are left out: extraction linked
-    them already. A walk that reaches a root, or a span not stored yet, finds
-    nothing (the link is made by a later replay of the trace, once it has
-    arrived). Sorted, so repeated batches write in the same order.
+    Owner spans right under another are left out (extraction linked them). A walk
+    reaching a root or a span not stored yet finds nothing; a later replay links it.
     """
     by_key = {(span.trace_id, span.span_id): span for span in spans}
     found: set[tuple[str, str]] = set()

@@ -1,24 +1,15 @@
 """Provenance stage: which recorded writes reached one field of a replayed state.
 
-Input: a `History` (collector/replay/history.py) and an RFC 6901 pointer. Output: a
-`Provenance` listing, oldest first, every patch operation that touched the value
-at the pointer, with the value before and after it, and the last write that
-changed it.
+Given a `History` and an RFC 6901 pointer, lists oldest first every patch operation
+that touched the value there, with the value before and after, and the last write
+that changed it. A received write whose patch did not apply is listed too, marked,
+since saying no write named the field would be false; a write inside the value is
+shown at the path it wrote, so a list appended to at every step costs no copy of the
+whole list per step.
 
-A received write whose patch did not apply (after transitions that never
-arrived, or after a patch that was cut, withheld or failed) is listed too,
-with `applied=False` and why: it changed no replayed state, so it is never a
-writer, but saying no write named the field would be false.
-
-A write inside the value (a descendant) is shown at the path it wrote, not as
-the whole value before and after: a list appended to at every step of a long
-run would otherwise cost a copy of the whole list per step (quadratic time,
-gigabytes of answer), and what changed inside is what the user asked about.
-
-Invariant: built only from History's public API (the start state from
-`state_at`, then `steps`), so it sees exactly the states replay handed out and
-cannot disturb them; it replays its own copy forward once. Pure: no I/O, and
-every value it returns is a fresh copy the caller owns.
+Invariant: built only from History's public API, replaying its own copy forward once,
+so it sees exactly the states replay handed out. Pure: no I/O; every value returned
+is a fresh copy the caller owns.
 """
 
 from __future__ import annotations
@@ -61,22 +52,11 @@ _RELATION_RANK: Final[tuple[Relation, ...]] = ("self", "ancestor", "descendant",
 class ProvenanceEntry:
     """One operation that changed the value at the asked pointer.
 
-    `relation` says how the operation's path relates to the pointer: the pointer
-    itself, an ancestor (a parent object replaced), a descendant, or a sibling
-    list index whose insert or removal shifted the pointer's element.
-    `before`/`after` are the values at `value_path`: the asked pointer, except
-    for a descendant write, where they are the values at the path written.
-
-    `applied` is False for a received write whose patch did not apply
-    (`not_applied` says why): `before` and `after` are then both the replayed
-    value it left unchanged, `attempted` the value it carried (MISSING for a
-    remove, move or copy, and for every applied write, whose `after` shows it),
-    and it never counts as a change.
-
-    `undone` is True when later operations of the same step put the value
-    back: JSON Patch's list diffs do that (`add /items/0`, then `move
-    /items/1` to the end, leaves `/items/1` as it was). The operation did
-    change the value, but the step did not, so it is not the value's writer.
+    `relation`: the pointer itself, an ancestor, a descendant, or a sibling list index
+    whose insert or removal shifted the element. `before`/`after` are at `value_path`
+    (the path written, for a descendant). Not `applied`: both are the unchanged value
+    and `attempted` what the write carried. `undone`: later operations of the same
+    step put the value back (JSON Patch's list diffs do), so the step is not its writer.
     """
 
     sequence: int
@@ -121,15 +101,10 @@ class Provenance:
 def provenance(history: History, pointer: str) -> Provenance:
     """Every operation that changed the value at `pointer`, and its last writer.
 
-    Operations on the pointer, an ancestor (replacing the parent object), a
-    descendant, or a sibling list index that shifted the element all count; a
-    move touches both its `from` and its `path`. Received writes that did not
-    apply are listed where they came, marked (see ProvenanceEntry); a shift
-    they would have caused is not, since it names neither the field nor a
-    parent or member of it. Values are read from the
-    replayed states around each operation, so one forward pass answers the
-    question in the cost of a replay, plus copies of the values each write
-    touched (see the module docstring). Raises ValueError for a malformed pointer.
+    A move touches both its `from` and its `path`; an unapplied write's would-be
+    shift is not listed (it names neither the field nor a parent or member). One
+    forward pass, plus copies of the values each write touched. Raises ValueError for
+    a malformed pointer.
     """
     target = pointer_parts(pointer)
     if not history.has_states:
@@ -184,13 +159,8 @@ def _unless_undone(
     doc_after: JsonValue,
     step_entries: list[ProvenanceEntry],
 ) -> list[ProvenanceEntry]:
-    """The step's entries, marked undone if the step as a whole left the value as it was.
-
-    One changing operation is a net change by itself (the step's other
-    operations do not touch the value), so only a step with several reads
-    the value before it: a lent state, compared with the working document's,
-    which is exact at the target (see _Working).
-    """
+    """The step's entries, marked undone if the step as a whole left the value as it was
+    (only a step with several changing operations needs the value before it read)."""
     if sum(entry.changed for entry in step_entries) < 2:
         return step_entries
     before = resolve_parts(history.peek_at(step.sequence - 1), target)
@@ -202,13 +172,10 @@ def _unless_undone(
 class _Working:
     """The working document of a provenance pass, exact inside the pointer's region.
 
-    Only operations inside the pointer's top-level member (its region) can
-    change the value at the pointer, or move one element onto it, so the others
-    are skipped: in a long run most operations write other members, and
-    applying them was most of the cost. The document outside the region is
-    then stale; before an operation that reads or writes there (a copy or move
-    across the region's edge) it is rebuilt from the history: the state before
-    the step, plus the step's operations before this one.
+    Only operations inside the pointer's top-level member (its region) can change
+    the value, so the others, most of a long run's, are skipped. Outside the region
+    the document is then stale, and is rebuilt from the history before an operation
+    that crosses the region's edge.
     """
 
     def __init__(self, history: History, target: tuple[str, ...]) -> None:
@@ -271,12 +238,8 @@ def _why_not_applied(history: History, step: Step, before_verified: bool) -> Not
 def _unapplied_entries(
     doc: JsonValue, step: Step, pointer: str, reason: NotApplied
 ) -> list[ProvenanceEntry]:
-    """The operations of a step that did not apply that name the target, a parent or a member.
-
-    `doc` is exact inside the target's region (see _Working), which is all
-    these entries read. A withheld or unparseable patch names nothing anyone
-    can read, so it gives none (its step's own findings say so).
-    """
+    """The operations of an unapplied step that name the target, a parent or a member
+    (none for a withheld or unparseable patch: its step's findings say so)."""
     if withheld(step.transition.patch_mode):
         return []
     target = pointer_parts(pointer)

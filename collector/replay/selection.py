@@ -1,23 +1,7 @@
 """Selection stage: which transitions belong to an execution, and in what order.
 
-Replay (collector/replay/walk.py) walks what this module hands it; the findings
-about what it picked are worded in collector/replay/findings.py.
-
-Rules (SCHEMA.md section 7)
-    contract 2 and 3: the store's transitions with `lower < sequence <= upper`,
-        where lower is `transition_start` (0 when absent, as in contract 2) and
-        upper is `transition_end`, else `lower + transition_count`, else the last
-        sequence received (the producer's terminal read failed).
-    contract 1: no sequences. The store's transitions inside the owner span's
-        time window, ordered by (time_unix_nano, event_index); their positions
-        1..n stand in for sequences.
-    in flight (no owner span yet): every transition received, in sequence
-        order; in time order, numbered by position as in contract 1, as soon as
-        one of them has no sequence.
-    A missing contract version is inferred from the data; an unknown one is
-    replayed by the newest rules.
-    Identical duplicates (an export retried) are collapsed silently. Of
-    conflicting duplicates the earliest received is replayed.
+Replay (walk.py) walks what this module hands it; the rules (per contract version,
+in flight, duplicates) are specified in docs/guarantees.md, "The rules replay follows".
 
 Invariant: the sequences handed out ascend, so the History built from them can
 look steps up by bisection. Pure: no I/O, no logging, no clock; inputs are
@@ -91,13 +75,8 @@ def own_evidence(
     evidence: Iterable[EvidenceSpan],
     owner_span_ids: Collection[str] | None,
 ) -> list[EvidenceSpan]:
-    """The evidence whose losses can touch this run: its own spans and its store's carriers.
-
-    A span outside the owner's subtree that carried none of the store's
-    transitions belongs to another run of the trace (a sibling subflow, the
-    parent's node); what it dropped is that run's loss, not this one's.
-    Without a known subtree every span counts.
-    """
+    """The evidence whose losses can touch this run: its own spans and its store's
+    carriers (another span's losses are another run's); all, without a known subtree."""
     if owner_span_ids is None:
         return list(evidence)
     store_id = execution.store_id

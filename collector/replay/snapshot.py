@@ -1,23 +1,12 @@
 """Replay snapshots: a long replayed history, saved so a first view need not replay it.
 
-Replaying 10,000 transitions on a 250 KB state takes 0.3-0.5 s, nearly all of
-it applying patches; a studio restarted on a busy store would pay that on the
-first view of every long run. The background replayer has done that work once
-already, so for histories of at least `MIN_SNAPSHOT_STEPS` steps it saves what
-the replay found and a few of its checkpoints next to the verdict:
-
-* for each step, the position of its transition in the store's transitions as
-  `Store.transitions_for_store` returns them, its sequence, its changed paths
-  and its applied/verified/foreign flags;
-* the diagnostics, verdict and sequence bounds;
-* checkpoint states spaced `SAVED_WORK_PER_STATE` states' worth of patch work
-  apart, as JSON text (parsed only when a state is rebuilt from one).
-
-Restoring costs reading that back: no patch is parsed or applied until a state
-is asked for. A snapshot is used only while the evidence version it was taken
-from (transitions of the store, latest span arrival in the trace) is still the
-current one, and only if every step still lines up with the transitions read;
-otherwise the caller replays afresh. Pure: no I/O.
+Replaying a long run is nearly all patch application, which a restarted studio would
+otherwise pay on the first view of every long run. For histories of at least
+`MIN_SNAPSHOT_STEPS` steps the replayer saves each step (its transition's position,
+sequence, changed paths and flags), the diagnostics and verdict, and checkpoint
+states as JSON text; restoring parses nothing until a state is asked for. A snapshot
+is used only while its evidence version is current and every step still lines up
+with the transitions read; otherwise the caller replays afresh. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -31,9 +20,8 @@ from collector.model import Execution, Transition, committed
 from collector.replay.history import Diagnostic, History, Step, Verdict
 
 MIN_SNAPSHOT_STEPS: Final = 1_000
-# Restoring a state applies at most about this many states' worth of patch work
-# after parsing one checkpoint: ~40 ms on the 250 KB benchmark state, where a
-# 10,000-step run saves 10 checkpoints (~3.5 MB) instead of the replay's ~50.
+# Restoring a state applies at most about this many states' worth of patch work after
+# parsing one checkpoint: fewer checkpoints saved than replay keeps, each still quick.
 SAVED_WORK_PER_STATE: Final = 4
 # For small states, whose parse costs nothing, space checkpoints as if the state
 # held this much: ~256 small patches (a few ms) between two saved checkpoints.

@@ -8,62 +8,12 @@ words what is missing or contradictory and what to do about it.
 
 Invariant: nothing is hidden and nothing is overstated. Every transition of the
 interval appears as a `Step`, and every state can be looked at, but a state is
-marked verified only when the evidence proves it. The stage is pure: no I/O, no
-logging, no clock; inputs are never mutated.
+marked verified only when the evidence proves it. Pure: no I/O, no logging, no
+clock; inputs are never mutated.
 
-The types replay hands out, and reading them, are collector/replay/history.py; the
-working document and checkpoints that keep replay cheap are
-collector/replay/checkpoints.py; parsing, patching and comparing JSON is
-collector/replay/jsondoc.py.
-
-Selection (which transitions belong to the execution, in what order; SCHEMA.md
-section 7) is collector/replay/selection.py; the integrity findings about what it
-picked (duplicates, gaps, revisions, foreign writers, OTLP losses) are worded
-in collector/replay/findings.py. This module walks the chain, checks its end and
-gives the verdict.
-
-Verification
-    * The start state is verified when it was recorded in full and parses.
-    * A step is verified when the state before it is verified, its sequence
-      directly follows the previous one, it is not a conflicting duplicate, and
-      its patch applies. After a gap or a failed patch, replay continues best
-      effort (a patch that does not apply is skipped) with `verified=False`.
-    * A patch one of whose operations would take the state past the replay's
-      `DocumentLimits` is not applied either (document_limit_exceeded), and is
-      treated as one that does not apply, except that it never fails the run.
-      A start state over the limits is treated as unreadable.
-    * If the chain is complete (every sequence of the interval present, every
-      patch applied) but its end differs from the recorded end state, the
-      evidence contradicts itself somewhere we cannot locate: no step is verified.
-    * Revision discontinuities and foreign writers are reported but do not
-      change verification: the patches, not the counters, carry the states.
-      Contract 1 has no sequences, so gaps are invisible and only the end check
-      can catch a loss.
-
-Severity
-    error    evidence is missing or contradictory, so some state cannot be verified.
-    warning  the history is degraded or at risk, or this explains an error.
-    info     context for the reader; nothing is wrong.
-
-Verdict (one per execution)
-    in_flight       the owner span has not arrived, so there is no start state yet.
-    not_applicable  no store, the producer withheld the start state, or nothing
-                    at all was recorded (no transitions, no states).
-    verified        every sequence of the interval arrived, every step is verified,
-                    and the replayed end equals the recorded end.
-    failed          the evidence verifies nothing beyond the start: the start state
-                    is missing or unreadable, or the evidence contradicts itself
-                    (an end mismatch on a complete chain, a patch that does not
-                    apply to a verified state) before any step was verified.
-    partial         everything else: evidence is missing (gaps, dropped events,
-                    cut or withheld payloads, an end state that cannot be
-                    compared), or contradicts itself only after verified steps.
-
-Cost
-    One pass over the selected transitions, patching one working document in
-    place: O(total patch work + state size). collector/replay/checkpoints.py says how
-    its checkpoints keep `History.state_at` to one copy and about one state's
-    worth of patching.
+This module walks the chain selection.py picked, checks its end and gives the
+verdict. The rules of verification, severity and verdicts are specified in
+docs/guarantees.md, "The rules replay follows".
 """
 
 from __future__ import annotations
@@ -151,15 +101,10 @@ def replay(
 ) -> History:
     """Replay `execution`'s store from its start state through `transitions`.
 
-    `transitions` may hold more than the execution's: other stores and sequences
-    outside the interval are ignored. `evidence_spans` should cover the owner span
-    and the spans that carried transitions (or simply every span of the trace),
-    so that OTLP loss counters can be reported. `owner_span_ids`, when given, is
-    the owner span's subtree; a transition carried by any other span (e.g. a
-    concurrent execution sharing the store) is then attributed as foreign.
-    `on_applied` watches each applied patch (see AppliedObserver). No state
-    replay makes crosses `limits`: a start state over them is not replayed,
-    and a patch that would cross them is not applied (document_limit_exceeded).
+    `transitions` may hold other stores' and sequences outside the interval (ignored).
+    `evidence_spans` should cover the owner and the carriers, for OTLP loss counters;
+    with `owner_span_ids` (the owner's subtree), a transition carried elsewhere is
+    foreign. No state replay makes crosses `limits`.
     """
     received = tuple(transitions)
     evidence = tuple(evidence_spans)

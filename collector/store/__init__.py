@@ -1,31 +1,10 @@
-"""Storage stage: the one object that owns every read and write of the DuckDB file.
+"""Storage stage: the `Store` facade, the one object that owns every read and write.
 
-Every SQL statement in statetrail lives in this package, so moving to DuckLake
-with a PostgreSQL catalog touches nothing else. This module is a facade: the
-`Store` opens the file, serialises writes under one lock (writers of the
-field index also take a second one: see rewrite.py), gives each call a
-cursor and turns DuckDB's failures into StoreError (errors.py); the SQL is in
-the submodules, one concern each: the schema (migrations.py), transactions
-(transactions.py), the database's settings and checkpoints (database.py), an
-ingest write (writes.py), finding executions (listing.py) and runs in flight
-(in_flight.py), replay's inputs and results (replays.py, lineage.py,
-run_keys.py), the field index and its filter compiler (filters.py), its
-idle-time rewrite (field_layout.py) and the filter box's suggestions
-(field_catalog.py), retention (retention.py), ingestion keys (keys.py), a
-trace's spans (spans.py) and the spool position (spool_position.py).
-rewrite.py runs field_layout.py's rewrite a step at a time under the store's
-locks, without SQL. The rows a write stores are built outside this package,
-without the database (collector/encode/): the extraction worker builds them
-without importing DuckDB. Values are always bound parameters; identifiers
-come only from allow-lists.
-
-Writes: `write` stores a group of decoded batches in one transaction, with the
-intake spool position they were read up to (collector/intake/extractor.py), and
-returns only after COMMIT. It is `prepare_write` (the Arrow rows, built without
-the database: collector/encode/rows.py) then `commit` (writes.py).
-
-Reads use their own cursor per call (DuckDB cursors are cheap, and a cursor is
-not safe to share between threads).
+Every SQL statement lives in this package, one concern per submodule (the map is in
+docs/architecture.md); this module opens the file, serialises writes under one lock,
+gives each call a cursor of its own (a cursor is not safe to share between threads)
+and turns DuckDB's failures into StoreError. Values are always bound parameters;
+identifiers come only from allow-lists. A write returns only after COMMIT.
 """
 
 from __future__ import annotations
@@ -82,11 +61,8 @@ from collector.store.transactions import failure_of, read_snapshot, transaction
 
 logger = logging.getLogger(__name__)
 
-# DuckDB's client tries `import pandas` every time it binds a list parameter,
-# and `import dateutil.relativedelta` for every parameter it binds. Without
-# those packages installed each try searches sys.path again: ~8% of the
-# server's CPU under load for pandas, and ~40% of the Python time of an ingest
-# write for dateutil. Recording the absence once makes every later try instant.
+# DuckDB's client tries `import pandas` and `import dateutil.relativedelta` on every
+# bind, searching sys.path again each time; recording their absence makes that instant.
 _OPTIONAL_IMPORTS = {"pandas": ("pandas",), "dateutil": ("dateutil", "dateutil.relativedelta")}
 for _package, _modules in _OPTIONAL_IMPORTS.items():
     if importlib.util.find_spec(_package) is None:
@@ -94,30 +70,21 @@ for _package, _modules in _OPTIONAL_IMPORTS.items():
             sys.modules.setdefault(_module, None)  # type: ignore[arg-type]
 
 
-# The first time DuckDB scans an Arrow table (every ingest write does) it
-# imports pyarrow.dataset, to tell datasets and scanners apart from tables.
-# That loads Arrow's dataset, Parquet, ORC, Acero, Substrait and S3, GCS,
-# Azure and HDFS libraries: 22 MB of RSS for types statetrail never hands
-# DuckDB. Marked absent, DuckDB takes them for missing and scans tables as
-# before. (Set only if nothing has imported it yet.)
+# DuckDB's first Arrow scan imports pyarrow.dataset (Parquet, Acero, cloud file
+# systems...) only to tell datasets from tables; marked absent, it scans tables as before.
 sys.modules.setdefault("pyarrow.dataset", None)  # type: ignore[arg-type]
 
 _T = TypeVar("_T")
 _Cursor = duckdb.DuckDBPyConnection
 
-# Resource keys remembered as stored (Store._stored_resources): an export names
-# one or two, so this covers thousands of services before it starts over.
+# Resource keys remembered as stored: an export names one or two.
 MAX_REMEMBERED_RESOURCES = 4096
-# An export waiting for the write lock interrupts a field-index rewrite's piece
-# (which rolls back, to be copied again: rewrite.MAX_PREEMPTIONS), repeating
-# this often until it has the lock.
+# How often an export waiting for the write lock interrupts a field-index rewrite's piece.
 PREEMPT_POLL_SECONDS = 0.05
-# How long `release_memory` waits for the maintenance lock, and then for the
-# cursors in use to close, before it gives up (a reopen itself takes ~15 ms).
+# How long `release_memory` waits for the maintenance lock, then for open cursors.
 REOPEN_WAIT_SECONDS = 2.0
-# Rows appended after which the replayer opens the file again, idle or within
-# a burst (`release_memory_if_grown`): ~10 MB of DuckDB's memory pinned by then,
-# and a reopen empties DuckDB's cache, which the next queries fill again.
+# Rows appended after which the file is opened again (docs/memory.md, "Opening the
+# file again"): the pinned memory grows with them, and a reopen empties DuckDB's cache.
 RELEASE_AFTER_ROWS = 5_000_000
 
 
@@ -139,48 +106,38 @@ class Store:
         self._threads = threads
         self._checkpoint_threshold = checkpoint_threshold
         self._next_chunk_id = 1
-        # Resource keys committed by this store and not deleted since, so that a
-        # write naming only those skips their INSERT (writes.insert_write). Emptied
-        # whenever that may no longer hold: a failure, a reopen, a retention write.
+        # Resource keys committed and not deleted since, whose INSERT a write skips;
+        # emptied whenever that may no longer hold (a failure, a reopen, retention).
         self._stored_resources: set[str] = set()
-        # Reentrant: a writer that finds the database invalidated reopens it
-        # (`_reopen_invalidated`) while it holds this lock, as every other thread does.
+        # Reentrant: a writer that finds the database invalidated reopens it under it.
         self._write_lock = threading.RLock()
         self._closed = False
-        # Set when DuckDB invalidated the connection (`_note_failure`).
         self._invalidated = False
-        # Every cursor open on the connection, which `release_memory` waits to see closed.
         self._cursors = CursorGate()
-        # Rows appended since the file was opened, roughly: what DuckDB pins grows
-        # with them (`release_memory`).
+        # Roughly: what DuckDB pins grows with them (`release_memory`).
         self._rows_since_open = 0
         self._connection = self._connect()
-        # The WAL size at which a commit checkpoints, as DuckDB reads the setting.
         self._checkpoint_at: int | None = None
         if not read_only:
             apply_migrations(self._connection)
             self._checkpoint_on_open()
             with self._cursor() as cursor:
                 self._checkpoint_at = database.checkpoint_threshold_bytes(cursor)
-        # Held through a call of the field-index rewrite (compact_field_index_if_due),
-        # and by `close`, which drops the rewrite's copy.
+        # Held through a field-index rewrite call, and by `close`, which drops its copy.
         self._maintenance_lock = threading.Lock()
-        # Held by every writer of the field index's tables (replays, prunes, the
-        # rewrite's swap), which ingest does not write: a swap never holds up
-        # storing. Taken after the maintenance lock, before the write lock.
+        # Held by every writer of the field index (replays, prunes, the rewrite's swap),
+        # which ingest does not write, so a swap never holds up storing. Lock order:
+        # maintenance, field index, write.
         self._field_index_lock = threading.Lock()
-        # The field-index rewrite in progress, if any, and the cursor of its step.
         self._rewriter = rewrite.Rewriter()
         if not read_only:
-            # This process is the file's only writer, so it hands out chunk ids.
-            # (On a cursor of its own: a result left open on the connection
-            # keeps a transaction open, and that blocks every checkpoint.)
+            # The file's only writer hands out chunk ids. On a cursor of its own: a
+            # result left open on the connection would block every checkpoint.
             with self._cursor() as cursor:
                 self._next_chunk_id = span_reads.next_chunk_id(cursor)
 
     def _connect(self, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-        """A connection to the file, with this store's settings (and `memory_limit`
-        rather than the configured one, if given)."""
+        """A connection with this store's settings (`memory_limit` over the configured one)."""
         try:
             return database.connect(
                 str(self.path),
@@ -193,13 +150,10 @@ class Store:
             raise StoreLocked(f"cannot open {self.path}: {exc}") from exc
 
     def _checkpoint_on_open(self) -> None:
-        """Start from a checkpointed file: whatever an earlier crash left in the
-        WAL is folded in now rather than on some later write.
+        """Fold in what an earlier crash left in the WAL now, not on some later write.
 
-        On a full disk the checkpoint cannot grow the file. Then the server
-        still starts, on the file reopened with its WAL (folded in by a later
-        checkpoint): it answers, keeps taking exports into the spool, and
-        stores them once there is room, rather than refusing to start.
+        On a full disk the server still starts with the WAL kept: it answers, spools
+        exports and stores them once there is room.
         """
         try:
             database.checkpoint(self._connection)
@@ -218,17 +172,14 @@ class Store:
                 return
             self._closed = True
             try:
-                # At the configured memory limit (a burst's lower one may still
-                # be set): a checkpoint that runs out of memory is FATAL in
-                # DuckDB, so no lower limit to save RSS here.
+                # At the configured limit: a checkpoint that runs out of memory is FATAL.
                 if not self._read_only:
                     self.limit_memory()
                     if self._rewriter.in_progress:
                         field_layout.abandon(self._connection)
                     database.checkpoint(self._connection)
             except duckdb.Error as exc:
-                # An invalidated database cannot checkpoint; what was committed
-                # is in the WAL and is replayed on the next open.
+                # What was committed is in the WAL and is replayed on the next open.
                 logger.warning("checkpoint on close failed: %s", exc)
             finally:
                 self._connection.close()
@@ -251,19 +202,14 @@ class Store:
         return True
 
     def lower_memory(self, limit: str) -> bool:
-        """`limit_memory` below the configured limit for a while (a burst:
-        collector/jobs/burst_memory.py), until `limit_memory()` restores it
-        (collector/store/memory.py says how work that needs more still gets it)."""
+        """`limit_memory` below the configured limit during a burst, until `limit_memory()`
+        restores it (memory.py: how work that needs more still gets it)."""
         return self._memory.lower(limit)
 
     @contextmanager
     def memory_raised(self, limit: str) -> Iterator[None]:
-        """DuckDB's memory limit at `limit` for the block, then back to what it was.
-
-        "What it was" is read, not the configured limit: a burst may have
-        lowered it (collector/jobs/burst_memory.py). Raises StoreError if the limit
-        cannot be set.
-        """
+        """DuckDB's memory limit at `limit` for the block, then back to what it was
+        (read, not configured: a burst may have lowered it). Raises StoreError."""
         before = self.memory_limit()
         if not self.limit_memory(limit):
             raise StoreError(f"could not raise DuckDB's memory limit to {limit}")
@@ -306,16 +252,14 @@ class Store:
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         if self._invalidated:
-            # Before the gate: this waits for the write lock, which `release_memory`
-            # holds while it waits for the gate's cursors to close.
+            # Before the gate: `release_memory` holds the write lock while it drains the gate.
             self._reopen_invalidated()
         with self._cursors.admit(), self._connection_cursor() as cursor:
             yield cursor
 
     @contextmanager
     def _connection_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        # Every failure leaves as StoreError, so callers (receivers, studio
-        # pages, /healthz) answer "unavailable, retry" without knowing DuckDB.
+        # Every failure leaves as StoreError: callers answer "unavailable" without DuckDB.
         connection = self._connection
         try:
             cursor = connection.cursor()
@@ -337,20 +281,14 @@ class Store:
     def _note_failure(
         self, connection: duckdb.DuckDBPyConnection, error: BaseException | None
     ) -> None:
-        """Mark the connection for reopening if DuckDB invalidated it.
-
-        After a fatal error, such as a checkpoint that could not grow the file
-        on a full disk, DuckDB refuses every query on that database until it is
-        opened again. Left so, storing would stop until a restart, however soon
-        there is room again, and /healthz would answer 503 meanwhile.
-        """
+        """Mark the connection for reopening if DuckDB invalidated it: after a fatal
+        error (a full disk) DuckDB refuses every query until the file is opened again."""
         self._stored_resources.clear()
         if isinstance(error, duckdb.FatalException) and connection is self._connection:
             self._invalidated = True
 
     def _reopen_invalidated(self) -> None:
-        """Open the invalidated database again. Raises StoreError (and stays
-        marked, so that the next use tries again)."""
+        """Open the invalidated database again. Raises StoreError, staying marked for a retry."""
         with self._write_lock:
             if not self._invalidated or self._closed:
                 return
@@ -362,8 +300,7 @@ class Store:
             try:
                 self._connection = self._connect()
                 if not self._read_only:
-                    # A commit whose automatic checkpoint failed is durable, though
-                    # it raised: the chunk ids it took are in the file.
+                    # A commit whose checkpoint failed raised but is durable: its chunk ids count.
                     with closing(self._connection.cursor()) as cursor:
                         self._next_chunk_id = span_reads.next_chunk_id(cursor)
             except duckdb.Error as exc:
@@ -371,40 +308,24 @@ class Store:
             self._invalidated = False
 
     def release_memory(self) -> bool:
-        """Close the file and open it again, to let go of memory DuckDB keeps
-        for as long as a database is open, and never evicts.
+        """Close the file and open it again, to free the version information DuckDB
+        pins for rows appended in small commits until the database is closed
+        (docs/memory.md, "Opening the file again"). Within a burst it reopens at the
+        burst's limit.
 
-        Rows appended in commits that do not fill whole vectors keep version
-        information pinned in DuckDB's buffer pool, ~2 bytes a row of every
-        table written since the file was opened (measured with duckdb 1.5.5:
-        December 2026). A checkpoint does not free it; dropping the table or
-        closing the database does. After bench_ingest's burst ~50 MB of the
-        pool was pinned so, most of it the field index's rows appended by
-        replay, and a field-index rewrite at the burst's 80 MB limit ran out
-        of memory in hundreds of its pieces.
-
-        Within a burst (`lower_memory`) the file is opened at the burst's
-        limit, so that a long replay does not keep less and less of the pool
-        for its own work (bench_ingest's replay appends ~60M rows).
-
-        Waits for the write lock, and up to REOPEN_WAIT_SECONDS for open
-        cursors to close, while cursors asked for meanwhile wait. Returns
-        whether the file was opened again: not if cursors stayed open, a call
-        runs at the configured limit within a burst (memory.py), or the
-        checkpoint that comes first failed (opening would then replay the WAL
-        into memory).
+        Returns whether it reopened: not if cursors stayed open past
+        REOPEN_WAIT_SECONDS, a raised call is running, or the checkpoint first failed
+        (opening would then replay the WAL into memory).
         """
         if self._read_only or not self._maintenance_lock.acquire(timeout=REOPEN_WAIT_SECONDS):
             return False
         try:
             with self._write_lock:
-                # With a timeout: whoever holds it may be waiting for the write
-                # lock (a cursor on an invalidated store reopens it first).
+                # With a timeout: its holder may be waiting for the write lock.
                 if not self._memory.lock.acquire(timeout=REOPEN_WAIT_SECONDS):
                     return False
                 try:
-                    # Asked before the gate shuts, which holds every reader back.
-                    # A raised call would lose its raise to the new connection.
+                    # Before the gate shuts; a raised call would lose its raise on reopening.
                     if self._closed or self._invalidated or self._memory.raised:
                         return False
                     with self._cursors.drained(REOPEN_WAIT_SECONDS) as idle:
@@ -439,9 +360,8 @@ class Store:
         return True
 
     def release_memory_if_grown(self) -> bool:
-        """`release_memory` once RELEASE_AFTER_ROWS rows were appended since the
-        file was opened: a server storing a steady trickle, which never settles
-        a burst (collector/jobs/burst_memory.py), would pin more the longer it ran."""
+        """`release_memory` once RELEASE_AFTER_ROWS rows were appended: a steady trickle,
+        which never settles a burst, would otherwise pin more the longer it ran."""
         return self._rows_since_open >= RELEASE_AFTER_ROWS and self.release_memory()
 
     # -- writes -------------------------------------------------------------
@@ -449,24 +369,14 @@ class Store:
     def write(
         self, batches: Sequence[IngestBatch], progress: tuple[int, int] | None = None
     ) -> WriteResult:
-        """Store several batches in one transaction; return after COMMIT.
-
-        `progress` is the intake spool position (segment, byte offset) after
-        these batches, recorded in the same transaction (collector/intake/extractor.py).
-        Raises StoreError if anything fails; then nothing of these batches is
-        stored and the caller must not acknowledge them.
-        """
+        """Store several batches, and the spool position (`progress`) after them, in one
+        transaction. Raises StoreError, and then nothing of them is stored."""
         return self.commit(prepare_write(batches), progress)
 
     def commit(self, write: PreparedWrite, progress: tuple[int, int] | None = None) -> WriteResult:
-        """`write`'s second half: the rows of `prepare_write`, in one transaction.
-
-        The extractor lets the decoded batches go before calling this, so
-        they are not held while DuckDB's memory peaks in the commit. A write
-        that runs out of memory while the limit is lowered (`lower_memory`)
-        is tried again at the configured limit, which stays for the rest of
-        the burst.
-        """
+        """`write`'s second half, so the caller can drop the decoded batches before
+        DuckDB's memory peaks. Out of memory at a lowered limit, it is tried again at
+        the configured one, which then holds for the rest of the burst."""
         try:
             return self._commit(write, progress)
         except StoreOutOfMemory as exc:
@@ -483,8 +393,7 @@ class Store:
             write = prepared.numbered_from(write, self._next_chunk_id)
             with transaction(cursor, failure):
                 write = writes.insert_write(cursor, write, progress, self._stored_resources)
-            # Reached only after COMMIT: a failed write hands out no chunk ids.
-            # Ids of chunks a redelivery dropped stay unused: gaps are harmless.
+            # Only after COMMIT; ids a redelivery dropped stay unused (gaps are harmless).
             self._next_chunk_id += chunks_used
             self._rows_since_open += prepared.row_count(write)
             self._remember_resources(writes.resource_keys(write))
@@ -498,12 +407,8 @@ class Store:
 
     @contextmanager
     def _storing(self) -> Iterator[None]:
-        """The write lock, for an export: a rewrite's piece in the way is interrupted,
-        and lets the export have the lock before it is tried again.
-
-        The interrupt is repeated while the lock is not free: one sent just
-        before the piece's statement began would be lost.
-        """
+        """The write lock for an export, interrupting a rewrite's piece in the way
+        (repeatedly: one sent just before the piece's statement began would be lost)."""
         if not self._write_lock.acquire(blocking=False):
             with self._rewriter.exports_first.serving():
                 while True:
@@ -601,12 +506,10 @@ class Store:
         run_id: str | None = None,
         matching: listing.ExecutionQuery | None = None,
     ) -> list[in_flight.InFlightRow]:
-        """Runs in flight (in_flight.py), known by Junjo's conventions for spans' runs.
+        """Runs in flight (in_flight.py); with `matching`, only those the query could list.
 
-        With `matching`, only those the query could list: none when it filters by
-        what a run in flight does not have yet (a field value, a workflow name, ...).
-        One run (`run_id`) is looked for among the recent spans first and then among
-        all of them, so the page of a run whose process died long ago still opens.
+        One `run_id` is looked for among all spans if not among recent ones, so the
+        page of a run whose process died long ago still opens.
         """
         if matching is not None and not in_flight.could_match(matching):
             return []
@@ -649,15 +552,13 @@ class Store:
     def evidence_spans_for(
         self, trace_ids: Sequence[str], carriers: Iterable[tuple[str, str]]
     ) -> list[replays.SpanLink]:
-        """The spans of these traces and these carrier spans: see replays.evidence_spans_for."""
         spans = list(carriers)  # read twice if the first try runs out of memory
         return self._read(lambda cursor: replays.evidence_spans_for(cursor, trace_ids, spans))
 
     def replay_batch(
         self, store_ids: Sequence[str], storeless_runs: Sequence[str] = ()
     ) -> replays.ReplayBatch:
-        """The executions owning these stores, plus these storeless runs, and all
-        their evidence, read in one snapshot: see replays.replay_batch."""
+        """The executions and all their evidence, read in one snapshot (replays.py)."""
         return self._read(lambda cursor: replays.replay_batch(cursor, store_ids, storeless_runs))
 
     def stale_store_ids(self) -> list[str]:
@@ -674,12 +575,8 @@ class Store:
         parents: Sequence[tuple[str, str]] = (),
         run_keys: Mapping[str, int] | None = None,
     ) -> None:
-        """Replace what is stored about these executions' replays, atomically.
-
-        `parents` are (child run id, enclosing run id) pairs found by the walk
-        in collector/replay/lineage.py, linked in the same transaction. `run_keys`
-        (`ReplayBatch.run_keys`) spare the save looking the runs up by id.
-        """
+        """Replace what is stored about these executions' replays, atomically, with
+        their `parents` (child, enclosing run id) linked in the same transaction."""
         def save() -> None:
             with (
                 self._field_index_lock,
@@ -700,19 +597,11 @@ class Store:
         policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION,
         pause: Callable[[], bool] = lambda: False,
     ) -> bool:
-        """Rewrite the field index in sort order if enough rows were appended since.
+        """Rewrite the field index in sort order if due; whether a rewrite finished.
 
-        Returns whether a rewrite finished in this call. The sorted copy is
-        built beside the live tables (field_layout.py), a bounded piece at a
-        time, each step in a transaction of its own, so no step holds a lock
-        for long and exports, replays and prunes go on meanwhile (rewrite.py
-        says which lock each step takes). A filter reads the old tables or the
-        new, never a mix. Once swapped in, a checkpoint frees the old tables' blocks.
-
-        `pause` is asked after every step: True leaves the rest to the next
-        call, which resumes where this one stopped. The replayer calls this when
-        idle; `interrupt_maintenance` cuts the step in progress short (it rolls
-        back; the next call repeats it). Raises StoreError.
+        A bounded piece at a time, each step its own transaction (rewrite.py), so
+        exports, replays and prunes go on meanwhile. `pause` is asked after every
+        step: True leaves the rest to the next call. Raises StoreError.
         """
         host = rewrite.Host(
             self._cursor, self._write_lock, self._field_index_lock, self.checkpoint
@@ -720,8 +609,7 @@ class Store:
         with self._maintenance_lock:
             if not self._rewriter.run(host, policy, pause):
                 return False
-        # The old tables' blocks are free for reuse only once checkpointed; if
-        # this fails, the next automatic checkpoint does it.
+        # Frees the old tables' blocks; if it fails, the next automatic checkpoint does.
         with suppress(StoreError):
             self.checkpoint()
         return True
@@ -729,8 +617,7 @@ class Store:
     def field_index_rewrite_wanted(
         self, policy: field_layout.CompactionPolicy = field_layout.DEFAULT_COMPACTION
     ) -> bool:
-        """Whether `compact_field_index_if_due` would work now: a rewrite is in
-        progress, or one is due. Raises StoreError."""
+        """Whether a rewrite is in progress or due. Raises StoreError."""
         if self._rewriter.in_progress:
             return True
         return self._read(lambda cursor: policy.due(field_layout.layout(cursor)))
@@ -748,8 +635,7 @@ class Store:
 
     def spans_of_trace(self, trace_id: str) -> list[span_reads.SpanRow]:
         """Every stored span of a trace, earliest first, with its protobuf bytes."""
-        # One snapshot for the spans and their chunks: a prune between the two
-        # reads could otherwise take a chunk the spans still name.
+        # One snapshot: a prune between two reads could take a chunk the spans name.
         def statement(cursor: _Cursor) -> list[span_reads.SpanRow]:
             with read_snapshot(cursor):
                 return span_reads.spans_of_trace(cursor, trace_id)
@@ -763,9 +649,7 @@ class Store:
         """The resource and scope a stored span was sent under, with their own bytes."""
         return self._read(lambda cursor: span_reads.resource_of_span(cursor, trace_id, span_id))
 
-    # -- managed ingestion keys: the SQL is in collector/store/keys.py ------
-    # Writes take the write lock so they never race `close`; they are rare
-    # (an operator command, or a key's last-used time at most once a minute).
+    # -- managed ingestion keys (keys.py); rare writes, under the write lock --
 
     def create_api_key(self, name: str, key_digest: str) -> ApiKey:
         """Raises KeyNameTaken if an active key already has this name."""
@@ -788,10 +672,8 @@ class Store:
         with self._write_lock:
             return self._read(statement)
 
-    # -- retention: the SQL is in collector/store/retention.py ----------------
-    # One bounded batch per transaction under the write lock (and the field-index
-    # lock: prunes delete index rows), so ingestion commits between batches;
-    # collector/jobs/pruner.py runs the loop.
+    # -- retention (retention.py): one bounded batch per transaction, so ingestion
+    # commits between batches.
 
     def prune_batch(
         self, cutoff_unix_nano: int, max_spans: int = retention.DEFAULT_BATCH_SPANS
@@ -821,13 +703,11 @@ class Store:
             self._cursor() as cursor,
             transaction(cursor, "could not delete old data"),
         ):
-            # Retention deletes resources no span names any more.
             self._stored_resources.clear()
             return statement(cursor)
 
 
 def _name_of(statement: Callable[..., object]) -> str:
-    """The store method a read was made for, for the log: `Store.replay_batch` from
-    its lambda's qualified name, `counts` from a function of a SQL module."""
+    """The store method or SQL function a read was made for, for the log."""
     qualname = getattr(statement, "__qualname__", repr(statement))
     return qualname.split(".<locals>", 1)[0]

@@ -28,10 +28,9 @@ def connect(
     """A connection to the file with this process's settings; None keeps DuckDB's default.
 
     `checkpoint_threshold` is None for a read-only connection, which never checkpoints.
-    The memory limit and threads come with the connection rather than a SET
-    after it: opening replays the WAL a crash (or a fatal error's reopen) left
-    behind into memory, at DuckDB's default limit (80% of RAM) unless given
-    here. A 319 MB WAL opened at 426 MB RSS, and at 148 MB with a 96 MB limit.
+    The memory limit and threads come with the connection rather than a SET after it:
+    opening replays a leftover WAL into memory, at DuckDB's default limit (80% of RAM)
+    unless given here.
     """
     settings: dict[str, str | bool | int | float | list[str]] = {}
     if memory_limit is not None:
@@ -44,11 +43,8 @@ def connect(
         for own in (path, path + WAL_SUFFIX, path + TEMP_SUFFIX):
             tighten(Path(own))
     connection = duckdb.connect(path, read_only=read_only, config=settings)
-    # DuckDB's allocator keeps what a query freed (up to 128 MB a task by
-    # default) for reuse, outside memory_limit. Replay's queries left a
-    # serve at 460-500 MB RSS through bench_ingest's catch-up; flushing
-    # past 8 MB, with the allocator's background thread, held it at
-    # 375-396 MB.
+    # DuckDB's allocator keeps what a query freed for reuse, outside memory_limit;
+    # replay's queries grew serve's RSS by that much through a catch-up.
     connection.execute("SET allocator_flush_threshold = '8MB'")
     connection.execute("SET allocator_background_threads = true")
     # The Python client draws a progress bar on stdout for a query past 2 s on

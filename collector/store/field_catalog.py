@@ -1,21 +1,11 @@
 """SQL for the filter box's suggestions: which field paths runs have, and what values.
 
-Stage: storage. Read-only; every value is a bound parameter.
-
-A user who knows what they want (`refund.eligible = true`) rarely knows the
-state's shape. The field index already holds every path of every indexed end
-state, so the suggestions come from it, but never from all of it: at 1M runs
-(32.5M rows) a `DISTINCT path` over the whole index reads every row. Both
-questions are asked of the newest `SAMPLE_RUNS` runs only (of one workflow
-when the list is narrowed to one), looked up first and bound as constants, as
-`filters.final_values` does, so what is grouped and returned is bounded by
-the sample. What is read is not, quite: while the sampled runs' rows are in
-arrival order, zone maps on the run key skip the rest of the index; once the
-idle server has sorted the index by path, those rows are in every row group
-and the run-key column is read whole (~40 ms at 32.5M rows), which is why the
-studio keeps the answers a minute (studio/render/suggestions.py). A path that
-only older runs have is not suggested; typed, it filters as any other (and
-the list says when no run has it at all).
+Read-only; every value is a bound parameter. A `DISTINCT path` over the whole field
+index would read every row, so both questions are asked of the newest `SAMPLE_RUNS`
+runs only (of one workflow when the list is narrowed to one), looked up first and
+bound as constants. Once the index is sorted by path those rows sit in every row
+group, so the studio caches the answers (studio/render/suggestions.py). A path only
+older runs have is not suggested, but filters as any other.
 """
 
 from __future__ import annotations
@@ -28,7 +18,7 @@ import duckdb
 from collector.index.query_ast import Path
 from collector.store.filters import TABLE, FieldValue, key64
 
-# The newest runs asked (README "Filter suggestions" has the figures).
+# The newest runs asked.
 SAMPLE_RUNS: Final = 200
 # How far below the greatest run key the newest runs are looked for first.
 KEY_WINDOW: Final = 20
@@ -39,9 +29,8 @@ MAX_VALUE_CHARS: Final = 120
 
 
 # The sampled runs' rows: their key range first, a plain comparison DuckDB checks
-# fast, then the keys themselves. A workflow's sampled keys are not contiguous,
-# and the IN list alone took 122 ms at 1M runs on an index sorted by path; with
-# the range before it, 46 ms (every sampled run's rows: 41 ms).
+# fast, then the keys themselves (a workflow's sampled keys are not contiguous, and
+# the IN list alone is slow on an index sorted by path).
 _IN_SAMPLE: Final = "v.run_key BETWEEN ? AND ? AND v.run_key IN ({keys})"
 
 
@@ -67,11 +56,10 @@ def sample_run_keys(
 ) -> list[int]:
     """The keys of the `limit` runs stored last, of `workflow` if given.
 
-    Run keys follow arrival (a sequence), so the newest are just below the
-    greatest, which DuckDB knows from the column's statistics: looking only at
-    the last KEY_WINDOW times `limit` keys took ~2 ms at 1M runs, where a top-N
-    of the whole column took ~15 ms. A workflow too rare among those (or keys
-    thinned by pruning) falls back to that top-N.
+    Run keys follow arrival, so the newest are just below the greatest, which DuckDB
+    knows from the column's statistics: the last KEY_WINDOW times `limit` keys are
+    looked at first, and a top-N of the whole column only if a workflow is too rare
+    among those (or pruning thinned them).
     """
     condition = " AND name = ?" if workflow is not None else ""
     params: list[object] = [workflow] if workflow is not None else []

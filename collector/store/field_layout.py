@@ -1,25 +1,14 @@
 """Keeping the field index in sort order, so that zone maps prune filters.
 
-Stage: storage. Replay appends each batch's rows sorted (collector/store/filters.py),
-but a row group holds a few dozen batches, so appended row groups each span
-every path, and a filter reads all of them. Measured with bench_filter_store
-at 200,000 executions (6.5M index rows): a `final` equality filter took 38 ms
-on rows in arrival order, 12 ms once they were rewritten in sort order.
-
-So the replayer, once it has nothing else to do, asks whether enough rows were
-appended since the last rewrite, and if so rewrites both tables in order.
-"Enough" grows with the index (`CompactionPolicy`): rewriting costs time
-proportional to the whole index, so the rows rewritten stay a constant
-multiple of the rows ever appended, while what is out of order stays a bounded
-share of it.
-
-The rewrite is a sorted copy built beside the live tables, a piece at a time,
-then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`; rewrite.py
-runs them, under the store's locks: Store.compact_field_index_if_due). At 1M runs
-copying the index took 70-90 s in one transaction, during which no export
-could be stored. The SQL uses nothing docs/ducklake.md found DuckLake to lack
-(no RETURNING, constraints or indexes; not run on DuckLake), but there the
-rewrite would rather be `SET SORTED BY` and `ducklake_merge_adjacent_files`.
+Replay appends each batch's rows sorted, but a row group holds a few dozen batches,
+so appended row groups each span every path and a filter reads all of them. So the
+idle replayer rewrites both tables in order once enough rows were appended
+(`CompactionPolicy`: "enough" grows with the index, so rewriting stays a constant
+multiple of the rows ever appended). The sorted copy is built beside the live tables a
+piece at a time, then swapped in (`begin`, `copy_piece`, `refresh_runs`, `swap`;
+rewrite.py runs them under the store's locks), so no export waits for a whole copy.
+On DuckLake this would rather be `SET SORTED BY` (docs/ducklake.md). Measurements:
+docs/benchmarks.md, "the field index's sort".
 """
 
 from __future__ import annotations
@@ -32,20 +21,9 @@ import duckdb
 from collector.store.filters import RANGES, RANGES_SORT_KEY, SORT_KEY, TABLE, without_execution
 
 LAYOUT_TABLE: Final = "field_index_layout"
-# Rows sorted at once (a piece). One sort of a whole 32.5M-row index ran out of
-# serve's 128 MB (bench_filter_store at 1M runs). At 128 MB a piece of 500,000
-# rows peaked at 119 MB in the sort alone (duckdb_memory()), and one of 1.1M
-# rows (a single path's, on an index sorted before) ran out; at 100,000 rows
-# the sort took 34-38 MB. serve sorts at a burst's lower limit (then 80 MB,
-# now 64: collector/jobs/replayer.py), where pieces of 200,000 rows ran out of
-# memory 376 times in one bench_ingest run, and pieces of 100,000 3-442 times
-# in four (each then copied again at 128 MB; December 2026): the burst had
-# left ~50 MB of the pool pinned. Let go of since (Store.release_memory), none
-# ran out in five runs at 80 MB, nor in three at 64. At 128 MB, halving the
-# pieces did not lower serve's peak (415 MB): the cache fills the limit either
-# way. Pieces are copied under the write lock (no write beside them competes
-# for that memory), so their size is also how long storing can wait for one
-# that may not be preempted.
+# Rows sorted at once (a piece), sized so its sort fits the burst's lower memory
+# limit (docs/memory.md, "The field index's rewrite after a burst"). Pieces are
+# copied under the write lock, so this also bounds how long storing can wait for one.
 CHUNK_ROWS: Final = 100_000
 
 
@@ -90,35 +68,24 @@ def layout(cursor: duckdb.DuckDBPyConnection) -> IndexLayout:
     return IndexLayout(int(row[0]), int(row[1]))
 
 
-# The rewrite is built beside the live tables and swapped in: each live table
-# gets a twin, filled a piece at a time in transactions of its own. A piece is
-# a range of the table's order (`ORDER_KEYS`), bounded so that its sort fits in
-# a fraction of DuckDB's memory limit whatever the index's size. Replays and
-# prunes that change a run's rows meanwhile are noted (rewrite.Rewrite.touched);
-# before the swap those runs' rows in the twin are replaced by their live ones,
-# so every run has exactly its live rows in the twin, whichever snapshot each
-# piece read.
+# Each live table gets a twin, filled a piece (a range of `ORDER_KEYS`) at a time;
+# runs changed meanwhile get their live rows again before the swap (rewrite.py).
 TWIN_SUFFIX: Final = "_compacting"
-# Each table's sort key, then the run key, which orders rows the sort key ties
-# (a boolean path's rows all tie), so that a piece can end inside them. Each
-# column as compared, never NULL (a piece's bounds are compared with `=`/`>`):
-# within one path and kind, num (or str_key) is either set on every row or on
-# none, so coalescing it keeps the sort key's order.
+# Each table's sort key, then the run key, so a piece can end inside rows the sort key
+# ties. Coalesced, never NULL (bounds compare with `=`/`>`): within one path and kind
+# num (or str_key) is set on every row or none, so the order is kept.
 ORDER_KEYS: Final = {
     TABLE: ("parent_key", "path_key", "kind", "coalesce(num, 0)", "coalesce(str_key, 0)",
             "coalesce(run_key, 0)"),
     RANGES: ("parent_key", "path_key", "coalesce(hi, 0)", "coalesce(run_key, 0)"),
 }
 SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, run_key"}
-# Sampled rows per piece when planning: piece sizes come out within ~20% of CHUNK_ROWS.
+# Sampled rows per piece when planning the pieces' bounds.
 SAMPLES_PER_PIECE: Final = 100
 
-# An index mostly in arrival order (the first rewrite of a big one) holds
-# every path in every row group, so a piece of paths would read the whole
-# table. Then the rewrite first copies it a range of run keys at a time (run
-# keys follow arrival: zone maps find each range) into a staging table, each
-# range sorted, and then merges those sorted stretches, a piece of the order at
-# a time, into the twin.
+# An index mostly in arrival order has every path in every row group, so a piece of
+# paths would read the whole table: it is first copied sorted a run-key range at a
+# time (zone maps find each) into staging tables, then merged into the twin.
 STAGED_SUFFIX: Final = "_staged"
 RUN_ORDER: Final = ("coalesce(run_key, 0)",)
 _COLUMNS: Final = {RUN_ORDER[0]: "run_key"}  # the column a coalesced key compares
@@ -148,14 +115,9 @@ def staged(table: str) -> str:
 
 
 def begin(cursor: duckdb.DuckDBPyConnection) -> list[Piece]:
-    """Create empty twins of both tables and plan the pieces that fill them, in order.
-
-    Each twin is made from its table's own definition (as DuckDB reports it,
-    so the schema the migrations built is kept exactly). Twins left by a
-    rewrite that never finished are dropped first. An index mostly in arrival
-    order is copied to staging tables first (STAGED_SUFFIX): `plan_merge`
-    plans the rest once that is done.
-    """
+    """Create empty twins of both tables (from DuckDB's own definitions, so the schema is
+    kept exactly) and plan the pieces that fill them, in order; or stage an index
+    mostly in arrival order first, for `plan_merge`. Leftover twins are dropped first."""
     arrival = _mostly_in_arrival_order(cursor)
     pieces: list[Piece] = []
     for table in (TABLE, RANGES):
@@ -218,10 +180,8 @@ def copy_piece(cursor: duckdb.DuckDBPyConnection, piece: Piece) -> None:
     keys, after, upto = piece.keys, piece.after, piece.upto
     conditions = ["TRUE"]
     params: list[object] = []
-    # Plain comparisons of the first key's column (and of the second, within
-    # one value of the first) let zone maps skip row groups; `_beyond` is exact.
-    # A coalesced first key's NULLs compare as 0, in the first piece: that one
-    # gets no plain comparison.
+    # Plain comparisons of the first keys let zone maps skip row groups; `_beyond` is
+    # exact. The first piece gets none: a coalesced first key's NULLs compare as 0.
     column = _COLUMNS.get(keys[0], keys[0])
     if after is not None:
         conditions.append(f"{column} >= ?")
@@ -256,11 +216,8 @@ def _beyond(keys: tuple[str, ...], bound: OrderKey, params: list[object]) -> str
 def _boundaries(
     cursor: duckdb.DuckDBPyConnection, table: str, order: tuple[str, ...]
 ) -> list[OrderKey]:
-    """Ascending values of `order` that cut the table into pieces of about CHUNK_ROWS rows.
-
-    Taken from a sample, which costs one scan of the key columns and a sort of
-    the sample alone.
-    """
+    """Ascending values of `order` that cut the table into pieces of about CHUNK_ROWS rows,
+    from a sample (one scan of the key columns, a sort of the sample alone)."""
     counted = cursor.execute(f"SELECT count(*) FROM {table}").fetchone()
     pieces = -(-int(counted[0]) // CHUNK_ROWS) if counted else 0
     if pieces <= 1:
@@ -279,13 +236,8 @@ def _boundaries(
 
 
 def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_keys: set[int], sweep: bool) -> int:
-    """Give the runs with these keys their live rows in the twins; return the
-    field_values rows copied.
-
-    With `sweep`, also drop the twins' rows of runs no longer stored, as the
-    orphan sweep did to the live tables (collector/store/retention.py).
-    Each statement scans its table, so none runs without a reason to.
-    """
+    """Give the runs with these keys their live rows in the twins; return the field_values
+    rows copied. With `sweep`, also drop rows of runs no longer stored, as retention did."""
     copied = 0
     listed = sorted(run_keys)
     for table in (TABLE, RANGES):
@@ -312,11 +264,8 @@ def refresh_runs(cursor: duckdb.DuckDBPyConnection, run_keys: set[int], sweep: b
 
 
 def swap(cursor: duckdb.DuckDBPyConnection, refreshed_rows: int) -> int:
-    """Put the twins in their tables' places; return the field_values rows now stored.
-
-    `refreshed_rows` of them were copied by `refresh_runs`, after the sorted
-    pieces: the layout counts them as appended.
-    """
+    """Put the twins in their tables' places; return the field_values rows now stored
+    (`refreshed_rows`, copied out of order, are counted as appended)."""
     for table in (TABLE, RANGES):
         cursor.execute(f"DROP TABLE IF EXISTS {staged(table)}")
         cursor.execute(f"DROP TABLE {table}")

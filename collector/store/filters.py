@@ -8,8 +8,8 @@ Invariants:
   allow-lists below.
 - `compile_filter` returns a boolean expression over a table aliased `e` with
   a non-null `e.run_key` (the executions table's integer key, copied onto every
-  index row when it is written; joining on it rather than on the run id string
-  made wide filters ~1.5x faster). Each comparison compiles to
+  index row when it is written; joining on it is faster than on the run id
+  string). Each comparison compiles to
   `e.run_key IN (subquery)` whose subquery never yields NULL, so `NOT` and
   `missing` are plain two-valued logic, with none of SQL's `NOT IN`-with-NULL
   surprises.
@@ -367,8 +367,8 @@ def final_values(
     A run whose end state lacks a path has no entry for it. The runs' keys are
     looked up first and bound as constants, and each path is its own branch on
     the sort key (parent_key, path_key), so zone maps read only that path's
-    slice: one statement semi-joining a subquery over an OR of paths scanned
-    the whole index and ran out of the server's 128 MB at 1M runs.
+    slice (a semi-join over an OR of paths scanned the whole index, and ran out of
+    memory on a large store).
     """
     if not run_ids or not paths:
         return {}

@@ -1,11 +1,8 @@
 """SQL for runs in flight: known from their nodes' spans while their owner span is missing.
 
-A run's owner span (workflow, subflow, agent) ends last, often in a later
-export (SCHEMA.md section 7), so until it arrives the run is no execution row,
-only spans that name it as their parent run. Which span types name a parent
-run, and which types' own ids are parents but never runs, is the producer's
-convention: the caller passes them (Store.in_flight, from collector/producers/junjo.py),
-bound as parameters like every value.
+A run's owner span ends last, often in a later export (SCHEMA.md section 7), so until
+then the run is only spans naming it as their parent run. Which span types those are
+is the producer's convention, passed in by the caller and bound as parameters.
 """
 
 from __future__ import annotations
@@ -24,13 +21,10 @@ IN_FLIGHT_WINDOW_NANOS: Final = 24 * 3600 * 1_000_000_000
 # then, less this margin: spans reach this server after they start, unless the
 # producer's clock runs that far ahead of the server's.
 CLOCK_SKEW_NANOS: Final = 3600 * 1_000_000_000
-# An in-flight run whose trace received nothing for this long has probably
-# stopped: its process died, or its owner span was lost (an exporter queue that
-# overflowed, a process that exited before flushing). The studio shows it as
-# "no activity since" and stops refreshing its page instead of waiting; a span
-# arriving later in its trace makes it active again. Ten minutes: Junjo exports
-# a span when it ends, in batches at most 5 s apart (SCHEMA.md section 0), so a
-# quiet trace means no span of it ended for that long.
+# An in-flight run whose trace received nothing for this long has probably stopped
+# (its process died, or its owner span was lost): the studio shows "no activity since"
+# instead of waiting. Junjo exports spans as they end, in frequent batches
+# (SCHEMA.md section 0), so a quiet trace means no span of it ended for that long.
 IN_FLIGHT_QUIET_NANOS: Final = 600 * 1_000_000_000
 
 
@@ -46,12 +40,10 @@ class InFlightRow:
     span_count: int
     store_ids: tuple[str, ...]
     transition_count: int
-    # When the newest of those spans reached this server (its clock, not the producer's).
+    # Receipt times are this server's clock, not the producer's.
     last_received_unix_nano: int = 0
-    # The run's own store, of `store_ids` (see _IN_FLIGHT_SQL); None while nothing says.
     own_store_id: str | None = None
-    # When the newest span of the run's trace reached this server, of any type (a
-    # model call's, say, inside a node still running); never before the above.
+    # The newest span of its trace of any type (a model call's inside a running node).
     last_activity_unix_nano: int = 0
 
     def is_quiet(self, now_unix_nano: int) -> bool:
@@ -65,21 +57,11 @@ class InFlightRow:
         return max(self.last_activity_unix_nano, self.last_received_unix_nano)
 
 
-# A run is in flight when spans of the `{in_run}` types name it as their parent
-# run but its own owner span has not arrived. Spans of the `{not_run}` types
-# are parents too (RunConcurrent, of concurrent children), so their own
-# runtime ids are excluded.
-#
-# The run's last activity is the newest span received in its trace, whatever its
-# type: a node waiting on a long model call sends nothing itself until it ends, but
-# the agent or LLM spans inside it arrive as they end (SCHEMA.md section 1).
-#
-# Those spans can carry several stores' events (SCHEMA.md section 7.1): a
-# subflow span that arrived carries its own store's (pre_run_actions) beside
-# the parent's (post_run_actions). Sequences are per store, so the run's
-# history is its own store's alone: the store most of those events wrote once
-# each carrier's own store (the subflow's, known from its execution row) is
-# left out. That leaves the nodes' writes and a subflow's writes back to the run.
+# In flight: spans of the `{in_run}` types name the run as parent and its owner span
+# has not arrived; `{not_run}` parents (RunConcurrent) are excluded. Last activity is
+# any span of its trace (a node waiting on a model call sends nothing until it ends).
+# The run's own store is the one most of those events wrote once each carrier's own
+# store (a subflow's) is left out (SCHEMA.md section 7.1).
 _IN_FLIGHT_SQL: Final = """
     WITH parents AS (
         SELECT s.junjo_parent_runtime_id AS run_id, s.trace_id, s.span_id, s.service_name,
@@ -125,13 +107,8 @@ _IN_FLIGHT_SQL: Final = """
 
 
 def could_match(query: ExecutionQuery) -> bool:
-    """Whether a run in flight can be one of the runs `query` asks for.
-
-    Until its owner span arrives a run has no workflow name, status, kind or
-    correlation, and no replay to index its fields or give it a verdict: a
-    query naming any of those matches no run in flight. Service, trace, store
-    and start time are known from its nodes' spans (`in_flight` filters by them).
-    """
+    """Whether a run in flight can be one of the runs `query` asks for: none can match a
+    workflow name, status, kind, correlation, field or verdict, which it has not yet."""
     unknowable = (query.where, query.workflow, query.status, query.kind, query.correlation)
     return all(value is None for value in unknowable) and query.verdict in (None, "in_flight")
 
@@ -148,15 +125,10 @@ def in_flight(
 ) -> list[InFlightRow]:
     """Runs whose nodes reported but whose owner span has not.
 
-    `in_run_types` are the span types whose parent runtime id names the run
-    they ran in; `not_run_types` those whose own runtime id may be a parent
-    but is never a run's. `run_id` asks about one run only; `matching` keeps
-    the runs that query's service, trace, store and time range admit (check
-    `could_match` first: its other filters are not looked at here).
-
-    Only spans received since `received_since` are looked at (they are stored in
-    arrival order, so zone maps skip the rest); by default (`window_start`) the
-    last IN_FLIGHT_WINDOW, so that the list does not scan every span on every load.
+    `in_run_types` name their run as parent; `not_run_types` are parents that are
+    never runs. `matching` keeps what the query's service, trace, store and time
+    range admit (check `could_match` first). Only spans received since
+    `received_since` are read (zone maps skip the rest), by default `window_start`.
     """
     if received_since is None:
         received_since = window_start(time.time_ns(), matching)
@@ -187,12 +159,8 @@ def in_flight(
 
 
 def window_start(now_unix_nano: int, matching: ExecutionQuery | None) -> int:
-    """The oldest receipt time a list of runs in flight looks at.
-
-    The last IN_FLIGHT_WINDOW, or back to the list's own `since` when that is
-    older: a run whose process died a week ago is found by asking for the
-    runs of the last week (`since=7d`), or by its trace.
-    """
+    """The oldest receipt time a list of runs in flight looks at: the last IN_FLIGHT_WINDOW,
+    or the list's own older `since` (so `since=7d` finds a run that died a week ago)."""
     start = now_unix_nano - IN_FLIGHT_WINDOW_NANOS
     if matching is None:
         return start
@@ -209,12 +177,8 @@ def _add_query_conditions(
     run_conditions: list[str],
     params: dict[str, object],
 ) -> None:
-    """The filters of `query` a run in flight can be tested by, as the list tests runs.
-
-    Service and trace hold for each of its spans; the store (one of its nodes'
-    transitions went to it) and the start (its first node's, as far as the
-    spans received show) for the run as a whole.
-    """
+    """The filters of `query` a run in flight can be tested by: service and trace per span,
+    store and start (its first node's) for the run as a whole."""
     tests: tuple[tuple[list[str], str, str, object], ...] = (
         (span_conditions, "service", "s.service_name = $service", query.service),
         (span_conditions, "trace_id", "s.trace_id = $trace_id", query.trace_id),
@@ -232,11 +196,8 @@ def _add_query_conditions(
 
 
 def _bind_each(params: dict[str, object], name: str, values: Sequence[str]) -> str:
-    """Placeholders `$name0, $name1, ...` for `values`, each bound in `params`.
-
-    One parameter per value, not one list parameter: the statement keeps the
-    constant IN list DuckDB plans it with. An empty list matches nothing.
-    """
+    """Placeholders `$name0, $name1, ...` for `values`, each bound in `params`: a constant
+    IN list DuckDB plans with, unlike one list parameter. An empty list matches nothing."""
     if not values:
         return "NULL"
     names = [f"{name}{index}" for index in range(len(values))]

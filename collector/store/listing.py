@@ -165,15 +165,9 @@ def search(
 ) -> list[ExecutionRow]:
     """One page, newest first; one more row than asked says there is a next page.
 
-    Two statements in one read snapshot: which runs are on the page (ids
-    only), then their rows, looked up by primary key. One statement joining the
-    page back to executions read every row group the page's runs were spread
-    over (60 ms for five scattered hits at 1M runs); a primary-key lookup of a
-    constant list reads 3-9 ms.
-
-    A field filter is tried first on the runs that started no earlier than
-    the oldest of the `recent_runs` latest-arrived ones (`_recent_page_ids`),
-    and on every run only when that window holds less than a page.
+    In one snapshot: the page's ids, then their rows by primary key (a join would read
+    every row group the page spans). A field filter tries the recent runs first
+    (`_recent_page_ids`), and every run only when they hold less than a page.
     """
     filtered = query.where is not None
     replays = _REPLAYS_JOIN if query.verdict is not None else ""
@@ -230,20 +224,11 @@ def _recent_page_ids(
 ) -> list[str]:
     """The filtered page among recent runs: exact if it is full, else too short.
 
-    A filter matching most runs (`ever attempts >= 3` matches 70% of the bench's
-    1M) cost ~200 ms over all runs, nearly all of it the semi-join building a
-    hash table of every execution for the index rows to probe; the top-N after
-    it was free. Here the table holds only the window. The window is every run
-    that started at or after `since`, so any run outside it started earlier
-    than every run in it: when a page's worth matches within the window, no
-    run outside could be on the page. `since` is the `recent_runs`-th newest
-    start among the 2 x `recent_runs` latest-arrived runs (run keys grow with
-    arrival, so zone maps find them; a top-N over every start cost ~6 ms at
-    1M), not simply the oldest of them: one long run arriving late with an old
-    start then cannot widen the window to every run. Arrival order only
-    decides how many runs the window holds, never whether the page is right.
-    A narrow filter finds too few here and pays for this statement on top of
-    the full one.
+    A wide filter's time is its semi-join's hash table, here of the window only: every
+    run started at or after `since`, so a full page within it is the right page.
+    `since` is the `recent_runs`-th newest start among the 2 x `recent_runs`
+    latest-arrived runs, so one late run with an old start cannot widen the window;
+    arrival order only decides its size, never whether the page is right.
     """
     plain, plain_params = _page_conditions(query, field_filter=False)
     latest = f"(SELECT max(e.run_key) FROM executions e {replays} {_where(plain)}) - ?"
@@ -289,7 +274,7 @@ _PAGE_IDS_SQL: Final = """
 
 # With a field filter, the matching runs are collected first as integers (run
 # key, start time): a wide filter can match most runs, and carrying each one's
-# run id string to the top-N cost ~25% of the query at 1M runs. `cutoff` is the
+# run id string to the top-N was a large part of the query. `cutoff` is the
 # page's oldest start time, so only the runs that can be on the page are sorted
 # by (start, run id), as the cursor expects. Inlined instead, DuckDB pushed the
 # top-N's dynamic filter into the executions scan and read every row rather
@@ -427,13 +412,8 @@ class StoreRun:
 def store_run_before(
     cursor: duckdb.DuckDBPyConnection, store_id: str, sequence: int, exclude: Sequence[str]
 ) -> StoreRun | None:
-    """The run of `store_id` whose interval reaches closest up to `sequence`, from before it.
-
-    Only runs that started before `sequence` count; of those, the one whose
-    interval covers the latest transition at or before `sequence` (ties: the
-    longer interval, then the run id, so the answer is stable). Runs in
-    `exclude` (already visited by a walk back through the store) are skipped.
-    """
+    """The run of `store_id` started before `sequence` whose interval reaches closest up
+    to it (ties: the longer interval, then the run id), skipping `exclude`."""
     found = cursor.execute(
         """
         SELECT e.run_id, e.name, e.transition_start, e.transition_end

@@ -1,14 +1,10 @@
 """DuckDB's memory limit over time: the configured one, a burst's lower one, and raises.
 
-Idle, DuckDB runs at the configured limit. While a burst is stored the limit is
-lowered (collector/jobs/burst_memory.py) to keep the server's memory bounded;
-the lower limit only saves memory and must never be why work fails, so:
-- a read or a replay save that runs out of memory at the lowered limit is tried
-  once more with the configured limit raised for it alone (`at_any_limit`);
-- an export's write that runs out gives the lowered limit up for the rest of
-  the burst (the Store's `commit`).
-The lock keeps DuckDB's limit, `lowered_to` and the raises in step: a reopen of
-the file within a burst reads them to set the new connection's limit.
+The lower limit during a burst only saves memory and must never be why work fails: a
+read or replay save that runs out at it is tried once more with the configured limit
+raised for it alone (`at_any_limit`), and an export's write that runs out gives the
+lowered limit up for the rest of the burst. The lock keeps DuckDB's limit,
+`lowered_to` and the raises in step for a reopen within a burst.
 """
 
 from __future__ import annotations

@@ -224,10 +224,8 @@ def m004_field_index(connection: duckdb.DuckDBPyConnection) -> None:
 @migration
 def m005_run_keys(connection: duckdb.DuckDBPyConnection) -> None:
     # A dense integer per execution, copied onto its field-index and replay rows:
-    # filters and lists join on it instead of on the run id string. At 1M
-    # executions an `ever` range filter matching 70% of them spent most of its
-    # time hashing 2.8M run id strings, and every list page scanned the whole
-    # replay table to join 50 rows (bench/bench_filter_store.py). Keys grow with
+    # filters and lists join on it instead of on the run id string, whose hashing
+    # was most of a wide filter's time (bench/bench_filter_store.py). Keys grow with
     # arrival, so zone maps skip old row groups when a page joins on them.
     connection.execute("CREATE SEQUENCE run_keys START 1")
     connection.execute("ALTER TABLE executions ADD COLUMN run_key BIGINT")
@@ -345,7 +343,7 @@ def m009_pack_documents(connection: duckdb.DuckDBPyConnection) -> None:
 # Spelled out rather than taken from documents.COLUMNS: a released migration
 # must keep meaning what it did when it ran.
 _PACKED_COLUMNS = ("state_start", "state_end", "graph_snapshot")
-# Executions packed per statement in m009: ~7 KB of text each in bench_ingest's load.
+# Executions packed per statement in m009 (several KB of text each).
 _PACK_SLICE_RUNS = 10_000
 
 

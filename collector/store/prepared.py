@@ -2,7 +2,7 @@
 
 Server side only, and the store's one use of Arrow compute: collector/encode/rows.py
 builds the tables in the extraction worker without it, so the worker never loads
-pyarrow.compute (~6 MB of its private memory). No SQL here.
+pyarrow.compute. No SQL here.
 """
 
 from __future__ import annotations
@@ -18,12 +18,8 @@ from collector.encode.rows import PreparedWrite
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """What a committed write touched: the replay stage re-reads these stores.
-
-    `storeless_run_ids` are the runs written that name no store (their owner
-    span lost its store id, or recorded none): no store's replay finds them,
-    so they are replayed by run id.
-    """
+    """What a committed write touched, for the replayer; `storeless_run_ids` name no store
+    and are replayed by run id."""
 
     store_ids: frozenset[str]
     run_ids: frozenset[str]
@@ -70,13 +66,9 @@ def without_spans(write: PreparedWrite, repeated: Collection[tuple[str, str]]) -
 
 
 def start_ranges(spans: pa.Table, most: int, min_gap: int) -> list[tuple[int, int]]:
-    """At most `most` ranges (first, last) that hold every start time of `spans`.
-
-    The widest gaps between start times, of at least `min_gap`, are left out:
-    a redelivered old span beside new ones then costs a look at the row groups
-    of its own time, not at every one written since. Narrower gaps are not
-    worth a range: each one costs every row the lookup reads a comparison.
-    """
+    """At most `most` ranges (first, last) holding every start time of `spans`, split at
+    the widest gaps of at least `min_gap`, so an old span redelivered beside new ones
+    reads its own row groups, not every one since."""
     starts = sorted(pc.unique(spans.column("start_unix_nano")).to_pylist())
     if not starts:
         return []

@@ -33,11 +33,9 @@ TRANSITION_SELECT = ", ".join(
     "patch AS patch_json" if name == "patch_json" else name for name in Transition._fields
 )
 SNAPSHOT_COLUMNS = tuple(field.name for field in fields(Snapshot))
-# Rows per Arrow batch where a result is read through Arrow. DuckDB's default,
-# a million, has it reserve buffers for a million rows whatever the result
-# holds: reading 256 stores' transitions (5k rows, 1 MB) took glibc ~100 MB for
-# the call (DuckDB 1.5.5), 5 MB at this size, and 57 ms against 24. A result
-# of 394k rows (152 MB) read as fast either way.
+# Rows per Arrow batch where a result is read through Arrow: at DuckDB's default, a
+# million, it reserves buffers for a million rows whatever the result holds
+# (docs/memory.md, "The extraction worker and threads").
 ARROW_BATCH_ROWS = 10_000
 # A run no store's replay finds: it names none (an empty id names none either,
 # as WriteResult has it), so it is replayed by run id.
@@ -97,8 +95,7 @@ def executions_for_stores(
 def _keyed_executions_for_stores(
     cursor: duckdb.DuckDBPyConnection, store_ids: Iterable[str]
 ) -> list[tuple[Execution, int]]:
-    # A semi-join, not list_contains: that compares each row with every id of
-    # the list, 2.6x the cost for 256 stores at 200k runs (bench_replayer).
+    # A semi-join, not list_contains, which compares each row with every id of the list.
     rows = cursor.execute(
         f"SELECT {EXECUTION_SELECT}, e.run_key FROM executions e"
         " WHERE e.store_id IN (SELECT unnest(?::VARCHAR[]))",

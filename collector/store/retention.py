@@ -1,18 +1,10 @@
 """SQL for retention: deleting whole traces that ended before a cutoff.
 
-The unit of deletion is a trace whose newest span ended before the cutoff,
-together with everything derived from it: its spans, the transitions its spans
-carried, the executions whose owner span sat in it, and those executions'
-stored replays and field-index rows (values and numeric ranges). Deleting whole
-traces (never half of one) means a trace still receiving spans is never shown
-with holes, and an execution is never kept without its owner span. Span bytes
-sit in chunks shared by the traces of one export; a chunk goes once no span
-names it (`delete_orphans`, at the end of each pass).
-
-Each call of `prune_batch` deletes a bounded number of traces (about
-`max_spans` spans, or one trace when a single trace is bigger) and the caller
-runs it in its own transaction, so a prune of millions of rows never holds the
-writer for long: ingestion commits between batches.
+A trace goes with everything derived from it (spans, transitions, the executions it
+owns, their replays and field-index rows), never half of one, so no trace is shown
+with holes and no execution without its owner span; a span chunk goes once no span
+names it (`delete_orphans`). Each batch is bounded (about `max_spans` spans) and its
+own transaction, so ingestion commits between batches.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Running the field index's idle-time rewrite beside a live store, a step at a time.
 
-Stage: storage. field_layout.py has the SQL of each step (`begin`, `plan_merge`,
-`copy_piece`, `refresh_runs`, `swap`); this module decides which runs next and
-under which of the store's locks, each step in a transaction of its own, so no
-step holds a lock for long:
-- a piece holds the write lock (its sort takes most of DuckDB's memory
-  limit), but an export that wants the lock interrupts it (`Rewriter.preempt`),
-  and it is copied again once the export has had the lock (`exports_first`);
-  after MAX_PREEMPTIONS in a row it is copied through;
-- after each piece a checkpoint folds its rows into the file, under the write
-  lock (so the one after the swap has little left to write);
-- replays and prunes meanwhile note the runs whose rows they change
-  (`Rewriter.note_writes`);
-- at the end the field-index lock (not the write lock: exports do not write
-  the index) is held to bring those runs up to date in the copy and swap it
-  in, in one transaction; catch-ups holding no lock come first while many
-  runs changed.
-A filter reads the old tables or the new, never a mix.
+field_layout.py has each step's SQL; this module decides which step runs next and
+under which of the store's locks, each in a transaction of its own, so no step holds
+a lock for long:
+- a piece holds the write lock (its sort takes most of DuckDB's memory), but an
+  export that wants it interrupts the piece, which is copied again after the export
+  (through, after MAX_PREEMPTIONS in a row); a checkpoint follows each piece;
+- replays and prunes meanwhile note the runs whose rows they change;
+- the swap brings those runs up to date and swaps the copy in under the field-index
+  lock (exports do not write the index), in one transaction.
 
-Invariant: every run has exactly its live rows in the copy when it is swapped
-in. The store owns the connection and the locks and lends them to each call
-(`Host`), holding its maintenance lock around it, so one call runs at a time;
-the rewrite in progress is kept here between calls, and the next call resumes
-it where the last one stopped.
+Invariant: every run has exactly its live rows in the copy when it is swapped in, and
+a filter reads the old tables or the new, never a mix. One call runs at a time (the
+store's maintenance lock); the next resumes where the last stopped.
 """
 
 from __future__ import annotations
@@ -42,37 +32,25 @@ from collector.store.transactions import transaction
 
 _T = TypeVar("_T")
 
-# A rewrite swaps its copy in, under the field-index lock, once at most this
-# many runs changed since its last catch-up (each costs a few dozen rows to
-# copy; the scans of the index cost the same for one run as for this)...
+# A rewrite swaps its copy in once at most this many runs changed since its last
+# catch-up (the index scans cost the same for one run as for this many)...
 SWAP_REFRESH_RUNS = 2_000
 # ... or after this many catch-ups, whatever changed during the last one.
 MAX_CATCH_UPS = 3
-# An export waiting for the write lock interrupts a rewrite's piece (which rolls
-# back, to be copied again: Store._storing), but a piece preempted this many
-# times in a row is copied through, so that a steady trickle of exports cannot
-# keep the rewrite from ever finishing. (Halving a preempted piece before it is
-# tried again, so that pieces shrink until they fit between exports, was tried:
-# bench_filter_store at 200,000 runs under one export every 0.2 s, the sort took
-# 604 s instead of 178 s, each smaller piece scanning the whole unsorted source,
-# and 390 pieces were still copied through.)
+# A piece preempted this many times in a row is copied through, so a steady trickle
+# of exports cannot keep the rewrite from ever finishing. (Shrinking preempted pieces
+# instead was slower: each smaller piece scans the whole unsorted source.)
 MAX_PREEMPTIONS = 3
-# Exports waiting for the write lock take it before a piece does (else the
-# rewrite, which lets it go and asks again at once, wins it back and is
-# preempted again: one export cost up to MAX_PREEMPTIONS tries and then a whole
-# piece). A piece waits at most this long for them, so that the rewrite still
-# gets its turn while exports queue for the lock without a pause.
+# Exports waiting for the write lock take it before a piece does (else the rewrite
+# wins it back at once and is preempted again); a piece waits at most this long, so
+# the rewrite still gets its turn under a steady queue of exports.
 EXPORTS_FIRST_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """What a call of the rewrite uses of the store that owns it.
-
-    `cursor` gives a cursor of the store's connection and turns DuckDB's
-    failures into StoreError (Store._cursor); the locks are the store's, and
-    `checkpoint` is Store.checkpoint (under the write lock, raising StoreError).
-    """
+    """What a call of the rewrite borrows from its store: cursors that raise StoreError,
+    the store's locks, and its checkpoint."""
 
     cursor: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
     write_lock: AbstractContextManager[object]
@@ -107,16 +85,12 @@ class Rewriter:
 
     def __init__(self) -> None:
         self._rewrite: Rewrite | None = None
-        # The cursor of the step in progress, for `interrupt`.
         self._step_cursor: duckdb.DuckDBPyConnection | None = None
-        # A piece that an export may interrupt (`preempt`), and whether one did.
         self._preemptible: duckdb.DuckDBPyConnection | None = None
         self._preempted = False
         self._stopping = False
-        # Exports waiting for the write lock (`exports_first`), which pieces let go first.
         self.exports_first = Foreground(EXPORTS_FIRST_SECONDS)
-        # Since the store opened: pieces an export interrupted, and pieces copied
-        # through after MAX_PREEMPTIONS (read by bench_filter_store and tests).
+        # Since the store opened (read by bench_filter_store and tests).
         self.preemptions = 0
         self.forced_pieces = 0
 
@@ -128,13 +102,9 @@ class Rewriter:
     def run(
         self, host: Host, policy: field_layout.CompactionPolicy, pause: Callable[[], bool]
     ) -> bool:
-        """Start a rewrite if one is due, or resume the one in progress; return
-        whether it was swapped in during this call.
-
-        `pause` is asked after every step: True leaves the rest to the next
-        call. Raises StoreError (a step that failed rolled back; the next call
-        repeats it).
-        """
+        """Start a rewrite if due, or resume the one in progress; whether it was swapped in.
+        `pause` is asked after every step. Raises StoreError (the failed step rolled back
+        and the next call repeats it)."""
         rewrite = self._rewrite or self._start(host, policy)
         if rewrite is None:
             return False
@@ -197,7 +167,7 @@ class Rewriter:
 
     def _start(self, host: Host, policy: field_layout.CompactionPolicy) -> Rewrite | None:
         """A new rewrite if one is due, noting changes from now on (under the field-index
-        lock, so that every change the pieces may not see is noted)."""
+        lock, so no change the pieces may miss goes unnoted)."""
         with host.field_index_lock, host.cursor() as cursor:
             if self._stopping or not policy.due(field_layout.layout(cursor)):
                 return None
@@ -207,11 +177,8 @@ class Rewriter:
     def _copy_piece(self, host: Host, piece: field_layout.Piece, *, preemptible: bool) -> bool:
         """Copy one piece under the write lock; False if an export preempted it.
 
-        Under the write lock because a piece's sort takes what DuckDB's memory
-        limit allows: a write beside it could run out of memory (and a write
-        whose rollback then fails invalidates the database). Preemptible, an
-        export that wants the lock interrupts it (`preempt`), and it rolls back.
-        Exports waiting for the lock have it first, whichever piece is next.
+        The sort takes what DuckDB's memory limit allows, so a write beside it could
+        run out of memory (and a failed rollback invalidates the database).
         """
         self.exports_first.give_way()
         with host.write_lock:
@@ -231,15 +198,10 @@ class Rewriter:
         return True
 
     def _checkpoint(self, host: Host) -> None:
-        """Fold the piece just copied into the file (Store.checkpoint), exports
-        waiting for the write lock first.
-
-        A checkpoint's time grows with the rows written since the last one. At
-        200,000 runs under one export every 0.2 s (bench_filter_store), the
-        checkpoint an export's commit ran after the swap held the write lock 5.4 s;
-        with one after every piece the longest hold was 1.25 s, the sort 178 s
-        instead of 121 s. If it fails, the next one folds this piece in too.
-        """
+        """Fold the piece just copied into the file, exports waiting for the write lock
+        first: a checkpoint's time grows with the rows written since the last, and
+        one after the swap would hold an export's commit. If it fails, the next one
+        folds this piece in too."""
         self.exports_first.give_way()
         with suppress(StoreError):
             host.checkpoint()

@@ -1,13 +1,9 @@
 """SQL for reading a trace's stored spans back, for the pages that draw them.
 
-Only the queryable columns and the span's own protobuf bytes are returned; the
-attributes and events inside `raw` are decoded by the caller, and only for what
-it shows (collector/decode/otlp.py explains why spans are kept whole). The bytes
-come out of their compressed chunk, joined from its pieces
-(collector/encode/span_bytes.py), or, for a span stored before chunks existed,
-out of its own `raw` column. The resource and scope a span was sent under are
-read for one span at a time (`resource_of_span`): only the span page shows
-them, and the waterfall of a trace would pay for every span's.
+Only the queryable columns and the span's own bytes (out of its chunk's pieces, or the
+old `raw` column) are returned; the caller decodes only what it shows. A span's
+resource and scope are read one span at a time (`resource_of_span`): only the span
+page shows them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The two ways the store brackets statements: a write transaction and a read snapshot.
 
-Invariant: a block that fails leaves no transaction open, and the error it
-failed with is the one raised. The ROLLBACK after a failure is quiet: DuckDB
-has often ended the transaction already (a failed COMMIT does), and "cannot
-rollback - no transaction is active" would otherwise replace the real cause,
-such as the disk refusing the write-ahead log.
+Invariant: a block that fails leaves no transaction open, and the error it failed with
+is the one raised: the ROLLBACK after it is quiet, since DuckDB often ended the
+transaction already and its refusal would hide the real cause.
 """
 
 from __future__ import annotations
@@ -19,13 +17,8 @@ from collector.store.errors import StoreError, StoreOutOfMemory
 
 @contextmanager
 def transaction(cursor: duckdb.DuckDBPyConnection, failure: str) -> Iterator[None]:
-    """The block in one transaction: BEGIN before it, COMMIT after it.
-
-    If DuckDB fails at BEGIN, in the block or at COMMIT, `failure_of` its error
-    is raised instead. Any other exception propagates unchanged. Either way the
-    transaction is rolled back, and code after the `with` runs only once the
-    block is committed.
-    """
+    """The block in one transaction; DuckDB's errors at BEGIN, inside or at COMMIT are
+    raised as `failure_of` them, others unchanged, after a rollback."""
     try:
         cursor.execute("BEGIN TRANSACTION")
     except duckdb.Error as exc:
@@ -44,12 +37,8 @@ def transaction(cursor: duckdb.DuckDBPyConnection, failure: str) -> Iterator[Non
 
 @contextmanager
 def read_snapshot(cursor: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """The block's reads see one snapshot of the database; nothing is committed.
-
-    For reads that take more than one statement, so that a write committing
-    between them (a prune, an ingest) cannot make them disagree. DuckDB's
-    errors propagate unchanged; the store's cursor maps them to StoreError.
-    """
+    """The block's reads see one snapshot, so a write committing between two statements
+    cannot make them disagree; nothing is committed."""
     cursor.execute("BEGIN TRANSACTION")
     try:
         yield
@@ -65,18 +54,14 @@ def _rollback_quietly(cursor: duckdb.DuckDBPyConnection) -> None:
         return
 
 
-# How DuckDB's buffer manager says it could not allocate. At COMMIT it comes
-# wrapped in a TransactionException ("Failed to commit: failed to pin block of
-# size 256.0 KiB (60.9 MiB/61.0 MiB used)", or "... could not allocate block of
-# size ..."), seen while a burst ran at a lowered limit; it is still running
-# out of memory.
+# How DuckDB's buffer manager says it could not allocate, also when wrapped in a
+# TransactionException at COMMIT ("Failed to commit: failed to pin block of ...").
 _OUT_OF_MEMORY_TEXTS = ("failed to pin block", "could not allocate block")
 
 
 def failure_of(exc: duckdb.Error, failure: str) -> StoreError:
-    """StoreError("<failure>: <DuckDB's message>"), StoreOutOfMemory when DuckDB
-    ran out of its memory limit (the store tries that again at its configured
-    limit, and the extractor sets aside an export that keeps running out)."""
+    """StoreError("<failure>: <DuckDB's message>"), or StoreOutOfMemory past DuckDB's
+    memory limit (which callers may retry at a higher one)."""
     ran_out = isinstance(exc, duckdb.OutOfMemoryException) or (
         isinstance(exc, duckdb.TransactionException)
         and any(text in str(exc) for text in _OUT_OF_MEMORY_TEXTS)

@@ -5,20 +5,12 @@ normal in OTLP, and a span delivered again is stored once. One INSERT per
 table, whatever the number of rows: the rows stay in Arrow and DuckDB reads
 them from there, with no Python work per row.
 
-`spans` has no key index. DuckDB keeps a primary key as an ART index that it
-never evicts, and with the random ids exporters send, inserts read in all of
-it: ~70 bytes of memory per stored span (bench/bench_key_index.py), so a store
-of a few million spans would not fit serve's memory limit. Instead a write
-first looks for its spans among the stored ones (`stored_copies`): a span
-delivered again has the same ids and the same start time, and the stored
-copy was written about when that start time came, so DuckDB's zone maps on
-`start_unix_nano` confine the lookup to the row groups written around then,
-however large the store. What that does not bound: stored spans that share
-the write's start times, which the lookup reads all of. A producer whose
-clock is stuck makes that every span it sent; so do bench_ingest's sends,
-which repeat one request's times (~32 ms a write of 2,048 spans at 1M such
-stored spans). A write repeats nothing within itself (collector/encode/rows.py
-keeps each span's first copy).
+`spans` has no key index: DuckDB never evicts an ART index, and random ids would pull
+all of it into memory (docs/memory.md, "No key index on spans"). Instead a write first
+looks for its spans among the stored ones (`stored_copies`): a redelivered span has
+the same ids and start time, so zone maps on `start_unix_nano` confine the lookup to
+the row groups written around then. Not bounded: stored spans sharing the write's
+start times (a producer with a stuck clock), which the lookup reads all of.
 """
 
 from __future__ import annotations
@@ -48,10 +40,8 @@ def insert_write(
     Returns the write as stored: without the spans a redelivery repeated, and
     their chunks and evidence (evidence is keyed by its span, so each
     transition is stored once without a key index on the much larger
-    transitions table). `stored_resources` are resource keys known to be
-    stored: each export names the same few resources again, and a write that
-    names only those skips the statement (~2 ms of DuckDB's for one or two
-    rows a commit).
+    transitions table). `stored_resources` are resource keys known to be stored: a
+    write naming only those skips the statement.
     """
     repeated = stored_copies(cursor, write.spans)
     if repeated:
@@ -110,6 +100,5 @@ def insert(
     verb = "INSERT OR IGNORE" if skip_existing else "INSERT"
     # `FROM batch` reads this function's argument: DuckDB finds a Python
     # variable by its name (a replacement scan) when no table has that name.
-    # Registering the table as a view and dropping it again cost ~0.6 ms a
-    # statement, a few us a span of every commit.
+    # Registering a view instead cost measurably more on every commit.
     cursor.execute(f"{verb} INTO {table} ({columns}) SELECT {columns} FROM batch")

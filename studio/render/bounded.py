@@ -1,13 +1,10 @@
 """Bounded rendering of untrusted values: every page and JSON answer costs a capped amount.
 
-A value from telemetry can be nested 100,000 levels deep or hold a 20 MB
-string. Everything here walks values with an explicit stack (no recursion, so
-no RecursionError whatever the depth) and stops at a budget: `json_preview`
-writes at most `limit` characters and MAX_RENDER_DEPTH levels of JSON text,
-`cut_text` cuts raw text, and `api_value` gives the JSON API a value no deeper
-than API_MAX_DEPTH. What is left out is always said, in the value itself:
-"… deeper levels not shown", "… more not shown", "value of N characters not
-shown in full", or in the API the TRUNCATED_KEY object.
+Telemetry can nest arbitrarily deep or hold huge strings, so values are walked with an
+explicit stack (no RecursionError) and stop at a budget: `json_preview` (`limit`
+characters, MAX_RENDER_DEPTH levels), `cut_text`, and `api_value` (API_MAX_DEPTH).
+What is left out is always said in the value itself ("… more not shown", or the
+TRUNCATED_KEY object in the API).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Comparing two executions: where their state chronologies part, and how they end.
 
-Stage: pure. Input is what `studio.inspect.Inspector.inspect` returns for two
-runs; output is a `Comparison` of plain values that the HTML page and its JSON
-twin both render. No I/O, no clock, and inputs are never mutated.
-
-Bounded: states are compared with an explicit stack (no recursion, whatever
-their depth), at most MAX_DIFF_ENTRIES places are reported, a place deeper
-than API_MAX_DEPTH levels is reported whole, and the values kept are copies cut
-at that depth (studio/render/bounded.py), so a hostile pair of states costs a bounded
-comparison that both the page and the JSON twin can write.
-
-Alignment is by position: step k of one run is set against step k of the other
-(k = 1..n, with k = 0 the start states), since two runs of a workflow need not
-share sequence numbers, store ids or even the same number of steps. The first
-divergence is the first k whose states differ, or the first k that only one of
-the runs reached.
+Pure: two Inspections in, a `Comparison` of plain values out, for the page and its
+JSON twin. Steps are aligned by position (step k against step k, 0 the start states),
+since two runs need not share sequences, stores or step counts; the first divergence
+is the first k whose states differ or that only one run reached. Bounded: an explicit
+stack, at most MAX_DIFF_ENTRIES places, values cut at API_MAX_DEPTH.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """What the executions list adds for a `where` filter: the values, and why nothing matched.
 
-A filter on `refund.eligible = true` answers "which runs"; the next question is
-"with what value", then "who set it". So the list shows each run's end value of
-the paths the filter tests (as Datasette shows the filtered column) and links
-each run to that field's provenance. When nothing matches, the usual cause is a
-misspelled path or a value of the wrong type, so the field index is asked
-whether the path exists at all, and what kinds of value it holds.
-
-View-model stage: reads the store through its field-index methods; no SQL here.
+After "which runs" come "with what value" and "who set it": the list shows each run's
+end value of the filtered paths (as Datasette shows the filtered column), linked to
+its provenance. When nothing matches, the usual cause is a misspelled path or a value
+of the wrong type, so the field index is asked what the path holds. No SQL here.
 """
 
 from __future__ import annotations

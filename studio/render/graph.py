@@ -1,30 +1,15 @@
 """View model of an execution graph: Junjo's compiled graph laid out for an SVG.
 
-Pure stage. Input: the `junjo.workflow.execution_graph_snapshot` JSON of one
-workflow or subflow span (SCHEMA.md section 5) and how often each graph node
-ran. Output: boxes, edge paths and labels in integer SVG coordinates, so the
-template only copies numbers into attributes (the content security policy
-forbids inline styles, and SVG attributes need none).
+Pure: a span's `junjo.workflow.execution_graph_snapshot` (SCHEMA.md section 5) and
+each node's runs in; boxes, edges and labels in integer SVG coordinates out, so the
+template only copies numbers (the CSP forbids inline styles). Layers run top to bottom
+by longest path, ignoring loop edges, which are drawn as curves on the right; only
+this graph's own level is drawn, a subflow being one box linked to its run.
 
-Layout is deliberately simple: layers top to bottom by longest path from the
-first node (compile order puts the source first), ignoring edges that close a
-loop; nodes in a layer side by side, centred. Loop edges are drawn as curves
-on the right so they cannot hide forward edges. Nested subflow graphs are
-flattened into a parent's snapshot with runtime ids that never ran, so only
-this graph's own level is drawn; a subflow is one box that links to the child
-execution, whose page draws its inside. RunConcurrent children are drawn inside
-their group's box.
-
-Nodes are joined to spans by structural id (deterministic across processes),
-never by runtime id from a parent's snapshot. A subflow is the exception: its
-span's structural id is its graph's, which every subflow of that shape shares
-(two instances of one subflow, or two one-node subflows), so a subflow span is
-joined by its definition id, which is its node's runtime id in this snapshot,
-the span's owner's own (SCHEMA.md section 5).
-
-Bounded: the snapshot is read by collector.replay.jsondoc.parse_json (no nesting past
-MAX_JSON_DEPTH), and one of more than MAX_GRAPH_NODES nodes or MAX_GRAPH_LINKS
-edges is refused with a GraphError that says so, which the page shows instead.
+Nodes are joined to spans by structural id, except a subflow, whose structural id
+every subflow of its shape shares: it is joined by its definition id (its runtime id
+in this snapshot). Bounded: a graph past MAX_GRAPH_NODES or MAX_GRAPH_LINKS is refused
+with a GraphError the page shows instead.
 """
 
 from __future__ import annotations
@@ -143,13 +128,8 @@ class _Layered:
 
 
 def node_runs(rows: Sequence[WaterfallRow]) -> dict[str, NodeRun]:
-    """Runs per structural id among the spans this execution itself ran.
-
-    Spans below a nested owner (a subflow, a workflow run inside a node, an
-    agent) belong to that owner's graph, so they are not counted here; the
-    nested owner's own span is, under its definition id when it is a subflow
-    that has one (see the module docstring).
-    """
+    """Runs per structural id among the spans this execution itself ran: not below a
+    nested owner (its graph's), but the owner's own span, a subflow's by definition id."""
     owner = next((row for row in rows if row.is_owner), None)
     if owner is None:
         return {}
@@ -174,12 +154,8 @@ def _run_key(row: WaterfallRow) -> str | None:
 
 
 def spans_lost(rows: Sequence[WaterfallRow], runs: Mapping[str, NodeRun]) -> bool:
-    """Whether the workflow span counted more node runs than there are spans to show them.
-
-    Junjo counts every node, subflow and RunConcurrent child it ran on the
-    workflow span. `runs` also counts RunConcurrent wrappers and nodes that
-    raised, which Junjo leaves out, so this can miss a loss, never invent one.
-    """
+    """Whether the workflow span counted more node runs than there are spans to show them
+    (`runs` also counts what Junjo leaves out, so this can miss a loss, never invent one)."""
     owner = next((row for row in rows if row.is_owner), None)
     if owner is None:
         return False

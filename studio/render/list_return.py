@@ -1,21 +1,13 @@
 """The way back from a run to the executions list the user was reading, filter and all.
 
-Each time the list renders (the whole page or an htmx swap of its results) it
-remembers its query string in a cookie, and the execution page's breadcrumb
-links back to that list. A cookie rather than a `from=` parameter: a run's
-page has dozens of links (steps, fields, spans), and each would have to carry
-the list's query for the way back to survive a step; nor does the address of
-a run, shared with someone, then carry a filter that was only the sharer's.
-No JavaScript and no Referer header are needed.
+Each time the list renders it remembers its query string in a cookie, and the run
+page's breadcrumb links back to it. A cookie, not a `from=` parameter: a run's page
+has dozens of links that would each have to carry it, and a shared run address would
+carry the sharer's filter. Where JavaScript runs, static/app.js keeps each tab's own
+list in sessionStorage instead.
 
-The cookie is one for every tab. Where JavaScript runs, static/app.js also
-keeps each tab's own list in its sessionStorage and points the breadcrumb
-there, so two tabs filtering differently each lead back to their own list;
-it replaces only the query of the address rendered here.
-
-Invariant: the cookie is only a hint. It is parsed back into name/value pairs
-and re-encoded under the studio's list address, so whatever it holds, the
-breadcrumb can only name a page of the executions list.
+Invariant: the cookie is only a hint, parsed and re-encoded under the list's address,
+so the breadcrumb can only name a page of the executions list.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """How a run ended, for the banner of its page: where it failed, or what was cut short.
 
-Pure stage: the run's own status and its trace's span waterfall in, an
-`Outcome` out. Junjo marks every span around a failure ERROR (SCHEMA.md
-section 6): the node that raised, its RunConcurrent, each enclosing subflow
-and the workflow. So the node that raised is a failed span of the run's own
-level (`waterfall.own_level`, what the graph counts too) with no failed span
-of that level below it. A failed subflow or agent there is a child run, and
-the child's level is searched the same way for the node that raised in it: a
-parent's `WorkflowExecutionError` wraps the child's own error, which is the
-one worth reading.
+Pure: the run's status and its trace's waterfall in, an `Outcome` out. Junjo marks
+every span around a failure ERROR (SCHEMA.md section 6), so the node that raised is a
+failed span of the run's own level with no failed span of that level below it; a
+failed child run is searched the same way, since its own error is the one worth
+reading. A run that raised between nodes has no culprit, only the node that ended
+last; a cancelled run's culprits are its innermost `junjo.cancelled` spans. Only
+Junjo's spans are culprits (an LLM client's ERROR span is a detail inside the node).
 
-A run that raised between its nodes (an edge condition, no edge that applies,
-a subflow's pre- or post-run actions) has no culprit; its own node that ended
-last says how far it got.
-
-A cancelled run is told the same way: its spans that were running carry
-`junjo.cancelled`, and those with no cancelled span below them are what it
-was doing when it stopped. A failure inside a RunConcurrent cancels the
-pending siblings (reason `sibling_failed`); they are listed as stopped.
-Only Junjo's own spans are culprits: an application's or a library's span
-(an LLM client's, which the OpenTelemetry SDK marks ERROR when an exception
-leaves it) is a detail inside the node that raised, and one whose error the
-node caught did not end the run. An agent's model-request and tool spans are
-Junjo's, kind `operation` (their names say which).
-Everything is read from spans that arrived; a span that never did is not
-guessed at, so the banner can say less, never something false. Messages and
-error types are cut (studio/render/waterfall.py's MESSAGE_CHARS, NAME_CHARS), saying so.
+Invariant: read only from spans that arrived, so the banner can say less, never
+something false.
 """
 
 from __future__ import annotations
@@ -49,11 +33,8 @@ _RUN_KINDS: Final = frozenset({"workflow", "subflow", "agent"})
 @dataclass(frozen=True, slots=True)
 class Culprit:
     """A span the run's end is traced to: the node that raised, or one that was running.
-
-    `href` is its row on this page (the page shows its whole trace), or for a
-    child run (`run_id`) that run's page. `cause` is what raised, or was
-    running, inside that child run, when its spans say.
-    """
+    `href` is its row on this page, or a child run's page; `cause` is what raised inside
+    that child run, when its spans say."""
 
     name: str
     # "node", "operation" (an agent's model request or tool), or the child run's
@@ -112,11 +93,8 @@ class Outcome:
 
 
 def ended_badly(status: ExecutionStatus, error_type: str | None) -> bool:
-    """Whether a run has a banner: it failed or was cancelled.
-
-    A run that recorded an error type without an error status (a producer's
-    quirk) counts as failed, as the page always showed its error.
-    """
+    """Whether a run has a banner: it failed or was cancelled (an error type without an
+    error status, a producer's quirk, counts as failed)."""
     return status in ("error", "cancelled") or error_type is not None
 
 

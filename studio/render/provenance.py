@@ -1,15 +1,10 @@
 """The execution page's provenance panel: every write that reached one field, told from a step.
 
-A pure builder from a replayed `History` and its provenance (via the
-Inspector's `Inspection`) to frozen dataclasses the template renders; no
-request, store or I/O. Received writes that did not apply are listed too,
-marked, with why, and never named as the writer. Every write links to its step with the field still
-open (`?step=N&path=/a/b#provenance`), so the panel works with JavaScript off.
-
-Invariant: the work is bounded whatever the run's length. The panel lists
-PROVENANCE_WINDOW writes around the selected step, with links to the windows
-before and after, and every value is cut at DIFF_VALUE_CHARS
-(studio/render/text.py); the JSON twin has every write.
+Pure: a `History` and its provenance in, frozen dataclasses out. Writes that did not
+apply are listed, marked, never named as the writer; each links to its step with the
+field open, so the panel works with JavaScript off. Bounded whatever the run's length:
+PROVENANCE_WINDOW writes around the step, values cut at DIFF_VALUE_CHARS (the JSON
+twin has every write).
 """
 
 from __future__ import annotations

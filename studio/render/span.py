@@ -1,13 +1,9 @@
 """The span page's view model: one span's attributes and events, and what it was sent under.
 
-Pure: built from a stored span and its resource row (collector/store/spans.py).
-The resource and the instrumentation scope are shown from their own stored
-bytes, as sent: each attribute with its OTLP type, a repeated key as often as
-it came, bytes as hex, NaN as NaN, with their schema URLs and dropped counts.
-Resources stored before their bytes were kept show their JSON attributes, and
-the page says what was not recorded. Every value, the name and the status
-message are cut at SPAN_VALUE_CHARS, saying how long they were
-(studio/render/bounded.py), so a hostile span costs a bounded page.
+Pure. The resource and instrumentation scope are shown from their own stored bytes,
+as sent (OTLP types, repeated keys, bytes as hex, NaN); older rows show their JSON
+attributes and say what was not recorded. Every value is cut at SPAN_VALUE_CHARS,
+so a hostile span costs a bounded page.
 """
 
 from __future__ import annotations

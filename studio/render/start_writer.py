@@ -1,26 +1,14 @@
 """Who wrote a start-state value: the earlier runs of a store that several runs share.
 
-A live store lent to several `execute(store=...)` calls (SCHEMA.md 7.1, 7.4)
-starts each run with the state the earlier runs left. The run's own
-provenance then ends at "the value comes from the start state"; the store
-keeps the earlier runs' transitions, so the question "who set it" has an
-answer one or more runs back. This stage walks back through the store's runs,
-newest first, each one's own provenance, until a run whose history wrote the
-value.
+A live store lent to several `execute(store=...)` calls (SCHEMA.md 7.1, 7.4) starts
+each run with the state the earlier runs left, so a run's own provenance can end at
+"the start state". This walks back through the store's earlier runs, newest first,
+each one's provenance, until one wrote the value; writes between runs, in a span
+that is no run's, are replayed from the earlier run's end and named as no run's.
 
-The store may also be written between its runs, inside a span that is no
-run's (a request handler between two `execute(store=...)` calls, a
-workflow_completed hook after its run's end was recorded): those events
-arrive but lie in no run's interval. The walk replays the ones between two
-runs from the earlier run's end, and names the last that changed the value, as
-a write of no run (`run_id` None).
-
-Invariant: a writer is named only when the walk can show the value it left is
-the value this run started with: every run on the way must hold, at the point
-the walk enters it, the same value (else the walk stops and names none). It is
-marked unverified when transitions on the way never arrived, since one of
-those may have written the same value later. The walk reads at most
-MAX_EARLIER_RUNS runs, each replayed (and cached) by the Inspector.
+Invariant: a writer is named only when every run on the way holds the same value
+where the walk enters it; it is unverified when transitions on the way never arrived.
+At most MAX_EARLIER_RUNS runs are read.
 """
 
 from __future__ import annotations
@@ -98,13 +86,8 @@ def start_writer(
     between: Between,
     links: Links,
 ) -> StartWriter | None:
-    """The write that left `pointer`'s start-state value, if the store shows one.
-
-    None when the run's store was fresh, the start state lacks the field, or the
-    walk cannot tie the value to a write (a run on the way is missing, has no
-    states, or holds another value: then the start state came from elsewhere,
-    say an untraced write). `pointer` must be well formed.
-    """
+    """The write that left `pointer`'s start-state value, if the store shows one; None
+    when the walk cannot tie the value to a write (say, an untraced one)."""
     execution, history = inspection.execution, inspection.history
     if execution is None or execution.store_id is None or not history.has_states:
         return None
@@ -162,14 +145,9 @@ def start_writer(
 def _between_runs(
     walk: _Walk, base: JsonValue, between: Between, after: int, through: int
 ) -> tuple[StartWriter | None, _Walk]:
-    """The last received write in (after, through] that changed the value, replayed from `base`.
-
-    `base` is the state at `after` (an earlier run's end). The writer is named
-    only if the replay ends with the value the walk looks for; if it does not
-    (a write that never arrived, a patch that does not apply), or no write
-    there changed the value, the walk goes on into the earlier run, doubtful
-    wherever a sequence there is missing.
-    """
+    """The last received write in (after, through] that changed the value, replayed from
+    `base` (the earlier run's end), named only if the replay ends with the value sought;
+    otherwise the walk goes on into the earlier run."""
     received = _first_per_sequence(between(walk.store_id, after, through))
     complete = [t.sequence for t in received] == list(range(after + 1, through + 1))
     walk = dataclasses.replace(walk, doubtful=walk.doubtful or not complete)
@@ -196,12 +174,8 @@ def _between_runs(
 
 
 def _before_runs(walk: _Walk, between: Between, through: int) -> StartWriter | None:
-    """The received write before the store's first run that set the value, if one shows it.
-
-    No state before those writes is known, so the value is read off the last
-    operation that touched the field: it names the writer only if it wrote the
-    field whole (or an ancestor of it) with the value the walk looks for.
-    """
+    """The received write before the store's first run that set the value, if one shows it:
+    with no earlier state known, only an op that wrote the field (or an ancestor) whole."""
     received = _first_per_sequence(between(walk.store_id, 0, through))
     parts = pointer_parts(walk.pointer)
     for transition in reversed(received):

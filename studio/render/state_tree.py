@@ -1,15 +1,9 @@
 """The execution page's state tree: one state of the run as tokens for nested <details>.
 
-A pure builder from a replayed `History` (via the Inspector's `Inspection`) to
-frozen dataclasses the template renders; no request, store or I/O. Every
-field's link opens its provenance panel (`?step=N&path=/a/b#provenance`), so
-the tree works with JavaScript off.
-
-Invariant: the work is bounded whatever the state's size or depth. A container
-draws at most TREE_CHILDREN_SHOWN children (plus those on a changed or selected
-path), the tree at most about TREE_TOKENS tokens and MAX_RENDER_DEPTH levels
-(studio/render/bounded.py), and every leaf is cut at STRING_PREVIEW_CHARS
-(studio/render/text.py).
+Pure: a `History` in, frozen dataclasses out; every field links to its provenance, so
+the tree works with JavaScript off. Bounded whatever the state's size or depth:
+TREE_CHILDREN_SHOWN children a container (plus those on a changed or selected path),
+about TREE_TOKENS tokens and MAX_RENDER_DEPTH levels, leaves cut at STRING_PREVIEW_CHARS.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The filter box's help and suggestions, from the paths stored runs actually have.
 
-View-model stage: reads the store through its field-catalog methods
-(collector/store/field_catalog.py: the newest runs only, so the cost is
-bounded whatever the store's size); no SQL here.
-
-The executions page lists the commonest paths under the filter box, with an
-example filter built from real data, and puts every suggested path in a
-native <datalist> (so a browser offers them with JavaScript off too);
-static/app.js turns that list into completions of the clause being typed and
-asks `/api/fields/values` for a chosen path's values. Paths and values are
-telemetry: they reach the page only through autoescaped templates and JSON.
-
-Answers are kept for HELP_TTL_SECONDS (`Suggestions`): the sampled runs' rows
-are found by run key, which prunes well while they are still in arrival
-order but not once the idle server has sorted the index by path. Measured at
-1M runs (32.5M index rows, serve's settings), one list page's help took 10-11
-ms on an index in arrival order, and 52-58 ms once sorted (the sampled keys'
-rows are then in every row group, so the key column is read whole); the
-list's own query took 6 ms. So a page pays that at most once a minute per
-workflow, and new paths show up within the minute.
+Reads the newest runs through the store's field catalog; no SQL here. The commonest
+paths are listed under the filter box with an example built from real data, and every
+path goes in a native <datalist> (offered with JavaScript off too). Paths and values
+are telemetry: they reach the page only through autoescaped templates and JSON.
+Answers are kept HELP_TTL_SECONDS, since on an index sorted by path the sampled
+runs' rows are costly to find (docs/benchmarks.md, "the filter box's help").
 """
 
 from __future__ import annotations

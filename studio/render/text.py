@@ -1,10 +1,8 @@
 """Text the execution page's views print: page URLs, JSON values cut to a bounded size, pointers.
 
-Shared by studio/render/timeline.py, studio/render/state_tree.py and
-studio/render/provenance.py, and importing none of them, so nothing cycles. Every
-value is cut (DIFF_VALUE_CHARS, STRING_PREVIEW_CHARS, FULL_VALUE_CHARS) by
-studio/render/bounded.py, which walks it without recursion, so a huge or deeply nested
-value costs the page a bounded amount of HTML and time.
+Shared by the timeline, state tree and provenance views and importing none of them.
+Every value is cut by bounded.py, without recursion, so a huge or deep value costs the
+page a bounded amount of HTML and time.
 """
 
 from __future__ import annotations
@@ -76,14 +74,9 @@ def leaf_text(value: JsonValue) -> tuple[str, str | None]:
 
 
 def key_label(key: str) -> str:
-    """A member name as shown, quoted as a JSON string when it would read as another.
-
-    An empty name, one edged with white space (HTML collapses it), one that
-    starts with a quote (so a quoted label stays unambiguous) or one holding an
-    unprintable character is quoted, with the unprintable escaped: `/meta/""` is
-    not `/meta`, and `" spaced "` is not `spaced`. A name longer than LABEL_CHARS
-    is cut, saying how long it is.
-    """
+    """A member name as shown, quoted as a JSON string when it would read as another
+    (empty, edged with white space, starting with a quote, or unprintable), and cut
+    past LABEL_CHARS."""
     if len(key) > LABEL_CHARS:
         return f"{_key_label(key[:LABEL_CHARS])}… ({len(key):,} characters)"
     return _key_label(key)
@@ -102,12 +95,8 @@ def _escaped(char: str) -> str:
 
 
 def pointer_label(pointer: str) -> str:
-    """An RFC 6901 pointer as shown: WHOLE_STATE for "", else each token through key_label.
-
-    Tokens keep their `~0`/`~1` escapes, as in the patches received. Text that
-    is no pointer (a malformed `?path=`) is shown as it came. A pointer longer
-    than LABEL_CHARS is cut, saying how long it is.
-    """
+    """An RFC 6901 pointer as shown: WHOLE_STATE for "", else each token through key_label
+    (escapes kept; text that is no pointer shown as it came; cut past LABEL_CHARS)."""
     if len(pointer) > LABEL_CHARS:
         return f"{pointer_label(pointer[:LABEL_CHARS])}… ({len(pointer):,} characters)"
     if not pointer:

@@ -1,18 +1,10 @@
 """View model of a trace for the execution page: a span tree drawn as a Gantt waterfall.
 
-Pure stage: stored span rows in, rows ready for a template out. Bar geometry is
-in integer units of an SVG viewBox `SCALE` wide, so bars are drawn to scale
-with SVG attributes (which the content security policy allows) instead of
-inline styles, and no time is ever divided into a float.
-
-Attributes and events are decoded from each span's protobuf bytes here, but
-`set_state` events are only counted: a busy node carries hundreds of them, the
-state timeline already shows every one, and decoding them would cost most of
-the page's time.
-
-Bounded: attribute values are previews of ATTRIBUTE_PREVIEW_CHARS, and names,
-messages and stack traces are cut at MESSAGE_CHARS (studio/render/bounded.py says
-how long they were), so a hostile span costs the page a bounded amount.
+Pure: stored span rows in, template rows out. Bars are in integer units of an SVG
+viewBox `SCALE` wide (attributes, which the CSP allows; no time divided into a
+float). `set_state` events are only counted: the timeline shows every one, and
+decoding them would cost most of the page's time. Values are cut at
+ATTRIBUTE_PREVIEW_CHARS and MESSAGE_CHARS, so a hostile span costs a bounded page.
 """
 
 from __future__ import annotations

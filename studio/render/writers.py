@@ -1,13 +1,9 @@
 """Who wrote a step of an execution page, and where the span that carried it is shown.
 
-Pure stage. A store that several runs share (a RunConcurrent sibling, a workflow
-run inside a node, one live store lent to concurrent `execute(store=...)` calls,
-each in its own trace: SCHEMA.md 7.1, 7.4) puts the other runs' writes in this
-run's history as foreign steps. The page shows the spans of its own trace only,
-so a step's span is linked to its row on this page only when it is one of them;
-a span of another trace is linked on the page of the run that wrote it, and
-when that run is not known (its owner span has not arrived, or the span ran
-outside any run) to the list of that trace's runs.
+Pure. A store several runs share (SCHEMA.md 7.1, 7.4) puts other runs' writes in this
+run's history as foreign steps, and the page shows only its own trace's spans: a
+step's span links to its row here, else to the page of the run that wrote it, else to
+the list of its trace's runs.
 
 Invariant: every `#span-…` address handed out names a span of this page's
 waterfall, so no link on the page points at an anchor that is not there.
@@ -60,12 +56,8 @@ class Writers:
         return links.execution(run_id) if run_id else links.executions(trace=trace_id)
 
     def span_href(self, links: Links, transition: Transition, sequence: int) -> str:
-        """Where to read the span that carried the step at `sequence`.
-
-        Its row on this page when it is here; else the same step on the page of
-        the run that wrote it, scrolled to the span there (that run's page shows
-        its own trace); else the runs of the span's trace.
-        """
+        """Where to read the span that carried the step at `sequence`: its row here, else
+        the writing run's page at that step, else the runs of its trace."""
         if (transition.trace_id, transition.span_id) in self.shown:
             return f"#span-{transition.span_id}"
         run_id = self.run_of(transition.trace_id, transition.span_id)

@@ -1,23 +1,10 @@
 """Operator routes: what the command line asks while `statetrail serve` holds the database.
 
-Invariant: a request is served only when it comes from a loopback peer and
-carries the admin token this server wrote into its sidecar file (mode 0600), so
-only a local user who can read that file, the operator, can change which keys
-are accepted or prune. Every route is wrapped in `admin_only`, so none can
-forget the gate. The plain key never reaches the server: `statetrail keys create`
-sends its SHA-256 digest. What the command line sends and reads is defined on
-its side: the token header in collector/cli/admin_client.py, a key's JSON in
-collector/row_json.py (the same whether `statetrail keys list` reads the file
-or asks this server).
-
-- GET  /api/admin/keys                -> {"keys": [...]}
-- POST /api/admin/keys {name, digest} -> 201 {"key": {...}}; 409 if the name is active
-- POST /api/admin/keys/{name}/revoke  -> {"key": {...}}; 404 if no active key has it
-- GET  /api/admin/executions?limit=N  -> what GET /api/executions answers (for
-  `statetrail executions`, which must not need the studio password: the token
-  already proves the operator)
-- POST /api/admin/prune {"older_than": "30d"} -> {"pruned": {"traces": N, "spans": N, ...}}
-  (`statetrail prune`)
+Invariant: a request is served only from a loopback peer carrying the admin token this
+server wrote into its sidecar file (mode 0600), so only the operator can change keys
+or prune; every route is wrapped in `admin_only`, so none can forget the gate. The
+plain key never reaches the server (`keys create` sends its SHA-256 digest). The
+routes are listed in docs/api.md, "Operator routes".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The JSON API: executions, their timelines, states and field provenance.
 
-Handlers are thin: parse the request, ask the store or the inspector, shape
-JSON. They are plain functions on purpose: Starlette runs those in its
-thread pool, so a slow DuckDB query never blocks the event loop. Errors are
-JSON too: 400 with the offending parameter (and, for a filter, the character
-position), 404 for an unknown run id. A value nested deeper than
-studio/render/bounded.py's API_MAX_DEPTH is answered cut there, the cut marked by a
-`{"statetrail.truncated": ...}` object, so every answer serialises. A timeline
-row (`TimelineEntry`) is flattened here from a History's steps
-(collector/replay/history.py): the timeline JSON twin is its only reader.
+Thin handlers, plain functions on purpose: Starlette runs those in its thread pool, so
+a slow DuckDB query never blocks the event loop. Errors are JSON too (400 naming the
+parameter and, for a filter, the position; 404 for an unknown run). Values deeper than
+API_MAX_DEPTH are cut and marked, so every answer serialises.
 """
 
 from __future__ import annotations

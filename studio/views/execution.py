@@ -1,26 +1,12 @@
 """The execution page: one run's header, verdict, state timeline, state, graph and spans.
 
-Thin handlers: parse the request into a `Selection`, build the page's view
-model, render. The view models are built elsewhere: studio/render/timeline.py
-(timeline window, step diff), studio/render/state_tree.py (the state tree),
-studio/render/provenance.py (the provenance panel), studio/render/verdict.py
-(the verdict in plain words), studio/render/outcome.py (how a failed or cancelled
-run ended, and where), studio/render/waterfall.py, studio/render/graph.py and
-studio/render/writers.py (who wrote a step, and where its span is shown), all pure.
-This module assembles them with the header, findings and graph links, which
-stay here because they read the store (parent and child runs, spans, the
-spans of other traces that wrote this run's store).
-
-The HTML twin of /api/executions/{id} (+ /timeline, /state, /provenance): every
-view is a URL (`?step=N` selects a transition, `&path=/a/b` opens a field's
-provenance, `&state=recorded` shows the producer's recorded end state), so it
-works with JavaScript off and can be shared by copying the address.
-static/execution.js only adds keyboard stepping and in-place swaps of the same
-server-rendered HTML.
-
-Cost: replaying is cached by the Inspector and every builder bounds its work
-(see those modules). The blocking work runs in a worker thread so one slow
-page never stalls the event loop (and the OTLP/HTTP receiver on it).
+Thin handlers: parse the request into a `Selection`, assemble the pure view models of
+studio/render/ with what reads the store (relatives, spans, other traces' writers),
+render. The HTML twin of /api/executions/{id}: every view is a URL (`?step=N`,
+`&path=/a/b`, `&state=recorded`), so it works with JavaScript off and can be shared;
+static/execution.js only adds keyboard stepping and swaps. Blocking work runs in a
+worker thread, so one slow page never stalls the event loop (and the OTLP/HTTP
+receiver on it).
 """
 
 from __future__ import annotations
@@ -106,14 +92,9 @@ class Header:
 
 @dataclass(frozen=True, slots=True)
 class ApplicationWrites:
-    """The application store's steps while an agent ran, and where to read them.
-
-    They are steps of the run that owns that store (the agent's parent, else the
-    agent's own application-store run), verified with that run's history, not
-    this one's. The agent's bounds cover
-    every writer of the store meanwhile (a RunConcurrent sibling, a borrower),
-    so they are steps *while* it ran, not all of them its own.
-    """
+    """The application store's steps while an agent ran, and where to read them: steps of
+    the store's owning run, verified with its history, and *while* the agent ran (other
+    writers included), not all of them its own."""
 
     store_id: str
     first: int
@@ -354,11 +335,7 @@ def _writers(store: Store, history: History, trace_id: str, waterfall: Waterfall
 
 def _quiet(inspection: Inspection) -> bool:
     """Whether an in-flight run's trace stopped receiving evidence long ago (by this
-    server's clock).
-
-    Its page then says "no activity since" and stops refreshing itself; evidence arriving
-    later makes the run in flight again (the next view asks anew).
-    """
+    server's clock): its page then says "no activity since" and stops refreshing."""
     flight = inspection.in_flight
     if inspection.execution is not None or flight is None:
         return False
