@@ -13,6 +13,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +166,77 @@ def test_live_hostile_and_huge_values_verify_and_render_escaped(served: Server) 
     assert "<script>alert(" not in page.text and "<img src=x" not in page.text
     assert "&lt;script&gt;alert(" in page.text
     assert len(page.text) < 1_500_000  # the 2 MB string is shown cut, not whole
+
+
+def test_live_langgraph_run_in_flight_shows_its_verified_steps_before_its_owner_span(
+    served: Server,
+) -> None:
+    # In this process: the real OTLP exporter behind a BatchSpanProcessor that exports
+    # every 50 ms, and a graph whose last node waits until the test has looked.
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from statetrail_producer.langgraph import trace_graph
+    from test_producer_langgraph import Brief
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=served.grpc_target, insecure=True,
+                         headers={"authorization": f"Bearer {KEY}"}),
+        schedule_delay_millis=50,
+    ))
+    release = threading.Event()
+
+    def wait(state: Brief) -> Brief:
+        assert release.wait(60)
+        return {"draft": "done"}
+
+    builder = StateGraph(Brief)
+    builder.add_node("research", lambda s: {"notes": ["found 3 sources"]})
+    builder.add_node("wait", wait)
+    builder.add_edge(START, "research")
+    builder.add_edge("research", "wait")
+    app = trace_graph(builder.compile(checkpointer=InMemorySaver()), name="slow",
+                      tracer_provider=provider)
+    config: Any = {"configurable": {"thread_id": "t-live"}}
+    running = threading.Thread(target=app.invoke, args=({"topic": "otters"}, config))
+    running.start()
+    try:
+        timeline = _eventually(lambda: _in_flight_timeline(served, sequences=2))
+        history = {
+            (s.metadata or {})["step"] + 1: dict(s.values) for s in app.get_state_history(config)
+        }
+        assert timeline["verdict"] == "in_flight"
+        assert [t["action"] for t in timeline["transitions"]] == ["__start__", "research"]
+        assert all(t["verified"] and t["digest_matched"] for t in timeline["transitions"])
+        run_id = timeline["id"]
+        for sequence in (1, 2):
+            rebuilt = served.get_json(f"/api/executions/{run_id}/state?sequence={sequence}")
+            assert rebuilt["state"] == history[sequence] and rebuilt["verified"]
+    finally:
+        release.set()
+        running.join(60)
+        provider.shutdown()
+    served.wait_replayed()
+    detail = served.get_json(f"/api/executions/{run_id}")
+    assert (detail["verdict"], detail["run_status"]) == ("verified", "completed")
+
+
+def _in_flight_timeline(server: Server, sequences: int) -> dict[str, Any] | None:
+    listed = server.get_json("/api/executions?verdict=in_flight")["executions"]
+    if not listed:
+        return None
+    timeline: dict[str, Any] = server.get_json(f"/api/executions/{listed[0]['id']}/timeline")
+    return timeline if len(timeline["transitions"]) >= sequences else None
+
+
+def _eventually(probe: Callable[[], dict[str, Any] | None], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("not seen in time")

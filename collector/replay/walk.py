@@ -311,8 +311,7 @@ class _Replay:
         if complete and end_matches is False:
             steps = tuple(_unverify(step) for step in steps)
         verdict = _verdict(complete, end_matches, chain.failed_at_first_step)
-        if verdict == "verified" and not (chain.digests_matched and self._end_digest_matches()):
-            verdict = "partial"
+        verdict = _digest_verdict(verdict, start_matches, chain, self._end_digest_matches())
         return self._finish(steps, verdict, interval, states, recorded_end)
 
     def _select(self, interval: Interval) -> tuple[Sequenced, frozenset[int], frozenset[int]]:
@@ -437,8 +436,9 @@ class _Replay:
         steps: list[Step] = []
         verified = start_matches
         complete = True
-        failed_at_first_step = not start_matches
+        failed_at_first_step = False
         digest_mismatches: list[int] = []
+        mismatch_at_first_step = False
         skipped_after_doubt: list[int] = []
         over_limit: list[int] = []
         previous = interval.lower
@@ -471,7 +471,7 @@ class _Replay:
                 if not matched:
                     if not digest_mismatches:
                         self._report_digest_mismatch(sequence, transition)
-                        failed_at_first_step = failed_at_first_step or not steps
+                        mismatch_at_first_step = not steps
                     digest_mismatches.append(sequence)
                     verified = False
             steps.append(
@@ -513,7 +513,10 @@ class _Replay:
                 "from the producer's; this follows from the first mismatch.",
                 sequence=digest_mismatches[1],
             )
-        return _Chain(tuple(steps), complete, failed_at_first_step, not digest_mismatches)
+        return _Chain(
+            tuple(steps), complete, failed_at_first_step, not digest_mismatches,
+            mismatch_at_first_step,
+        )
 
     # digests (convention runs) ----------------------------------------------------------
 
@@ -771,6 +774,7 @@ class _Chain:
     complete: bool
     failed_at_first_step: bool  # the first patch did not apply to the verified start state
     digests_matched: bool = True  # no step's state differed from the producer's digest
+    digest_mismatch_at_first_step: bool = False
 
 
 def _verdict(complete: bool, end_matches: bool | None, failed_at_first_step: bool) -> Verdict:
@@ -779,6 +783,23 @@ def _verdict(complete: bool, end_matches: bool | None, failed_at_first_step: boo
     if (complete and end_matches is False) or failed_at_first_step:
         return "failed"
     return "partial"
+
+
+def _digest_verdict(
+    verdict: Verdict, start_matches: bool, chain: _Chain, end_digest_matches: bool
+) -> Verdict:
+    """The verdict once the producer's digests are counted (they only ever lower it).
+
+    A start state that does not hash to its digest, or a first step that does not,
+    verifies nothing: failed. A later mismatch leaves the steps before it verified.
+    """
+    if verdict in ("failed", "not_applicable"):
+        return verdict
+    if not start_matches or chain.digest_mismatch_at_first_step:
+        return "failed"
+    if verdict == "verified" and not (chain.digests_matched and end_digest_matches):
+        return "partial"
+    return verdict
 
 
 def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, ...]) -> History:
