@@ -112,6 +112,14 @@ def test_live_langgraph_runs_rebuild_to_get_state_history_at_every_step(
     assert parallel["reducers"] == {
         "items": "operator.add", "top": "test_producer_langgraph.biggest", "name": "last_value"
     }
+    page = _page(served, fan["run_id"], step=parallel["sequence"])
+    superstep = page[page.index('id="superstep"'):]
+    assert "Superstep 1" in superstep and "digest ✓" in superstep
+    assert "<code>analyst</code>" in superstep and "<code>critic</code>" in superstep
+    assert "<code>top</code> ← <code>test_producer_langgraph.biggest</code>" in superstep
+    first_page = _page(served, interrupted["run_id"])
+    assert "run 1 of 2" in first_page
+    assert f'href="/executions/{resumed["run_id"]}" rel="next"' in first_page
     # The failing node: the run failed, and says where.
     (failed,) = outcomes["lg_failing"]["runs"]
     detail = served.get_json(f"/api/executions/{failed['run_id']}")
@@ -155,6 +163,18 @@ def test_live_journal_commits_rollbacks_and_rejections(served: Server) -> None:
     detail = served.get_json(f"/api/executions/{run['run_id']}")
     notes = {d["code"]: d["severity"] for d in detail["diagnostics"]}
     assert notes == {"transaction_rolled_back": "info", "update_rejected": "info"}
+    # On the page's timeline, after the step they followed, as changing nothing.
+    page = _page(served, run["run_id"], step=2)
+    rows = page[page.index('data-sequence="2"'):page.index('data-sequence="3"')]
+    assert rows.count('class="x-note-row"') == 2
+    assert "rolled back" in rows and "RuntimeError: card declined" in rows
+    assert "rejected" in rows and "must be positive" in rows
+
+
+def _page(server: Server, run_id: str, **params: int) -> str:
+    reply = httpx.get(f"{server.url}/executions/{run_id}", params=params, timeout=60)
+    assert reply.status_code == 200
+    return reply.text
 
 
 def test_live_hostile_and_huge_values_verify_and_render_escaped(served: Server) -> None:
