@@ -42,7 +42,7 @@ from collector.model import (
     SpanRole,
     Transition,
 )
-from collector.producers.junjo import STATUS_CODE_ERROR, bounded_id
+from collector.producers.junjo import MAX_ID_CHARS, STATUS_CODE_ERROR, bounded_id
 
 KNOWN_VERSIONS: Final = frozenset({1})
 
@@ -121,6 +121,7 @@ PROJECTION_MODES: Final = frozenset(
     {"full", "truncated", "redacted", "truncated,redacted"}
 )
 PROJECTED_POLICY_PREFIX: Final = "statetrail:"
+_FULL_PROJECTION: Final = (FULL_MODE, PROJECTED_POLICY_PREFIX + FULL_MODE)
 
 _KINDS: Final[dict[str, ExecutionKind]] = {
     "graph": "graph",
@@ -155,12 +156,14 @@ def extract_span(span: SpanRecord, view: SpanView, into: Evidence) -> None:
         if span_type == SPAN_EXECUTION:
             into.executions.append(_unknown_version_execution(span, attributes, version))
         return
-    run_id = _id(attributes, RUN_ID)
-    if span_type == SPAN_EXECUTION and run_id:
-        into.roles[(span.trace_id, span.span_id)] = SpanRole(
-            span_type, run_id, _id(attributes, RUN_PARENT_ID)
-        )
-        into.executions.append(_execution(span, attributes, run_id))
+    if span_type == SPAN_EXECUTION:
+        run_id = _id(attributes, RUN_ID)
+        if run_id:
+            into.roles[(span.trace_id, span.span_id)] = SpanRole(
+                span_type, run_id, _id(attributes, RUN_PARENT_ID)
+            )
+            into.executions.append(_execution(span, attributes, run_id))
+    event_run: str | None = None
     for index, event in enumerate(view.events):
         name = event.name
         if name == EVENT_TRANSITION:
@@ -173,15 +176,16 @@ def extract_span(span: SpanRecord, view: SpanView, into: Evidence) -> None:
             start = _run_start(span, event)
             if start is not None:
                 into.run_starts.append(start)
-            transition = None
+                event_run = start.run_id
+            continue
         else:
             continue
         if transition is not None:
             into.transitions.append(transition)
-        event_run = _id(event.attributes, RUN_ID)
-        if event_run and span_type in IN_RUN_SPAN_TYPES:
-            # The run this short span belongs to, so a run in flight is listed from it.
-            into.roles[(span.trace_id, span.span_id)] = SpanRole(span_type, None, event_run)
+            event_run = transition.run_id
+    if event_run and span_type in IN_RUN_SPAN_TYPES:
+        # The run this short span belongs to, so a run in flight is listed from it.
+        into.roles[(span.trace_id, span.span_id)] = SpanRole(span_type, None, event_run)
 
 
 def _execution(span: SpanRecord, attrs: AttributeValues, run_id: str) -> Execution:
@@ -298,7 +302,7 @@ def _transition(span: SpanRecord, event: EventView, index: int) -> Transition | 
         return None
     run_id = _id(attrs, RUN_ID)
     patch_mode, patch_policy = projection_mode(_str(attrs, PATCH_MODE))
-    writes_mode, _ = projection_mode(_str(attrs, WRITES_MODE))
+    writes = _str(attrs, WRITES)
     # Positional, in Transition's field order (as collector/producers/junjo.py does).
     return Transition(
         store_id,
@@ -321,8 +325,8 @@ def _transition(span: SpanRecord, event: EventView, index: int) -> Transition | 
         run_id,
         _id(attrs, STATE_DIGEST),
         _int(attrs, STEP),
-        _str(attrs, WRITES),
-        writes_mode if WRITES in attrs else None,
+        writes,
+        projection_mode(_str(attrs, WRITES_MODE))[0] if writes is not None else None,
         _str(attrs, REDUCERS),
         _id(attrs, TRANSACTION_ID),
         _int(attrs, TRANSACTION_BEGIN),
@@ -387,6 +391,8 @@ def projection_mode(mode: str | None) -> tuple[str, str]:
     """
     if mode is None:
         return FULL_MODE, ""
+    if mode == FULL_MODE:
+        return _FULL_PROJECTION
     if mode in PROJECTION_MODES:
         return FULL_MODE, PROJECTED_POLICY_PREFIX + mode
     return mode, ""
@@ -405,4 +411,6 @@ _int = int_attribute
 
 
 def _id(attrs: AttributeValues, key: str) -> str | None:
-    return bounded_id(string_attribute(attrs, key))
+    # bounded_id's test inline, as junjo.py's: several ids a transition, almost never long.
+    text = string_attribute(attrs, key)
+    return text if text is None or len(text) <= MAX_ID_CHARS else bounded_id(text)
