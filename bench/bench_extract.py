@@ -23,7 +23,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -175,24 +175,15 @@ def _owner_spans(workflow: SpanPB2, attributes: dict[str, common_pb2.AnyValue]) 
     return [start, owner]
 
 
-def best_seconds(work: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        began = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - began)
-    return best
-
-
 def measure(bodies: Sequence[bytes], repeat: int) -> list[float]:
     """Best seconds to decode, extract and encode each body, timed in turns so that both
     see the same moments of a busy machine."""
     best = [float("inf")] * len(bodies)
     for _ in range(repeat):
         for index, body in enumerate(bodies):
-            best[index] = min(
-                best[index], best_seconds(lambda b=body: prepare_write([batch_from_export(b)]), 1)
-            )
+            began = time.perf_counter()
+            prepare_write([batch_from_export(body)])
+            best[index] = min(best[index], time.perf_counter() - began)
     return best
 
 
