@@ -202,6 +202,9 @@ def hostile() -> Record:
         states[j.sequence] = j.state
         j.set("deep", _nested(100))
         states[j.sequence] = j.state
+        # Past the producer's max_depth (128): cut, and the state says it is truncated.
+        j.set("deeper", _nested(300))
+        states[j.sequence] = j.state
         j.set("<img src=x onerror=alert(1)>", [1.5, 1e21, -0.0, "\u2028", "\U0001f600"])
         states[j.sequence] = j.state
     return {"hostile-1": states}

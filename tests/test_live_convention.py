@@ -181,6 +181,8 @@ def test_live_hostile_and_huge_values_verify_and_render_escaped(served: Server) 
     outcome = _replayed(served, "hostile")["hostile"]
     _assert_every_step_matches(served, outcome)
     (run,) = outcome["runs"]
+    detail = served.get_json(f"/api/executions/{run['run_id']}")
+    assert (detail["state_end_mode"], detail["state_end_projection"]) == ("full", "truncated")
     page = httpx.get(f"{served.url}/executions/{run['run_id']}", timeout=60)
     assert page.status_code == 200
     assert "<script>alert(" not in page.text and "<img src=x" not in page.text

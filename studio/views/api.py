@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from collector.index.query_ast import Path
 from collector.model import Execution, Transition
+from collector.producers.convention import PROJECTED_POLICY_PREFIX
 from collector.producers.junjo import APPLICATION_RUN_SUFFIX
 from collector.replay.history import Diagnostic, History, StateUnavailableError, Step
 from collector.replay.jsondoc import (
@@ -193,8 +194,19 @@ def convention_json(store: Store, execution: Execution) -> dict[str, Any]:
         "error_action": execution.error_action,
         "state_start_digest": execution.state_start_digest,
         "state_end_digest": execution.state_end_digest,
+        # The producer's own modes (docs/convention.md 6): a truncated or redacted state
+        # still replays and verifies, so `state_*_mode` above says `full`.
+        "state_start_projection": projection_of(execution.state_start_policy),
+        "state_end_projection": projection_of(execution.state_end_policy),
         "store_runs": store_position_json(position),
     }
+
+
+def projection_of(policy: str | None) -> str | None:
+    """The convention's mode of a payload, from where extraction kept it."""
+    if policy is None or not policy.startswith(PROJECTED_POLICY_PREFIX):
+        return None
+    return policy.removeprefix(PROJECTED_POLICY_PREFIX)
 
 
 def _outcome(request: Request, inspection: Inspection) -> dict[str, Any] | None:
