@@ -301,3 +301,16 @@ def test_canonical_json_of_a_state_deeper_than_the_interpreter_recurses() -> Non
 )
 def test_canonical_json_writes_numbers_as_ecmascript(number: float, text: str) -> None:
     assert canonical_json([number]) == f"[{text}]"
+
+
+def test_convention_run_pruned_with_its_trace_leaves_no_start_event(tmp_path: Path) -> None:
+    capture = Capture()
+    run_id, _ = _journal(capture)
+    store = _store(tmp_path, _requests(capture.exporter.get_finished_spans()))
+    assert store.run_start(run_id) is not None
+    ended = max(s.end_time or 0 for s in capture.exporter.get_finished_spans())
+    counts = store.prune_batch(ended + 1)
+    assert counts.executions == 1 and counts.transitions == 5
+    assert store.get_execution(run_id) is None
+    assert store.run_start(run_id) is None
+    assert store.transitions_for_store("order-1") == []
