@@ -137,6 +137,7 @@ def test_live_llama_index_runs_rebuild_to_the_store_after_every_write(served: Se
     assert (detail["status"], detail["framework"], detail["run_status"]) == (
         "error", "llama-index-workflows", "failed"
     )
+    assert detail["error_action"] == "review"
     timeline = served.get_json(f"/api/executions/{failed['run_id']}/timeline")
     assert [t["action"] for t in timeline["transitions"]] == ["draft", "draft", "review", "review"]
 
