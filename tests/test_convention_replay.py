@@ -32,6 +32,7 @@ from collector.encode.exports import batch_from_export
 from collector.evidence import load_history, load_in_flight_history
 from collector.replay.canonical import EMPTY_STATE_DIGEST, canonical_json, state_digest
 from collector.replay.history import History
+from collector.replay.jsondoc import DocumentLimits
 from collector.store import Store
 
 Tamper = Callable[[trace_pb2.Span], None]
@@ -314,3 +315,23 @@ def test_convention_run_pruned_with_its_trace_leaves_no_start_event(tmp_path: Pa
     assert store.get_execution(run_id) is None
     assert store.run_start(run_id) is None
     assert store.transitions_for_store("order-1") == []
+
+
+def test_convention_step_past_the_document_limits_is_refused_like_junjos(tmp_path: Path) -> None:
+    capture = Capture()
+    journal = StateJournal("grow", store_id="grow-1", tracer_provider=capture.provider)
+    with journal.start({}) as j:
+        j.set("small", [1, 2])
+        j.set("big", list(range(100)))
+        j.set("after", True)
+    store = _store(tmp_path, _requests(capture.exporter.get_finished_spans()))
+    execution = store.get_execution(journal.run_id)
+    assert execution is not None
+    history, _ = load_history(store, execution, DocumentLimits(max_nodes=50))
+    assert history.verdict == "partial"
+    assert _codes(history)["document_limit_exceeded"] == "error"
+    # The next step's state cannot hash right; that is said, as a consequence.
+    assert _codes(history)["state_digest_mismatch"] == "warning"
+    assert [(s.applied, s.verified, s.digest_matched) for s in history.steps] == [
+        (True, True, True), (False, False, None), (True, False, False)
+    ]

@@ -470,7 +470,7 @@ class _Replay:
                 matched = state_digest(tape.document) == transition.state_digest
                 if not matched:
                     if not digest_mismatches:
-                        self._report_digest_mismatch(sequence, transition)
+                        self._report_digest_mismatch(sequence, transition, after_doubt=not verified)
                         mismatch_at_first_step = not steps
                     digest_mismatches.append(sequence)
                     verified = False
@@ -537,14 +537,24 @@ class _Replay:
         )
         return False
 
-    def _report_digest_mismatch(self, sequence: int, transition: Transition) -> None:
+    def _report_digest_mismatch(
+        self, sequence: int, transition: Transition, *, after_doubt: bool
+    ) -> None:
+        """The first step whose state differs from its digest: an error, or a warning when
+        earlier missing or refused evidence already explains it."""
+        why = (
+            "this follows from the earlier findings (the state replay had was already "
+            "best effort)."
+            if after_doubt
+            else "this step's evidence is wrong or incomplete, so the states from here on "
+            "cannot be verified."
+        )
         self.report(
             "state_digest_mismatch",
-            "error",
+            "warning" if after_doubt else "error",
             f"After transition {sequence} (action {transition.action!r}, span "
             f"{span_label(transition)}) the replayed state does not hash to the digest "
-            f"the producer recorded ({(transition.state_digest or '')[:12]}…): this step's "
-            "evidence is wrong or incomplete, so the states from here on cannot be verified.",
+            f"the producer recorded ({(transition.state_digest or '')[:12]}…): {why}",
             sequence=sequence,
             span_id=transition.span_id,
         )
