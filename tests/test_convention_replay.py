@@ -30,6 +30,7 @@ from statetrail_producer.langgraph import trace_graph
 
 from collector.encode.exports import batch_from_export
 from collector.evidence import load_history, load_in_flight_history
+from collector.replay import walk
 from collector.replay.canonical import EMPTY_STATE_DIGEST, canonical_json, state_digest
 from collector.replay.history import History
 from collector.replay.jsondoc import DocumentLimits
@@ -335,3 +336,17 @@ def test_convention_step_past_the_document_limits_is_refused_like_junjos(tmp_pat
     assert [(s.applied, s.verified, s.digest_matched) for s in history.steps] == [
         (True, True, True), (False, False, None), (True, False, False)
     ]
+
+
+def test_convention_digests_past_the_budget_are_left_unchecked_but_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture = Capture()
+    run_id, _ = _journal(capture)
+    store = _store(tmp_path, _requests(capture.exporter.get_finished_spans()))
+    # A budget of one small state: the first step's digest fits, the second's does not.
+    monkeypatch.setattr(walk, "DIGEST_BUDGET_CHARS", 40)
+    history = _history(store, run_id)
+    assert [step.digest_matched for step in history.steps] == [True, None, True]
+    assert history.verdict == "verified"
+    assert _codes(history)["digests_not_checked"] == "info"

@@ -71,6 +71,7 @@ DiagnosticCode: TypeAlias = Literal[
     "transaction_rolled_back",
     "update_rejected",
     "unknown_convention_version",
+    "digests_not_checked",
 ]
 
 

@@ -138,6 +138,10 @@ from collector.replay.selection import (
 )
 
 MISMATCH_POINTERS_SHOWN: Final = 5
+MIB: Final = 1024 * 1024
+# Canonical JSON one replay may hash to check a convention run's step digests: at
+# most a few hundred ms; past it, steps are checked no more, except the last.
+DIGEST_BUDGET_CHARS: Final = 256 * MIB
 # A patch quoted in a finding is cut here: the finding is a sentence, not a payload.
 PATCH_SHOWN_CHARS: Final = 200
 
@@ -439,6 +443,11 @@ class _Replay:
         failed_at_first_step = False
         digest_mismatches: list[int] = []
         mismatch_at_first_step = False
+        # Digests are checked while their text stays within DIGEST_BUDGET_CHARS; the
+        # last step's always is.
+        digest_work = 0
+        unchecked: list[int] = []
+        last_sequence = sequenced[-1][0] if sequenced else None
         skipped_after_doubt: list[int] = []
         over_limit: list[int] = []
         previous = interval.lower
@@ -467,13 +476,17 @@ class _Replay:
                 verified = complete = False
             matched = None
             if applied and self.check_digests and transition.state_digest is not None:
-                matched = state_digest(tape.document) == transition.state_digest
-                if not matched:
-                    if not digest_mismatches:
-                        self._report_digest_mismatch(sequence, transition, after_doubt=not verified)
-                        mismatch_at_first_step = not steps
-                    digest_mismatches.append(sequence)
-                    verified = False
+                if sequence != last_sequence and digest_work + tape.size > DIGEST_BUDGET_CHARS:
+                    unchecked.append(sequence)
+                else:
+                    digest_work += tape.size
+                    matched = state_digest(tape.document) == transition.state_digest
+            if matched is False:
+                if not digest_mismatches:
+                    self._report_digest_mismatch(sequence, transition, after_doubt=not verified)
+                    mismatch_at_first_step = not steps
+                digest_mismatches.append(sequence)
+                verified = False
             steps.append(
                 Step(
                     sequence=sequence,
@@ -503,6 +516,16 @@ class _Replay:
                 f"{over_limit[1]} would also have taken the replayed state past a limit; "
                 "they were not applied either.",
                 sequence=over_limit[1],
+            )
+        if unchecked:
+            self.report(
+                "digests_not_checked",
+                "info",
+                f"The digests of {counted(len(unchecked), 'step', 'steps')} from sequence "
+                f"{unchecked[0]} were not checked: hashing every state of this long history "
+                f"would take more than {DIGEST_BUDGET_CHARS // MIB} MiB of canonical JSON. "
+                "Their states are still verified by the chain of patches and the end check.",
+                sequence=unchecked[0],
             )
         if len(digest_mismatches) > 1:
             self.report(
