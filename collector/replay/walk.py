@@ -35,6 +35,11 @@ Verification
     * If the chain is complete (every sequence of the interval present, every
       patch applied) but its end differs from the recorded end state, the
       evidence contradicts itself somewhere we cannot locate: no step is verified.
+    * A convention run (collector/producers/convention.py) also carries a digest of
+      its start state, of the state after each step and of its end state: a step is
+      verified only when its state hashes to its digest too (collector/replay/canonical.py),
+      and a run whose start or first step does not is failed. Its rollbacks and
+      rejections changed nothing: they are info findings and `History.notes`.
     * Revision discontinuities and foreign writers are reported but do not
       change verification: the patches, not the counters, carry the states.
       Contract 1 has no sequences, so gaps are invisible and only the end check
