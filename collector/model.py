@@ -8,12 +8,16 @@ times integer Unix nanoseconds end to end, never floats before a template.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
 # "application_store": an agent's application store over the agent's run, a run of
 # its own (collector/producers/junjo.py `application_execution`): no other run may own that store.
-ExecutionKind = Literal["workflow", "subflow", "agent", "application_store"]
+# "graph", "subgraph", "journal", "run": runs of the state-evidence convention
+# (collector/producers/convention.py; "run" stands for a kind word it does not know).
+ExecutionKind = Literal[
+    "workflow", "subflow", "agent", "application_store", "graph", "subgraph", "journal", "run"
+]
 ExecutionStatus = Literal["ok", "error", "cancelled"]
 
 FULL_MODE: Final = "full"
@@ -52,8 +56,26 @@ class Transition(NamedTuple):
     time_unix_nano: int
     contract_version: int | None
     span_name: str = ""
+    # The state-evidence convention's (docs/convention.md 3.1); None for Junjo's.
+    run_id: str | None = None
+    state_digest: str | None = None
+    superstep: int | None = None
+    writes: str | None = None
+    writes_mode: str | None = None
+    reducers: str | None = None
+    transaction_id: str | None = None
+    transaction_begin_unix_nano: int | None = None
+    # A row that is no transition: `NOTE_ROLLBACK` (patch_json: the discarded
+    # writes) or `NOTE_REJECTION` (patch_json: the rejected update). It has no
+    # sequence; `note_after_sequence` is the store's sequence when it happened.
+    note_kind: str | None = None
+    note_after_sequence: int | None = None
+    note_field: str | None = None
+    note_message: str | None = None
 
 
+NOTE_ROLLBACK: Final = "rollback"
+NOTE_REJECTION: Final = "rejection"
 EMPTY_PATCH: Final = "[]"
 
 
@@ -118,6 +140,42 @@ class Execution:
     application_store_id: str | None
     application_transition_start: int | None
     application_transition_end: int | None
+    # The state-evidence convention's runs (docs/convention.md 2.1); None for Junjo's.
+    framework: str | None = None
+    framework_version: str | None = None
+    convention_version: int | None = None
+    # completed, failed, interrupted or cancelled, as the producer said it.
+    run_status: str | None = None
+    error_action: str | None = None
+    state_start_digest: str | None = None
+    state_end_digest: str | None = None
+
+
+class RunStart(NamedTuple):
+    """A convention run's start event (docs/convention.md 2.2), which leaves before its owner.
+
+    Stored on its own, keyed by the run id; the owner's execution row takes
+    its start state and graph from here whichever of the two arrives first.
+    """
+
+    run_id: str
+    trace_id: str
+    span_id: str
+    name: str
+    kind: str
+    parent_run_id: str | None
+    framework: str | None
+    framework_version: str | None
+    store_id: str
+    sequence_start: int | None
+    revision_start: int | None
+    state_start: str | None
+    state_start_mode: str | None
+    state_start_policy: str | None
+    state_start_digest: str | None
+    graph_snapshot: str | None
+    convention_version: int
+    time_unix_nano: int
 
 
 class SpanRole(NamedTuple):
@@ -139,6 +197,7 @@ class Evidence:
     executions: list[Execution]
     transitions: list[Transition]
     roles: dict[tuple[str, str], SpanRole]
+    run_starts: list[RunStart] = field(default_factory=list)
 
 
 class EvidenceSpan(NamedTuple):

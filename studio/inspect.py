@@ -125,7 +125,9 @@ class Inspector:
         if not found:
             return None
         in_flight = found[0]
-        history = load_in_flight_history(self._store, in_flight.trace_id, in_flight.own_store_id)
+        history = load_in_flight_history(
+            self._store, in_flight.trace_id, in_flight.own_store_id, run_id
+        )
         return Inspection(run_id, None, None, in_flight, history)
 
     def _holds(self, run_id: str) -> bool:

@@ -99,6 +99,7 @@ def test_producer_llama_index_failing_step_ends_the_run_with_its_error() -> None
     (owner,) = evidence.owners(run_kind="workflow")
     attributes = attrs(owner)
     assert attributes["statetrail.run.status"] == "failed"
+    assert attributes["statetrail.run.error.action"] == "review"
     assert attributes["error.type"] == "RuntimeError"
     assert not owner.status.is_ok
     steps = evidence.replay(attributes["statetrail.run.id"])

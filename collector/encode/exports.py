@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 
 from collector.decode.otlp import DecodedSpan, iter_spans
 from collector.encode.rows import IngestBatch
-from collector.producers.junjo import extract
+from collector.model import Evidence
+from collector.producers import convention, junjo
 
 
 def batch_from_export(
@@ -20,6 +21,22 @@ def batch_from_export(
     decoded = _first_copies(span for span in iter_spans(body) if isinstance(span, DecodedSpan))
     evidence = extract(paced(decoded))
     return IngestBatch([span.record for span in decoded], evidence)
+
+
+def extract(spans: Iterable[DecodedSpan]) -> Evidence:
+    """Each span's evidence, by the producer convention it declares.
+
+    A span with `statetrail.convention.version` is the state-evidence convention's
+    (collector/producers/convention.py), whatever version it names; any other goes
+    to Junjo's adapter, which keeps only Junjo's spans and set_state events.
+    """
+    evidence = Evidence([], [], {}, [])
+    for span, view in spans:
+        if convention.is_convention_span(view.attributes):
+            convention.extract_span(span, view, evidence)
+        else:
+            junjo.extract_span(span, view, evidence)
+    return evidence
 
 
 def _first_copies(spans: Iterable[DecodedSpan]) -> list[DecodedSpan]:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from collector.decode.otlp import ResourceRecord, SpanRecord
 from collector.encode import documents, span_bytes
-from collector.model import Evidence, Execution, SpanRole, Transition
+from collector.model import Evidence, Execution, RunStart, SpanRole, Transition
 
 _T = TypeVar("_T")
 _EXECUTION_COLUMNS = tuple(field.name for field in fields(Execution))
@@ -53,6 +53,8 @@ class PreparedWrite:
     span_chunk_pieces: pa.Table
     executions: pa.Table
     transitions: pa.Table
+    # Convention runs' start events (collector/producers/convention.py).
+    run_starts: pa.Table
 
 
 def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
@@ -70,6 +72,7 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
     executions: dict[str, Execution] = {}
     transitions: dict[tuple[str, str, int], Transition] = {}
     roles: dict[tuple[str, str], SpanRole] = {}
+    starts: dict[str, RunStart] = {}
     for index, batch in enumerate(batches):
         evidence = batch.evidence
         for e in evidence.executions:
@@ -81,6 +84,9 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
         for key, role in evidence.roles.items():
             if firsts(index, *key):
                 roles.setdefault(key, role)
+        for start in evidence.run_starts:
+            if firsts(index, start.trace_id, start.span_id):
+                starts.setdefault(start.run_id, start)
     return PreparedWrite(
         resources=_resources_table(resources),
         spans=_spans_table(spans, places, roles, now),
@@ -90,6 +96,7 @@ def prepare_write(batches: Sequence[IngestBatch]) -> PreparedWrite:
         ),
         executions=_executions_table(list(executions.values()), now),
         transitions=_transitions_table(list(transitions.values()), now),
+        run_starts=run_starts_table(list(starts.values()), now),
     )
 
 
@@ -220,21 +227,45 @@ def _executions_table(executions: list[Execution], now: int) -> pa.Table:
     for name in ("parent_run_id", "error_type", "store_id", "parent_store_id",
                  "state_start_mode", "state_start_policy", "state_end_mode",
                  "state_end_policy", "definition_id", "structural_id", "cancelled_reason",
-                 "correlation_type", "correlation_id", "application_store_id"):
+                 "correlation_type", "correlation_id", "application_store_id",
+                 "framework", "framework_version", "run_status", "error_action",
+                 "state_start_digest", "state_end_digest"):
         columns[name] = pa.array(columns[name], pa.string())
     for name in documents.COLUMNS:
         columns[name] = documents.packed_column(columns[name])
     columns["reconstructable"] = pa.array(columns["reconstructable"], pa.bool_())
     columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
+    columns["convention_version"] = pa.array(columns["convention_version"], pa.int32())
     columns["received_unix_nano"] = pa.array([now] * len(executions), pa.int64())
+    return pa.table(columns)
+
+
+def run_starts_table(starts: list[RunStart], now: int) -> pa.Table:
+    """The `run_starts` rows of convention runs' start events."""
+    columns: dict[str, Any] = _transposed(starts, RunStart._fields)
+    for name in ("sequence_start", "revision_start", "time_unix_nano"):
+        columns[name] = pa.array(columns[name], pa.int64())
+    for name in ("parent_run_id", "framework", "framework_version", "state_start_mode",
+                 "state_start_policy", "state_start_digest", "name", "kind", "run_id",
+                 "trace_id", "span_id", "store_id"):
+        columns[name] = pa.array(columns[name], pa.string())
+    for name in documents.COLUMNS:
+        if name in columns:
+            columns[name] = documents.packed_column(columns[name])
+    columns["convention_version"] = pa.array(columns["convention_version"], pa.int32())
+    columns["received_unix_nano"] = pa.array([now] * len(starts), pa.int64())
     return pa.table(columns)
 
 
 def _transitions_table(transitions: list[Transition], now: int) -> pa.Table:
     columns: dict[str, Any] = _transposed(transitions, _TRANSITION_COLUMNS)
     columns["patch"] = columns.pop("patch_json")
-    for name in ("sequence", "revision_before", "revision_after", "time_unix_nano"):
+    for name in ("sequence", "revision_before", "revision_after", "time_unix_nano", "superstep",
+                 "transaction_begin_unix_nano", "note_after_sequence"):
         columns[name] = pa.array(columns[name], pa.int64())
+    for name in ("run_id", "state_digest", "writes", "writes_mode", "reducers",
+                 "transaction_id", "note_kind", "note_field", "note_message"):
+        columns[name] = pa.array(columns[name], pa.string())
     columns["contract_version"] = pa.array(columns["contract_version"], pa.int32())
     columns["event_index"] = pa.array(columns["event_index"], pa.int32())
     columns["received_unix_nano"] = pa.array([now] * len(transitions), pa.int64())

@@ -152,28 +152,31 @@ _STORE_KEYS: Final[dict[ExecutionKind, _StoreKeys]] = {
 
 def extract(spans: Iterable[DecodedSpan]) -> Evidence:
     """Pull executions and transitions out of decoded spans."""
-    executions: list[Execution] = []
-    transitions: list[Transition] = []
-    roles: dict[tuple[str, str], SpanRole] = {}
+    evidence = Evidence([], [], {})
     for span, view in spans:
-        attributes = view.attributes
-        if not _is_junjo(attributes) and not _has_set_state(view):
-            continue
-        span_type = _str(attributes, SPAN_TYPE)
-        if span_type is not None:
-            roles[(span.trace_id, span.span_id)] = SpanRole(
-                span_type,
-                _id(attributes, RUNTIME_ID) or _id(attributes, RUNTIME_ID_V1),
-                _id(attributes, PARENT_RUNTIME_ID),
-            )
-        if span_type in _OWNER_KINDS:
-            execution = _execution(span, attributes, _OWNER_KINDS[span_type])
-            if execution is not None:
-                executions.append(execution)
-                if execution.application_store_id:
-                    executions.append(application_execution(span, attributes, execution))
-        transitions.extend(_transitions(span, view, _int32(attributes, CONTRACT_VERSION)))
-    return Evidence(executions, transitions, roles)
+        extract_span(span, view, evidence)
+    return evidence
+
+
+def extract_span(span: SpanRecord, view: SpanView, into: Evidence) -> None:
+    """Add what one span says to `into`: nothing unless it is Junjo's or carries set_state."""
+    attributes = view.attributes
+    if not _is_junjo(attributes) and not _has_set_state(view):
+        return
+    span_type = _str(attributes, SPAN_TYPE)
+    if span_type is not None:
+        into.roles[(span.trace_id, span.span_id)] = SpanRole(
+            span_type,
+            _id(attributes, RUNTIME_ID) or _id(attributes, RUNTIME_ID_V1),
+            _id(attributes, PARENT_RUNTIME_ID),
+        )
+    if span_type in _OWNER_KINDS:
+        execution = _execution(span, attributes, _OWNER_KINDS[span_type])
+        if execution is not None:
+            into.executions.append(execution)
+            if execution.application_store_id:
+                into.executions.append(application_execution(span, attributes, execution))
+    into.transitions.extend(_transitions(span, view, _int32(attributes, CONTRACT_VERSION)))
 
 
 def _is_junjo(attributes: AttributeValues) -> bool:

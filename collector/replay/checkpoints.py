@@ -174,6 +174,11 @@ class Tape:
         # Set when the last patch not applied was refused for crossing a limit.
         self.last_limit: DocumentLimitError | None = None
 
+    @property
+    def size(self) -> int:
+        """The working document's size as its meter counts it (its compact JSON text)."""
+        return self._meter.size
+
     def apply(self, text: str, ops: list[JsonPatchOp]) -> bool:
         """Apply the next step's patch, parsed from `text` into `ops` (which it consumes).
 

@@ -132,6 +132,27 @@ def duplicate_findings(store_id: str | None, conflicts: Iterable[Conflict]) -> l
     return findings
 
 
+def reused_findings(store_id: str | None, reused: Iterable[Conflict]) -> list[Diagnostic]:
+    """One warning per sequence of this run that other runs of its store recorded too."""
+    findings: list[Diagnostic] = []
+    for conflict in reused:
+        others = conflict.variants[1:]
+        runs = ", ".join(sorted({t.run_id or "?" for t in others}))
+        findings.append(
+            Diagnostic(
+                "sequence_reused",
+                "warning",
+                f"Sequence {conflict.sequence} of store {store_id} was also recorded by "
+                f"run {runs}: runs of this store reused its sequence numbers (a LangGraph run "
+                "forked from an earlier checkpoint does). This run's own transition was "
+                "replayed; the store's history across those runs is not one chain.",
+                sequence=conflict.sequence,
+                span_id=others[0].span_id,
+            )
+        )
+    return findings
+
+
 def gap_findings(
     store_id: str | None, sequenced: Sequenced, interval: Interval
 ) -> list[Diagnostic]:

@@ -56,6 +56,14 @@ DiagnosticCode: TypeAlias = Literal[
     "no_start_state",
     "patch_not_committed",
     "document_limit_exceeded",
+    # The state-evidence convention's (collector/producers/convention.py):
+    "state_digest_mismatch",
+    "sequence_reused",
+    "store_changed_between_runs",
+    "transaction_rolled_back",
+    "update_rejected",
+    "unknown_convention_version",
+    "digests_not_checked",
 ]
 
 
@@ -83,6 +91,9 @@ class Step(NamedTuple):
     applied: bool
     verified: bool
     foreign: bool
+    # The producer's digest of the state after this step (convention runs): True when
+    # the replayed state hashes to it, False when not, None when there was none to check.
+    digest_matched: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +126,12 @@ class History:
         end_sequence: int | None,
         states: States | None,
         recorded_end: JsonValue | Missing,
+        notes: tuple[Transition, ...] = (),
     ) -> None:
         self.execution: Final = execution
+        # A convention run's rollbacks and rejections (`Transition.note_kind`), in time
+        # order: they changed nothing, so they are no steps, only entries of the timeline.
+        self.notes: Final = notes
         self.steps: Final = steps
         self.diagnostics: Final = diagnostics
         self.verdict: Final = verdict
@@ -144,6 +159,11 @@ class History:
     def peak_state_size(self) -> int:
         """The largest state this history holds, in (compact) JSON characters; 0 without states."""
         return self._states.peak_size if self._states is not None else 0
+
+    @property
+    def states_or_none(self) -> States | None:
+        """The states this history rebuilds from, for a History made from this one."""
+        return self._states
 
     @property
     def has_states(self) -> bool:

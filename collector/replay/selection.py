@@ -110,6 +110,29 @@ def select(
     return {sequence: sorted(groups[sequence], key=_time_order) for sequence in sorted(groups)}
 
 
+def own_run_first(
+    grouped: dict[int, list[Transition]], run_id: str
+) -> tuple[dict[int, list[Transition]], list[Conflict]]:
+    """A convention run's own transitions where other runs of its store reused the sequence.
+
+    A store's sequence should never repeat, but a LangGraph run forked from an old
+    checkpoint numbers its steps from there again. Where this run recorded a sequence
+    itself, the copies other runs recorded are set aside and returned as conflicts
+    (the run's own first), so they are reported without making the step ambiguous.
+    """
+    kept: dict[int, list[Transition]] = {}
+    reused: list[Conflict] = []
+    for sequence, variants in grouped.items():
+        own = [t for t in variants if t.run_id == run_id]
+        others = _distinct(t for t in variants if t.run_id != run_id)
+        if own and others:
+            kept[sequence] = own
+            reused.append(Conflict(sequence, (own[0], *others)))
+        else:
+            kept[sequence] = variants
+    return kept, reused
+
+
 def resolve_duplicates(
     grouped: dict[int, list[Transition]],
 ) -> tuple[list[Transition], list[Conflict]]:

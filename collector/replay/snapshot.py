@@ -59,8 +59,17 @@ class Snapshot:
 
 
 def worth_taking(history: History) -> bool:
-    """Whether a history is long enough that restoring it beats replaying it."""
-    return history.execution is not None and len(history.steps) >= MIN_SNAPSHOT_STEPS
+    """Whether a history is long enough that restoring it beats replaying it.
+
+    Never a convention run's: a snapshot keeps no digest marks and no rollbacks or
+    rejections, which its page shows, so such a run is replayed whole.
+    """
+    execution = history.execution
+    return (
+        execution is not None
+        and execution.convention_version is None
+        and len(history.steps) >= MIN_SNAPSHOT_STEPS
+    )
 
 
 def take(

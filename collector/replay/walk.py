@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final, TypeAlias
 
-from collector.model import EvidenceSpan, Execution, Transition, committed, withheld
+from collector.model import (
+    NOTE_REJECTION,
+    EvidenceSpan,
+    Execution,
+    Transition,
+    committed,
+    withheld,
+)
+from collector.producers.convention import KNOWN_VERSIONS as KNOWN_CONVENTION_VERSIONS
+from collector.replay.canonical import state_digest
 from collector.replay.checkpoints import States, Tape
 from collector.replay.findings import (
     claimed_reconstructable_findings,
@@ -33,6 +42,7 @@ from collector.replay.findings import (
     duplicate_findings,
     foreign_findings,
     gap_findings,
+    reused_findings,
     revision_findings,
     span_label,
     unknown_version_findings,
@@ -72,11 +82,16 @@ from collector.replay.selection import (
     in_flight_order,
     interval_of,
     own_evidence,
+    own_run_first,
     resolve_duplicates,
     select,
 )
 
 MISMATCH_POINTERS_SHOWN: Final = 5
+MIB: Final = 1024 * 1024
+# Canonical JSON one replay may hash to check a convention run's step digests: at
+# most a few hundred ms; past it, steps are checked no more, except the last.
+DIGEST_BUDGET_CHARS: Final = 256 * MIB
 # A patch quoted in a finding is cut here: the finding is a sentence, not a payload.
 PATCH_SHOWN_CHARS: Final = 200
 
@@ -107,10 +122,50 @@ def replay(
     foreign. No state replay makes crosses `limits`.
     """
     received = tuple(transitions)
+    notes = tuple(t for t in received if t.note_kind is not None)
+    if notes:
+        received = tuple(t for t in received if t.note_kind is None)
     evidence = tuple(evidence_spans)
     if execution is None:
         return _in_flight(received, evidence)
-    return _Replay(execution, received, evidence, owner_span_ids, on_applied, limits).run()
+    return _Replay(
+        execution, received, evidence, owner_span_ids, on_applied, limits, notes
+    ).run()
+
+
+def replay_in_flight(
+    provisional: Execution,
+    transitions: Iterable[Transition],
+    *,
+    evidence_spans: Iterable[EvidenceSpan] = (),
+    limits: DocumentLimits = DEFAULT_LIMITS,
+) -> History:
+    """Replay a convention run whose owner span has not arrived, from its start event.
+
+    `provisional` is the run as its start event describes it (no end, no upper
+    bound): its start state and every transition received so far are replayed and
+    checked against their digests, so a run in flight shows verified states step by
+    step. The verdict stays `in_flight` until the owner span brings the end.
+    """
+    history = replay(provisional, transitions, evidence_spans=evidence_spans, limits=limits)
+    waiting = Diagnostic(
+        "owner_not_arrived",
+        "info",
+        "The run's execution span has not arrived yet (it is exported when the run "
+        "ends); the states below are rebuilt from its start event and the steps "
+        "received so far.",
+    )
+    return History(
+        execution=history.execution,
+        steps=history.steps,
+        diagnostics=(waiting, *history.diagnostics),
+        verdict="in_flight",
+        start_sequence=history.start_sequence,
+        end_sequence=None,
+        states=history.states_or_none,
+        recorded_end=MISSING,
+        notes=history.notes,
+    )
 
 
 # --- the replay itself ---------------------------------------------------------------
@@ -127,8 +182,12 @@ class _Replay:
         owner_span_ids: Collection[str] | None,
         on_applied: AppliedObserver | None = None,
         limits: DocumentLimits = DEFAULT_LIMITS,
+        notes: tuple[Transition, ...] = (),
     ) -> None:
         self.execution = execution
+        self.notes = notes
+        # Convention runs carry a digest of every state (collector/replay/canonical.py).
+        self.check_digests = execution.convention_version is not None
         self.received = received
         self.evidence = evidence
         self.owner_span_ids = owner_span_ids
@@ -154,6 +213,16 @@ class _Replay:
         execution = self.execution
         version = contract_version(execution, self.received)
         self.diagnostics += unknown_version_findings(execution, version)
+        declared = execution.convention_version
+        if declared is not None and declared not in KNOWN_CONVENTION_VERSIONS:
+            self.report(
+                "unknown_convention_version",
+                "warning",
+                f"The run declares state-evidence convention version {declared}, which this "
+                f"statetrail does not implement (it knows "
+                f"{', '.join(map(str, sorted(KNOWN_CONVENTION_VERSIONS)))}), so its spans are "
+                "kept but no state is rebuilt from them. Upgrade statetrail.",
+            )
         self.own_evidence = own_evidence(
             execution, self.received, self.evidence, self.owner_span_ids
         )
@@ -173,8 +242,10 @@ class _Replay:
             verdict: Verdict = "not_applicable" if nothing or self._start_withheld() else "failed"
             return self._finish(steps, verdict, interval, None, recorded_end)
 
+        start_matches = self._check_start_digest(start, interval)
+        self._check_chain(start, interval)
         tape = Tape(start, len(execution.state_start or ""), meter)
-        chain = self._walk(tape, sequenced, interval, ambiguous, foreign)
+        chain = self._walk(tape, sequenced, interval, ambiguous, foreign, start_matches)
         states = tape.finish()
         last_received = sequenced[-1][0] if sequenced else interval.lower
         complete = chain.complete and (interval.upper is None or last_received >= interval.upper)
@@ -189,12 +260,17 @@ class _Replay:
         if complete and end_matches is False:
             steps = tuple(_unverify(step) for step in steps)
         verdict = _verdict(complete, end_matches, chain.failed_at_first_step)
+        verdict = _digest_verdict(verdict, start_matches, chain, self._end_digest_matches())
         return self._finish(steps, verdict, interval, states, recorded_end)
 
     def _select(self, interval: Interval) -> tuple[Sequenced, frozenset[int], frozenset[int]]:
         """The chain to walk, its ambiguous and its foreign sequences, reporting on each."""
         execution = self.execution
-        chosen, conflicts = resolve_duplicates(select(execution, self.received, interval))
+        grouped = select(execution, self.received, interval)
+        if self.check_digests:
+            grouped, reused = own_run_first(grouped, execution.run_id)
+            self.diagnostics += reused_findings(execution.store_id, reused)
+        chosen, conflicts = resolve_duplicates(grouped)
         sequenced = assign_sequences(chosen, interval)
         carriers = foreign_by_carrier(execution, sequenced, self.owner_span_ids)
         self.diagnostics += duplicate_findings(execution.store_id, conflicts)
@@ -304,11 +380,19 @@ class _Replay:
         interval: Interval,
         ambiguous: frozenset[int],
         foreign: frozenset[int],
+        start_matches: bool = True,
     ) -> _Chain:
         steps: list[Step] = []
-        verified = True
+        verified = start_matches
         complete = True
         failed_at_first_step = False
+        digest_mismatches: list[int] = []
+        mismatch_at_first_step = False
+        # Digests are checked while their text stays within DIGEST_BUDGET_CHARS; the
+        # last step's always is.
+        digest_work = 0
+        unchecked: list[int] = []
+        last_sequence = sequenced[-1][0] if sequenced else None
         skipped_after_doubt: list[int] = []
         over_limit: list[int] = []
         previous = interval.lower
@@ -335,6 +419,19 @@ class _Replay:
                 skipped_after_doubt.append(sequence)
             if not applied or sequence in ambiguous:
                 verified = complete = False
+            matched = None
+            if applied and self.check_digests and transition.state_digest is not None:
+                if sequence != last_sequence and digest_work + tape.size > DIGEST_BUDGET_CHARS:
+                    unchecked.append(sequence)
+                else:
+                    digest_work += tape.size
+                    matched = state_digest(tape.document) == transition.state_digest
+            if matched is False:
+                if not digest_mismatches:
+                    self._report_digest_mismatch(sequence, transition, after_doubt=not verified)
+                    mismatch_at_first_step = not steps
+                digest_mismatches.append(sequence)
+                verified = False
             steps.append(
                 Step(
                     sequence=sequence,
@@ -343,6 +440,7 @@ class _Replay:
                     applied=applied,
                     verified=verified,
                     foreign=sequence in foreign,
+                    digest_matched=matched,
                 )
             )
         if skipped_after_doubt:
@@ -364,7 +462,152 @@ class _Replay:
                 "they were not applied either.",
                 sequence=over_limit[1],
             )
-        return _Chain(tuple(steps), complete, failed_at_first_step)
+        if unchecked:
+            self.report(
+                "digests_not_checked",
+                "info",
+                f"The digests of {counted(len(unchecked), 'step', 'steps')} from sequence "
+                f"{unchecked[0]} were not checked: hashing every state of this long history "
+                f"would take more than {DIGEST_BUDGET_CHARS // MIB} MiB of canonical JSON. "
+                "Their states are still verified by the chain of patches and the end check.",
+                sequence=unchecked[0],
+            )
+        if len(digest_mismatches) > 1:
+            self.report(
+                "state_digest_mismatch",
+                "warning",
+                f"{counted(len(digest_mismatches) - 1, 'later step', 'later steps')} from "
+                f"sequence {digest_mismatches[1]} also replayed to states whose digests differ "
+                "from the producer's; this follows from the first mismatch.",
+                sequence=digest_mismatches[1],
+            )
+        return _Chain(
+            tuple(steps), complete, failed_at_first_step, not digest_mismatches,
+            mismatch_at_first_step,
+        )
+
+    # digests (convention runs) ----------------------------------------------------------
+
+    def _check_start_digest(self, start: JsonValue, interval: Interval) -> bool:
+        """Whether the start state hashes to the producer's start digest (reported if not)."""
+        recorded = self.execution.state_start_digest
+        if not self.check_digests or recorded is None:
+            return True
+        if state_digest(start) == recorded:
+            return True
+        self.report(
+            "state_digest_mismatch",
+            "error",
+            f"The start state does not hash to the digest the producer recorded for it "
+            f"({recorded[:12]}…): the start state received is not the one the run started "
+            "from, so none of its states can be verified.",
+            sequence=interval.lower,
+        )
+        return False
+
+    def _report_digest_mismatch(
+        self, sequence: int, transition: Transition, *, after_doubt: bool
+    ) -> None:
+        """The first step whose state differs from its digest: an error, or a warning when
+        earlier missing or refused evidence already explains it."""
+        why = (
+            "this follows from the earlier findings (the state replay had was already "
+            "best effort)."
+            if after_doubt
+            else "this step's evidence is wrong or incomplete, so the states from here on "
+            "cannot be verified."
+        )
+        self.report(
+            "state_digest_mismatch",
+            "warning" if after_doubt else "error",
+            f"After transition {sequence} (action {transition.action!r}, span "
+            f"{span_label(transition)}) the replayed state does not hash to the digest "
+            f"the producer recorded ({(transition.state_digest or '')[:12]}…): {why}",
+            sequence=sequence,
+            span_id=transition.span_id,
+        )
+
+    def _end_digest_matches(self) -> bool:
+        """Whether the recorded end state hashes to its recorded digest (reported if not)."""
+        execution = self.execution
+        recorded = execution.state_end_digest
+        end = recorded_end_of(execution)
+        if not self.check_digests or recorded is None or end is MISSING:
+            return True
+        if state_digest(end) == recorded:
+            return True
+        self.report(
+            "state_digest_mismatch",
+            "error",
+            f"The recorded end state does not hash to the end digest the producer "
+            f"recorded ({recorded[:12]}…), so the end cannot be trusted.",
+            sequence=execution.transition_end,
+        )
+        return False
+
+    def _check_chain(self, start: JsonValue, interval: Interval) -> None:
+        """Compare the start with the state after the store's previous recorded transition.
+
+        Runs of one store follow each other (a LangGraph thread's interrupted run and its
+        resume); a start that differs from where the store's last recorded transition
+        left it means the state changed in between outside any recorded transition.
+        """
+        if not self.check_digests:
+            return
+        store_id = self.execution.store_id
+        earlier = [
+            t for t in self.received
+            if t.store_id == store_id and t.sequence is not None
+            and t.sequence <= interval.lower and t.state_digest is not None
+        ]
+        if not earlier:
+            return
+        previous = max(earlier, key=lambda t: (t.sequence or 0, t.time_unix_nano))
+        if previous.state_digest == state_digest(start):
+            return
+        self.report(
+            "store_changed_between_runs",
+            "info",
+            f"This run's start state differs from the state store {store_id} was left in "
+            f"by transition {previous.sequence} (run {previous.run_id}): it changed in "
+            "between without a recorded transition (an update made outside a run, such as "
+            "LangGraph's update_state, or a fork from an earlier checkpoint).",
+            sequence=interval.lower,
+        )
+
+    def _note_findings(self, interval: Interval) -> tuple[Transition, ...]:
+        """This run's rollbacks and rejections, each reported as an info finding."""
+        run_id = self.execution.run_id
+        mine = tuple(sorted(
+            (t for t in self.notes
+             if t.store_id == self.execution.store_id and t.run_id == run_id),
+            key=lambda t: (t.time_unix_nano, t.event_index),
+        ))
+        for note in mine:
+            after = note.note_after_sequence
+            where = f" after sequence {after}" if after is not None else ""
+            who = f" by {note.action!r}" if note.action else ""
+            if note.note_kind == NOTE_REJECTION:
+                field = note.note_field or "(field not known)"
+                self.report(
+                    "update_rejected",
+                    "info",
+                    f"An update{who} was rejected{where} at {field}: "
+                    f"{note.note_message or 'no message'}. It changed nothing.",
+                    sequence=after,
+                    span_id=note.span_id,
+                )
+            else:
+                reason = f" ({note.note_message})" if note.note_message else ""
+                self.report(
+                    "transaction_rolled_back",
+                    "info",
+                    f"Transaction {note.transaction_id or ''} run{who} was rolled back{where}"
+                    f"{reason}; its writes were discarded and changed nothing.",
+                    sequence=after,
+                    span_id=note.span_id,
+                )
+        return mine
 
     def _committed(self, sequence: int, transition: Transition) -> Transition:
         """`committed(transition)`, saying so when the store did not commit its patch."""
@@ -489,6 +732,7 @@ class _Replay:
         upper = interval.upper
         if interval.by_time:
             upper = len(steps)
+        notes = self._note_findings(interval) if self.notes else ()
         return History(
             execution=self.execution,
             steps=steps,
@@ -498,6 +742,7 @@ class _Replay:
             end_sequence=upper,
             states=states,
             recorded_end=recorded_end,
+            notes=notes,
         )
 
 
@@ -506,6 +751,8 @@ class _Chain:
     steps: tuple[Step, ...]
     complete: bool
     failed_at_first_step: bool  # the first patch did not apply to the verified start state
+    digests_matched: bool = True  # no step's state differed from the producer's digest
+    digest_mismatch_at_first_step: bool = False
 
 
 def _verdict(complete: bool, end_matches: bool | None, failed_at_first_step: bool) -> Verdict:
@@ -514,6 +761,23 @@ def _verdict(complete: bool, end_matches: bool | None, failed_at_first_step: boo
     if (complete and end_matches is False) or failed_at_first_step:
         return "failed"
     return "partial"
+
+
+def _digest_verdict(
+    verdict: Verdict, start_matches: bool, chain: _Chain, end_digest_matches: bool
+) -> Verdict:
+    """The verdict once the producer's digests are counted (they only ever lower it).
+
+    A start state that does not hash to its digest, or a first step that does not,
+    verifies nothing: failed. A later mismatch leaves the steps before it verified.
+    """
+    if verdict in ("failed", "not_applicable"):
+        return verdict
+    if not start_matches or chain.digest_mismatch_at_first_step:
+        return "failed"
+    if verdict == "verified" and not (chain.digests_matched and end_digest_matches):
+        return "partial"
+    return verdict
 
 
 def _in_flight(received: tuple[Transition, ...], evidence: tuple[EvidenceSpan, ...]) -> History:

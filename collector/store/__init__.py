@@ -28,8 +28,8 @@ from collector.encode.rows import PreparedWrite as PreparedWrite
 from collector.encode.rows import prepare_write as prepare_write
 from collector.index.fields import FieldIndex
 from collector.index.query_ast import Path as FieldPath
-from collector.model import Execution, Transition
-from collector.producers import junjo
+from collector.model import Execution, RunStart, Transition
+from collector.producers import convention, junjo
 from collector.replay.snapshot import Snapshot
 from collector.store import (
     database,
@@ -436,6 +436,14 @@ class Store:
         """The snapshot the replayer saved of a long history (collector/replay/snapshot.py)."""
         return self._read(lambda cursor: replays.snapshot(cursor, run_id))
 
+    def store_runs(self, store_id: str) -> list[replays.StoreRun]:
+        """The convention runs of one store (a LangGraph thread), in sequence order."""
+        return self._read(lambda cursor: replays.store_runs(cursor, store_id))
+
+    def run_start(self, run_id: str) -> RunStart | None:
+        """A convention run's start event, stored before (or without) its owner span."""
+        return self._read(lambda cursor: replays.run_start(cursor, run_id))
+
     def transitions_for_store(self, store_id: str) -> list[Transition]:
         return self.transitions_for_stores([store_id])[store_id]
 
@@ -515,7 +523,7 @@ class Store:
             return []
         find = functools.partial(
             in_flight.in_flight,
-            in_run_types=junjo.IN_RUN_SPAN_TYPES,
+            in_run_types=junjo.IN_RUN_SPAN_TYPES + convention.IN_RUN_SPAN_TYPES,
             not_run_types=junjo.NOT_RUN_PARENT_SPAN_TYPES,
             limit=limit,
             run_id=run_id,

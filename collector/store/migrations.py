@@ -521,3 +521,63 @@ def _slices(sizes: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
             slices.append((chunk_id, chunk_id))
             total = size
     return slices
+
+
+@migration
+def m019_state_evidence_convention(connection: duckdb.DuckDBPyConnection) -> None:
+    # Runs of the state-evidence convention (docs/convention.md,
+    # collector/producers/convention.py) beside Junjo's, in the same tables: what
+    # Junjo's rows lack is NULL for them. Rollbacks and rejections are transition
+    # rows with a `note_kind` and no sequence. A run's start event leaves before
+    # its owner span, so it waits in `run_starts` until the owner's row takes its
+    # start state and graph from there (collector/store/writes.py).
+    for column, kind in (
+        ("framework", "VARCHAR"),
+        ("framework_version", "VARCHAR"),
+        ("convention_version", "INTEGER"),
+        ("run_status", "VARCHAR"),
+        ("error_action", "VARCHAR"),
+        ("state_start_digest", "VARCHAR"),
+        ("state_end_digest", "VARCHAR"),
+    ):
+        connection.execute(f"ALTER TABLE executions ADD COLUMN {column} {kind}")
+    for column, kind in (
+        ("run_id", "VARCHAR"),
+        ("state_digest", "VARCHAR"),
+        ("superstep", "BIGINT"),
+        ("writes", "VARCHAR"),
+        ("writes_mode", "VARCHAR"),
+        ("reducers", "VARCHAR"),
+        ("transaction_id", "VARCHAR"),
+        ("transaction_begin_unix_nano", "BIGINT"),
+        ("note_kind", "VARCHAR"),
+        ("note_after_sequence", "BIGINT"),
+        ("note_field", "VARCHAR"),
+        ("note_message", "VARCHAR"),
+    ):
+        connection.execute(f"ALTER TABLE transitions ADD COLUMN {column} {kind}")
+    connection.execute(
+        """
+        CREATE TABLE run_starts (
+            run_id VARCHAR NOT NULL,
+            trace_id VARCHAR NOT NULL,
+            span_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            parent_run_id VARCHAR,
+            framework VARCHAR,
+            framework_version VARCHAR,
+            store_id VARCHAR NOT NULL,
+            sequence_start BIGINT,
+            revision_start BIGINT,
+            state_start BLOB,
+            state_start_mode VARCHAR,
+            state_start_policy VARCHAR,
+            state_start_digest VARCHAR,
+            graph_snapshot BLOB,
+            convention_version INTEGER NOT NULL,
+            time_unix_nano BIGINT NOT NULL,
+            received_unix_nano BIGINT NOT NULL
+        )
+        """
+    )

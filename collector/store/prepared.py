@@ -62,6 +62,7 @@ def without_spans(write: PreparedWrite, repeated: Collection[tuple[str, str]]) -
         ),
         executions=write.executions.filter(_of_spans(write.executions, stored)),
         transitions=write.transitions.filter(_of_spans(write.transitions, stored)),
+        run_starts=write.run_starts.filter(_of_spans(write.run_starts, stored)),
     )
 
 
@@ -85,7 +86,8 @@ def start_ranges(spans: pa.Table, most: int, min_gap: int) -> list[tuple[int, in
 def row_count(write: PreparedWrite) -> int:
     """Rows of every table that the write appends."""
     tables = (
-        write.resources, write.spans, write.span_chunk_pieces, write.executions, write.transitions
+        write.resources, write.spans, write.span_chunk_pieces, write.executions,
+        write.transitions, write.run_starts,
     )
     return sum(table.num_rows for table in tables)
 
@@ -93,11 +95,14 @@ def row_count(write: PreparedWrite) -> int:
 def result_of(write: PreparedWrite) -> WriteResult:
     """The stores and runs a committed write touched."""
     executions = write.executions
+    # A start event arriving after its owner changes that run's start state.
+    starts = write.run_starts
     return WriteResult(
         store_ids=frozenset(
             _distinct(write.transitions, "store_id") | _distinct(executions, "store_id")
+            | _distinct(starts, "store_id")
         ),
-        run_ids=frozenset(_distinct(executions, "run_id")),
+        run_ids=frozenset(_distinct(executions, "run_id") | _distinct(starts, "run_id")),
         storeless_run_ids=frozenset(
             _distinct(executions.filter(_storeless(executions)), "run_id")
         ),

@@ -17,9 +17,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from collector.encode.documents import execution_from_row
+from collector.encode.documents import execution_from_row, unpack
 from collector.index.fields import FieldIndex
-from collector.model import EvidenceSpan, Execution, Transition
+from collector.model import EvidenceSpan, Execution, RunStart, Transition
 from collector.replay.snapshot import Snapshot
 from collector.store import field_layout
 from collector.store.filters import delete_field_rows, insert_field_rows
@@ -132,6 +132,48 @@ def transitions_for_stores(
     for transition in map(Transition, *columns):
         grouped[transition.store_id].append(transition)
     return grouped
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRun:
+    """One convention run of a store, for a run's place among its store's runs."""
+
+    run_id: str
+    name: str
+    transition_start: int | None
+    transition_end: int | None
+    run_status: str | None
+    start_unix_nano: int
+
+
+def store_runs(cursor: duckdb.DuckDBPyConnection, store_id: str) -> list[StoreRun]:
+    """The convention runs of one store, in the order they took its sequences."""
+    rows = cursor.execute(
+        "SELECT run_id, name, transition_start, transition_end, run_status, start_unix_nano"
+        " FROM executions WHERE store_id = ? AND convention_version IS NOT NULL"
+        " ORDER BY transition_start NULLS LAST, start_unix_nano, run_id",
+        [store_id],
+    ).fetchall()
+    return [StoreRun(*row) for row in rows]
+
+
+RUN_START_SELECT = ", ".join(RunStart._fields)
+
+
+def run_start(cursor: duckdb.DuckDBPyConnection, run_id: str) -> RunStart | None:
+    """A convention run's start event (the first stored), its documents unpacked."""
+    row = cursor.execute(
+        f"SELECT {RUN_START_SELECT} FROM run_starts WHERE run_id = ?"
+        " ORDER BY received_unix_nano LIMIT 1",
+        [run_id],
+    ).fetchone()
+    if row is None:
+        return None
+    values = list(row)
+    for name in ("state_start", "graph_snapshot"):
+        index = RunStart._fields.index(name)
+        values[index] = unpack(values[index])
+    return RunStart(*values)
 
 
 def store_transitions_between(

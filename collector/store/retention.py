@@ -80,6 +80,8 @@ def delete_traces(cursor: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> Pr
                          run_ids)
     transitions = _delete(cursor, "DELETE FROM transitions WHERE list_contains(?, trace_id)",
                           trace_ids)
+    # A convention run's start event, carried by a span of the trace (docs/convention.md 2.2).
+    _delete(cursor, "DELETE FROM run_starts WHERE list_contains(?, trace_id)", trace_ids)
     spans = _delete(cursor, "DELETE FROM spans WHERE list_contains(?, trace_id)", trace_ids)
     return PruneCounts(
         traces=len(trace_ids),

@@ -54,9 +54,50 @@ def insert_write(
     insert(cursor, "executions", write.executions, skip_existing=True)
     insert(cursor, "span_chunk_pieces", write.span_chunk_pieces)
     insert(cursor, "transitions", write.transitions)
+    insert(cursor, "run_starts", write.run_starts)
+    join_run_starts(cursor, write)
     if progress is not None:
         spool_position.save(cursor, *progress)
     return write
+
+
+# A convention run's owner span carries no start state or graph: its start event
+# did, earlier, on a span of its own (docs/convention.md 2.2). Whichever of the
+# two a write brings, the owner's row takes them from the first start stored.
+_JOIN_RUN_STARTS = """
+    UPDATE executions SET
+        state_start = s.state_start, state_start_mode = s.state_start_mode,
+        state_start_policy = s.state_start_policy,
+        graph_snapshot = coalesce(executions.graph_snapshot, s.graph_snapshot),
+        state_start_digest = coalesce(executions.state_start_digest, s.state_start_digest)
+    FROM (
+        SELECT run_id, arg_min(state_start, received_unix_nano) AS state_start,
+               arg_min(state_start_mode, received_unix_nano) AS state_start_mode,
+               arg_min(state_start_policy, received_unix_nano) AS state_start_policy,
+               arg_min(graph_snapshot, received_unix_nano) AS graph_snapshot,
+               arg_min(state_start_digest, received_unix_nano) AS state_start_digest
+        FROM run_starts WHERE run_id IN (SELECT unnest($run_ids))
+        GROUP BY run_id
+    ) s
+    WHERE executions.run_id = s.run_id AND executions.state_start IS NULL
+      AND executions.convention_version IS NOT NULL
+"""
+
+
+def join_run_starts(cursor: duckdb.DuckDBPyConnection, write: PreparedWrite) -> None:
+    """Give the convention runs this write touches their start state, once both parts are in."""
+    starts = write.run_starts.column("run_id").to_pylist()
+    versions = write.executions.column("convention_version").to_pylist()
+    owners = [
+        run_id
+        for run_id, version in zip(
+            write.executions.column("run_id").to_pylist(), versions, strict=True
+        )
+        if version is not None
+    ]
+    run_ids = sorted(set(starts) | set(owners))
+    if run_ids:
+        cursor.execute(_JOIN_RUN_STARTS, {"run_ids": run_ids})
 
 
 def stored_copies(cursor: duckdb.DuckDBPyConnection, spans: pa.Table) -> set[tuple[str, str]]:

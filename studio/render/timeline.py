@@ -23,6 +23,7 @@ from collector.replay.history import History, Step
 from collector.replay.jsondoc import Missing, parse_json
 from studio.links import Links
 from studio.render.bounded import cut_line
+from studio.render.convention import NoteRow, Superstep, notes_by_step, superstep
 from studio.render.text import LINK_POINTER_CHARS, cut_text, href, json_text
 from studio.render.waterfall import NAME_CHARS
 from studio.render.window import centred_window
@@ -52,6 +53,10 @@ class TimelineRow:
     # Sequences just before this one that never arrived (first, last), if any.
     missing_before: tuple[int, int] | None = None
     writer_run_id: str | None = None
+    # Convention runs: the digest check of this step's state, and the rollbacks and
+    # rejections that came after it (studio/render/convention.py).
+    digest_matched: bool | None = None
+    notes: tuple[NoteRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class Timeline:
     missing: int = 0
     # The asked step when it never arrived (the page shows the step before it).
     asked_missing: int | None = None
+    # Rollbacks and rejections before the run's first transition.
+    start_notes: tuple[NoteRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,8 @@ class StepDetail:
     # The finding that the store did not commit the patch Junjo recorded (it
     # quotes that patch; `patch` is then the empty one replayed), if so.
     not_committed: str | None = None
+    # A convention run's superstep: writers, their updates, the reducers, the digest.
+    superstep: Superstep | None = None
 
 
 def selected_sequence(history: History, asked: int | None) -> int:
@@ -147,6 +156,7 @@ def build_timeline(
     origin = history.execution.start_unix_nano if history.execution else _first_time(steps)
     holes = history.missing_sequences
     known = writers or Writers(frozenset(), {})
+    notes = notes_by_step(history.notes)
 
     def step_href(sequence: int) -> str:
         return href(base, step=sequence, path=pointer)
@@ -161,7 +171,7 @@ def build_timeline(
         rows=tuple(
             _timeline_row(
                 step, step_href(step.sequence), origin, step.sequence == selected,
-                holes.get(step.sequence), known, links,
+                holes.get(step.sequence), known, links, notes.get(step.sequence, ()),
             )
             for step in window
         ),
@@ -184,6 +194,9 @@ def build_timeline(
         missing_after=holes.get(None),
         missing=history.missing_count,
         asked_missing=asked if asked is not None and _in_hole(asked, holes) else None,
+        start_notes=(
+            notes.get(history.start_sequence, ()) + notes.get(None, ()) if first == 0 else ()
+        ),
     )
 
 
@@ -203,6 +216,7 @@ def _timeline_row(
     missing_before: tuple[int, int] | None,
     writers: Writers,
     links: Links,
+    notes: tuple[NoteRow, ...] = (),
 ) -> TimelineRow:
     transition = step.transition
     paths = step.changed_paths
@@ -227,6 +241,8 @@ def _timeline_row(
         writer_run_id=(
             writers.run_of(transition.trace_id, transition.span_id) if foreign else None
         ),
+        digest_matched=step.digest_matched,
+        notes=notes,
     )
 
 
@@ -278,6 +294,7 @@ def step_detail(
             ),
             None,
         ),
+        superstep=superstep(step),
     )
 
 

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from collector.index.query_ast import Path
+from collector.model import Execution, Transition
+from collector.producers.convention import PROJECTED_POLICY_PREFIX
 from collector.producers.junjo import APPLICATION_RUN_SUFFIX
 from collector.replay.history import Diagnostic, History, StateUnavailableError, Step
 from collector.replay.jsondoc import (
@@ -24,12 +26,14 @@ from collector.replay.jsondoc import (
     JsonPatchOp,
     JsonValue,
     Missing,
+    parse_json,
     parse_patch,
     pointer_parts,
     resolve,
 )
 from collector.replay.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
+from collector.store import Store
 from collector.store.in_flight import InFlightRow
 from collector.timestamps import rfc3339
 from studio.inspect import Inspection, parent_and_children
@@ -40,6 +44,7 @@ from studio.render.bounded import api_value
 from studio.render.field_columns import value_columns, value_json
 from studio.render.outcome import ended_badly, outcome, outcome_json
 from studio.render.start_writer import start_writer
+from studio.render.store_runs import store_position, store_position_json
 from studio.render.suggestions import paths_json, values_json
 from studio.render.waterfall import build_waterfall
 from studio.services import inspector_of, store_of, suggestions_of
@@ -156,6 +161,8 @@ def execution_detail(request: Request) -> Response:
                 else None
             ),
         }
+        if execution.convention_version is not None:
+            summary |= convention_json(store, execution)
     return JSONResponse(
         {
             **summary,
@@ -165,6 +172,36 @@ def execution_detail(request: Request) -> Response:
             "outcome": _outcome(request, inspection),
         }
     )
+
+
+def convention_json(store: Store, execution: Execution) -> dict[str, Any]:
+    """What a run of the state-evidence convention adds to its detail: the framework, how
+    the producer says it ended, its digests and its place among its store's runs."""
+    position = None
+    if execution.store_id:
+        runs = store.store_runs(execution.store_id)
+        position = store_position(execution.store_id, runs, execution.run_id)
+    return {
+        "framework": execution.framework,
+        "framework_version": execution.framework_version,
+        "convention_version": execution.convention_version,
+        "run_status": execution.run_status,
+        "error_action": execution.error_action,
+        "state_start_digest": execution.state_start_digest,
+        "state_end_digest": execution.state_end_digest,
+        # The producer's own modes (docs/convention.md 6): a truncated or redacted state
+        # still replays and verifies, so `state_*_mode` above says `full`.
+        "state_start_projection": projection_of(execution.state_start_policy),
+        "state_end_projection": projection_of(execution.state_end_policy),
+        "store_runs": store_position_json(position),
+    }
+
+
+def projection_of(policy: str | None) -> str | None:
+    """The convention's mode of a payload, from where extraction kept it."""
+    if policy is None or not policy.startswith(PROJECTED_POLICY_PREFIX):
+        return None
+    return policy.removeprefix(PROJECTED_POLICY_PREFIX)
 
 
 def _outcome(request: Request, inspection: Inspection) -> dict[str, Any] | None:
@@ -199,6 +236,12 @@ class TimelineEntry(NamedTuple):
     applied: bool
     verified: bool
     foreign: bool
+    # Convention runs (docs/convention.md 3.1); None for Junjo's.
+    digest_matched: bool | None = None
+    superstep: int | None = None
+    writes: JsonValue = None
+    reducers: JsonValue = None
+    transaction_id: str | None = None
 
 
 def timeline(history: History) -> tuple[TimelineEntry, ...]:
@@ -223,7 +266,20 @@ def _timeline_entry(step: Step) -> TimelineEntry:
         applied=step.applied,
         verified=step.verified,
         foreign=step.foreign,
+        digest_matched=step.digest_matched,
+        superstep=transition.superstep,
+        writes=_parsed_or_none(transition.writes),
+        reducers=_parsed_or_none(transition.reducers),
+        transaction_id=transition.transaction_id,
     )
+
+
+def _parsed_or_none(text: str | None) -> JsonValue:
+    """A convention payload parsed, or None when absent or not JSON."""
+    if text is None:
+        return None
+    parsed = parse_json(text)
+    return None if parsed is MISSING else parsed
 
 
 def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
@@ -240,6 +296,27 @@ def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
         "applied": entry.applied,
         "verified": entry.verified,
         "foreign": entry.foreign,
+        "digest_matched": entry.digest_matched,
+        "superstep": entry.superstep,
+        "writes": entry.writes,
+        "reducers": entry.reducers,
+        "transaction_id": entry.transaction_id,
+    }
+
+
+def note_json(note: Transition) -> dict[str, Any]:
+    """A rollback or rejection of a convention run, as the timeline lists it."""
+    return {
+        "kind": note.note_kind,
+        "after_sequence": note.note_after_sequence,
+        "time_unix_nano": note.time_unix_nano,
+        "time": rfc3339(note.time_unix_nano),
+        "action": note.action,
+        "span_id": note.span_id,
+        "transaction_id": note.transaction_id,
+        "field": note.note_field,
+        "message": note.note_message,
+        "payload": _parsed_or_none(note.patch_json),
     }
 
 
@@ -258,6 +335,7 @@ def execution_timeline(request: Request) -> Response:
             "verdict": history.verdict,
             "diagnostics": [diagnostic_json(d) for d in history.diagnostics],
             "transitions": [timeline_json(entry) for entry in timeline(history)],
+            "notes": [note_json(note) for note in history.notes],
             "missing": [
                 {"first": first, "last": last}
                 for first, last in sorted(history.missing_sequences.values())

@@ -32,6 +32,13 @@ from studio.inspect import Inspection, parent_and_children
 from studio.links import Links
 from studio.params import BadParameter, pointer_param
 from studio.render.bounded import cut_line, cut_text
+from studio.render.convention import (
+    StoreRunsView,
+    framework_label,
+    store_runs_view,
+)
+from studio.render.convention import graph_snapshot as convention_graph
+from studio.render.convention import node_runs as convention_node_runs
 from studio.render.graph import GraphError, GraphView, layout, node_runs, spans_lost
 from studio.render.list_return import ListReturn, list_return
 from studio.render.outcome import Outcome, outcome
@@ -39,6 +46,7 @@ from studio.render.provenance import ProvenanceView, provenance_view
 from studio.render.span import span_view
 from studio.render.start_writer import start_writer
 from studio.render.state_tree import StateView, state_view
+from studio.render.store_runs import store_position
 from studio.render.text import href
 from studio.render.timeline import (
     StepDetail,
@@ -88,6 +96,10 @@ class Header:
     index_truncated: bool = False
     # A failed or cancelled run: how it ended, and where (studio/render/outcome.py).
     outcome: Outcome | None = None
+    # A convention run: its framework and how it ended, and its place among its
+    # store's runs (studio/render/convention.py).
+    framework: str | None = None
+    store_runs: StoreRunsView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +425,18 @@ def _header(
             execution.status, execution.error_type, execution.status_message,
             execution.cancelled_reason, waterfall, links,
         ),
+        framework=framework_label(execution),
+        store_runs=_store_runs(store, execution, links),
+    )
+
+
+def _store_runs(store: Store, execution: Execution, links: Links) -> StoreRunsView | None:
+    """A convention run's place among its store's runs (a thread's interrupts and resumes)."""
+    if execution.convention_version is None or not execution.store_id:
+        return None
+    runs = store.store_runs(execution.store_id)
+    return store_runs_view(
+        store_position(execution.store_id, runs, execution.run_id), links
     )
 
 
@@ -492,9 +516,16 @@ def _graph(
         key = key or child.structural_id
         if key:
             subflow_runs.setdefault(key, links.execution(child.run_id))
+    snapshot: str | None = execution.graph_snapshot
     runs = node_runs(waterfall.rows)
+    if execution.convention_version is not None:
+        # A convention run's graph names nodes by id, and its steps say who ran.
+        snapshot = convention_graph(snapshot)
+        runs = convention_node_runs(inspection.history.steps, execution.error_action)
+    if snapshot is None:
+        return None, "The execution graph cannot be drawn: it has no node list."
     try:
-        graph = layout(execution.graph_snapshot, runs, subflow_runs)
+        graph = layout(snapshot, runs, subflow_runs)
     except GraphError as exc:
         return None, f"The execution graph cannot be drawn: {exc}."
     # A node whose span never arrived did not necessarily not run (if every node

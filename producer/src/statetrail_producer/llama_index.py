@@ -58,6 +58,7 @@ class _WorkflowTracer:
         # Contexts of earlier runs, so a run handed one continues that store.
         self._stores: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self._sequences: dict[str, int] = {}
+        self.step_names = _step_names(workflow)
 
     def run(self, ctx: Any = None, start_event: Any = None, **kwargs: Any) -> Any:
         store_id = self._store_of(ctx) or new_id()
@@ -179,7 +180,8 @@ class _Recorder:
             return
         error = future.exception()
         if error is not None:
-            self.emitter.finish(self.state, status=keys.STATUS_FAILED, error=error)
+            self.emitter.finish(self.state, status=keys.STATUS_FAILED, error=error,
+                                error_action=_failing_step(error, self.owner.step_names))
         else:
             self.emitter.finish(self.state, status=keys.STATUS_COMPLETED)
 
@@ -193,6 +195,34 @@ def _state_root(data: Mapping[str, Any]) -> tuple[tuple[str, ...], Mapping[str, 
     if tree == "model" and isinstance(data.get("value"), Mapping):
         return ("state_data", "value"), data["value"]
     return ("state_data",), data
+
+
+def _step_names(workflow: Workflow) -> frozenset[str]:
+    """The names of the workflow's steps (its `@step` methods and added steps)."""
+    try:
+        return frozenset(workflow._get_steps())
+    except Exception:  # a private API: without it, failing steps are just not named
+        return frozenset()
+
+
+def _failing_step(error: BaseException, steps: frozenset[str]) -> str | None:
+    """The step whose code raised `error`: the innermost frame of its traceback (or of
+    the errors it was raised from) that runs a step of the workflow."""
+    found: str | None = None
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        trace = current.__traceback__
+        while trace is not None:
+            name = trace.tb_frame.f_code.co_name
+            if name in steps:
+                found = name
+            trace = trace.tb_next
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _step_name() -> str:
