@@ -200,7 +200,7 @@ def _worker_of(pid: int) -> int:
 def _extraction_child(pid: int) -> int | None:
     for child in _children(pid):
         command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        if b"collector.extraction_worker" in command:
+        if b"collector.intake.worker" in command:
             return child
     return None
 
