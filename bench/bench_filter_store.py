@@ -60,6 +60,7 @@ from bench.bench_replay import TRANSITIONS, _execution, _transition
 from bench.bench_replay import build as build_long_history
 from collector.config import Config
 from collector.index.query import parse_query
+from collector.index.query_ast import shape_of
 from collector.jobs.burst_memory import BurstMemory
 from collector.jobs.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.model import Evidence
@@ -298,11 +299,11 @@ def _insert_rows(
 ) -> None:
     parent = pointer.rpartition("/")[0]
     conn.execute(
-        "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
-        f" str, bool_val, is_final, path) SELECT r.run_key, ?, ?, ?, {num},"
+        "INSERT INTO field_values (run_key, parent_shape_key, parent_key, path_key, kind, num,"
+        f" str_key, str, bool_val, is_final, path) SELECT r.run_key, ?, ?, ?, ?, {num},"
         f" {str_key},"
         f" {text}, {flag}, {is_final}, ? FROM runs r{tail}",
-        [key64(parent), key64(pointer), kind, pointer],
+        [key64(shape_of(parent)), key64(parent), key64(pointer), kind, pointer],
     )
 
 

@@ -11,6 +11,11 @@ Invariants:
   (one row, never a final and a non-final twin).
 - Every node except the root becomes a row: leaves and containers alike, so
   `exists` works on objects and arrays. Container rows carry no value.
+- The last element of every non-empty array is a row twice: at its index and
+  at LAST_TOKEN (`/messages/~-1/role`), with its whole subtree, so a filter on
+  `messages[-1]` reads rows as it does for a key, in `final` and in each state
+  `ever` saw (collector/index/indexing.py adds the last elements a write
+  changed). No RFC 6901 pointer has a token spelled LAST_TOKEN.
 - Intermediate states are never flattened whole. A state differs from its
   predecessor only under the pointers a transition touched, so flattening the
   start state plus each touched subtree sees every (path, value) the history
@@ -27,6 +32,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from itertools import chain
 from typing import Any, Final, Literal, TypeAlias
 
 from collector.replay.jsondoc import escape_token
@@ -36,6 +42,9 @@ Kind: TypeAlias = Literal["null", "bool", "number", "string", "object", "array"]
 
 MAX_ROWS: Final = 50_000
 """Default cap on rows per execution; beyond it the index is marked truncated."""
+
+LAST_TOKEN: Final = "~-1"
+"""The pointer token of an array's last element's second row (query_ast.Wildcard.LAST)."""
 
 
 class Absent(Enum):
@@ -163,7 +172,7 @@ class Nodes:
         if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
             return
         if type(value) is list:
-            self._add_children(enumerate(value), pointer, True)
+            self._add_children(_elements(value), pointer, True)
         elif type(value) is dict:
             self._add_children(iter(value.items()), pointer, False)
 
@@ -222,7 +231,7 @@ class Nodes:
                     # Descend: this container's children come before its next sibling.
                     stack.append((children, parent, in_array))
                     in_array = kind is list
-                    children = enumerate(child) if in_array else iter(child.items())
+                    children = _elements(child) if in_array else iter(child.items())
                     parent = path
                     break
                 else:
@@ -250,6 +259,13 @@ class Nodes:
                 return False
             self.keys[key] = None
         return True
+
+
+def _elements(array: list[Any]) -> Iterator[tuple[Any, Any]]:
+    """An array's (index, element) pairs, then its last element again as LAST_TOKEN."""
+    if not array:
+        return iter(())
+    return chain(enumerate(array), ((LAST_TOKEN, array[-1]),))
 
 
 def _exact(value: JsonValue) -> JsonValue:

@@ -15,6 +15,7 @@ from functools import partial
 
 from collector.index.fields import (
     ABSENT,
+    LAST_TOKEN,
     FieldIndex,
     JsonValue,
     Nodes,
@@ -86,15 +87,21 @@ def _add_written(
     each); it is asked only when a pointer names an array slot. Each array's
     moved elements are read once, from the lowest index any op shifted: a patch
     that fills a list with N `add /list/i` ops would otherwise read N²/2.
+
+    A write at or under an array may change which element is its last, so
+    each array a pointer passes through has its last element added again as
+    LAST_TOKEN (once per step, however many pointers pass through it).
     """
     shifted: Mapping[str, int] | None = None
     inserts: dict[str, int] | None = None
     moved_from: dict[str, tuple[list[JsonValue], int]] = {}
+    arrays: dict[str, list[JsonValue]] = {}
     for pointer in pointers:
         if not pointer:
             nodes.add(pointer, state)
             continue
         parts = pointer_parts(pointer)
+        _arrays_along(state, pointer, parts, arrays)
         parent = resolve_parts(state, parts[:-1])
         if isinstance(parent, list):
             if shifted is None:
@@ -118,6 +125,23 @@ def _add_written(
         nodes.add(pointer, ABSENT if isinstance(value, Missing) else value)
     for parent_pointer, (array, first) in moved_from.items():
         nodes.add_elements(parent_pointer, array, first)
+    for array_pointer, array in arrays.items():
+        if array:
+            nodes.add(f"{array_pointer}/{LAST_TOKEN}", array[-1])
+
+
+def _arrays_along(
+    state: JsonValue, pointer: str, parts: tuple[str, ...], arrays: dict[str, list[JsonValue]]
+) -> None:
+    """Note each array among the containers above `pointer` in `state`, by its pointer."""
+    escaped = pointer.split("/")  # "" then each token as the pointer spells it
+    node: JsonValue | Missing = state
+    for depth, part in enumerate(parts):
+        if isinstance(node, list):
+            arrays.setdefault("/".join(escaped[: depth + 1]), node)
+        elif not isinstance(node, dict):
+            return
+        node = resolve_parts(node, (part,))
 
 
 def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:

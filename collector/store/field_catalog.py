@@ -25,8 +25,8 @@ from typing import Final
 
 import duckdb
 
-from collector.index.query_ast import Path
-from collector.store.filters import TABLE, FieldValue, key64
+from collector.index.query_ast import ANY, LAST, Path
+from collector.store.filters import TABLE, FieldValue, at_path
 
 # The newest runs asked (README "Filter suggestions" has the figures).
 SAMPLE_RUNS: Final = 200
@@ -45,9 +45,16 @@ MAX_VALUE_CHARS: Final = 120
 _IN_SAMPLE: Final = "v.run_key BETWEEN ? AND ? AND v.run_key IN ({keys})"
 
 
+# A pointer with each index token written `~*` (query_ast.shape_of), in SQL:
+# two passes, as one leaves every other token of a run like `/0/1/2`.
+_SHAPE_ONCE: Final = "regexp_replace({}, '/(0|[1-9][0-9]*)(/|$)', '/{any}\\2', 'g')"
+_SHAPE_SQL: Final = _SHAPE_ONCE.format(_SHAPE_ONCE.format("v.path", any=ANY.value), any=ANY.value)
+
+
 @dataclass(frozen=True, slots=True)
 class PathCount:
-    """A path some sampled end state has: its JSON kinds and in how many of those runs."""
+    """A path some sampled end state has (index tokens collapsed to `~*`, as `[*]`
+    writes them): its JSON kinds and in how many of those runs."""
 
     pointer: str
     kinds: tuple[str, ...]
@@ -93,7 +100,9 @@ def sample_run_keys(
 def paths_in(
     cursor: duckdb.DuckDBPyConnection, run_keys: list[int], limit: int = MAX_PATHS
 ) -> list[PathCount]:
-    """The end-state paths of these runs (the root left out), most common first.
+    """The end-state paths of these runs (the root left out), most common first, each
+    array index collapsed to `~*` (`items[0].sku` and `items[1].sku` are `items[*].sku`),
+    and the second rows of last elements (`~-1`) left out.
 
     Up to `limit` + 1 are returned, so a caller can tell there were more.
     """
@@ -101,10 +110,11 @@ def paths_in(
         return []
     keys = ", ".join("?" for _ in run_keys)
     rows = cursor.execute(
-        f"SELECT v.path, list(DISTINCT v.kind ORDER BY v.kind), count(DISTINCT v.run_key) AS n "
+        f"SELECT {_SHAPE_SQL} AS shape, list(DISTINCT v.kind ORDER BY v.kind),"
+        " count(DISTINCT v.run_key) AS n "
         f"FROM {TABLE} v WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
-        "GROUP BY v.path ORDER BY n DESC, v.path LIMIT ?",
-        [min(run_keys), max(run_keys), *run_keys, limit + 1],
+        "AND NOT contains(v.path, ?) GROUP BY shape ORDER BY n DESC, shape LIMIT ?",
+        [min(run_keys), max(run_keys), *run_keys, f"/{LAST.value}", limit + 1],
     ).fetchall()
     return [PathCount(row[0], tuple(row[1]), int(row[2])) for row in rows]
 
@@ -112,7 +122,8 @@ def paths_in(
 def values_at(
     cursor: duckdb.DuckDBPyConnection, path: Path, run_keys: list[int], limit: int = MAX_VALUES
 ) -> list[ValueCount]:
-    """The commonest scalar end values of `path` in these runs.
+    """The commonest scalar end values of `path` (of the paths it matches) in these runs,
+    each with the number of runs that ended with it there.
 
     Strings longer than MAX_VALUE_CHARS and numbers JSON cannot write (NaN) are left out.
 
@@ -122,15 +133,15 @@ def values_at(
     if not run_keys:
         return []
     keys = ", ".join("?" for _ in run_keys)
+    at, at_params = at_path(path)
     rows = cursor.execute(
-        f"SELECT v.kind, v.num, v.str, v.bool_val, count(*) AS n FROM {TABLE} v "
-        "WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
+        f"SELECT v.kind, v.num, v.str, v.bool_val, count(DISTINCT v.run_key) AS n FROM {TABLE} v "
+        f"WHERE {at} AND v.is_final "
         "AND v.kind IN ('string', 'number', 'bool', 'null') "
         "AND (v.str IS NULL OR length(v.str) <= ?) AND (v.num IS NULL OR isfinite(v.num)) "
         f"AND {_IN_SAMPLE.format(keys=keys)} "
         "GROUP BY ALL ORDER BY n DESC, v.kind, v.num, v.str LIMIT ?",
-        [key64(path.parent.pointer), key64(path.pointer), path.pointer, MAX_VALUE_CHARS,
-         min(run_keys), max(run_keys), *run_keys, limit],
+        [*at_params, MAX_VALUE_CHARS, min(run_keys), max(run_keys), *run_keys, limit],
     ).fetchall()
     found: list[ValueCount] = []
     for kind, num, text, flag, count in rows:

@@ -105,8 +105,8 @@ TWIN_SUFFIX: Final = "_compacting"
 # within one path and kind, num (or str_key) is either set on every row or on
 # none, so coalescing it keeps the sort key's order.
 ORDER_KEYS: Final = {
-    TABLE: ("parent_key", "path_key", "kind", "coalesce(num, 0)", "coalesce(str_key, 0)",
-            "coalesce(run_key, 0)"),
+    TABLE: ("parent_shape_key", "parent_key", "path_key", "kind", "coalesce(num, 0)",
+            "coalesce(str_key, 0)", "coalesce(run_key, 0)"),
     RANGES: ("parent_key", "path_key", "coalesce(hi, 0)", "coalesce(run_key, 0)"),
 }
 SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, run_key"}
