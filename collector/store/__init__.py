@@ -555,6 +555,11 @@ class Store:
     ) -> dict[tuple[str, str], filters.FieldValue]:
         return self._read(lambda cursor: filters.final_values(cursor, run_ids, paths))
 
+    def final_matches(
+        self, run_ids: Sequence[str], pattern: FieldPath, first: int
+    ) -> dict[str, filters.Matches]:
+        return self._read(lambda cursor: filters.final_matches(cursor, run_ids, pattern, first))
+
     def field_kinds(self, path: FieldPath) -> set[str]:
         return self._read(lambda cursor: filters.kinds_at(cursor, path))
 

@@ -30,8 +30,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from collector.index.query_ast import INDEX, Path, format_path, literal
-from collector.replay.jsondoc import pointer_parts
+from collector.index.query_ast import Path, format_path, literal, pattern_path
 from collector.store import Store
 from collector.store.field_catalog import MAX_PATHS, PathCount, ValueCount
 from collector.store.filters import FieldValue
@@ -49,7 +48,7 @@ EXAMPLE_KINDS: Final = ("bool", "string", "number")
 
 @dataclass(frozen=True, slots=True)
 class PathSuggestion:
-    label: str  # as the filter language writes it: `refund.eligible`, `items[0]`
+    label: str  # as the filter language writes it: `refund.eligible`, `items[*].sku`
     pointer: str
     kinds: tuple[str, ...]
     runs: int  # of the sampled runs whose end state has it
@@ -72,10 +71,9 @@ class FieldHelp:
 
     @property
     def shown(self) -> tuple[PathSuggestion, ...]:
-        """The commonest paths holding a plain value, named fields before array elements
-        (`items[0]`, `items[1]`, ... would crowd them out); the datalist has every path."""
+        """The commonest paths holding a plain value (array elements as one `[*]` path
+        each, so they do not crowd out named fields); the datalist has every path."""
         leaves = [p for p in self.paths if set(p.kinds) & set(SCALAR_KINDS)]
-        leaves.sort(key=lambda p: any(map(INDEX.fullmatch, pointer_parts(p.pointer))))
         return tuple(leaves[:HELP_PATHS])
 
 
@@ -89,14 +87,14 @@ def field_help(store: Store, workflow: str | None) -> FieldHelp:
     example = None
     candidate = _example_path(paths)
     if candidate is not None:
-        _, values = store.field_examples(Path(pointer_parts(candidate.pointer)), workflow)
+        _, values = store.field_examples(pattern_path(candidate.pointer), workflow)
         if values:
             example = f"{candidate.label} = {value_literal(values[0].value)}"
     return FieldHelp(workflow, sampled, paths, len(counts) > MAX_PATHS, example)
 
 
 def _suggestion(count: PathCount) -> PathSuggestion:
-    label = format_path(Path(pointer_parts(count.pointer)))
+    label = format_path(pattern_path(count.pointer))
     return PathSuggestion(label, count.pointer, count.kinds, count.runs)
 
 
