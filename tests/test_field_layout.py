@@ -135,7 +135,8 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
             " num, str_key, str, bool_val, is_final, path)"
             " SELECT (SELECT run_key FROM executions WHERE run_id = 'run-0')"
             " + (i * ? // ?) * 1000000,"
-            " i % 1000, i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false, '/n'"
+            " i % 1000, i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false,"
+            " '/n'"
             " FROM range(?) r(i)",
             [run_keys, rows, rows],
         )

@@ -270,7 +270,9 @@ def test_a_paths_pointer_round_trips_through_its_parser(path: Path) -> None:
         ('/k/~0-1 = 1', ("k", "~-1"), 'k."~-1" = 1'),
     ],
 )
-def test_wildcards_parse_and_print_back(text: str, tokens: tuple[object, ...], printed: str) -> None:
+def test_wildcards_parse_and_print_back(
+    text: str, tokens: tuple[object, ...], printed: str
+) -> None:
     expr = parse_query(text)
     assert isinstance(expr, Compare | Presence)
     assert expr.path.tokens == tokens
