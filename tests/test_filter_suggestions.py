@@ -151,10 +151,11 @@ def test_filter_help_names_real_paths_and_a_working_example(suggesting: Suggesti
     assert "done = true" in help_text  # a flag that runs ended with, as the example
     fields = _text(_between(page, '<p id="where-fields"', "</p>"))
     assert "Fields of the newest 3 runs:" in fields and "profile.address.city" in fields
-    # Named fields before array elements, which would crowd them out.
+    # Array elements as one `[*]` path each, so they do not crowd out named fields.
     assert "items[0]" not in fields
     options = _options(page)
-    assert {"title", "profile.address.city", "items[0]", HOSTILE_LABEL} <= set(options)
+    assert {"title", "profile.address.city", "items[*]", HOSTILE_LABEL} <= set(options)
+    assert "items[0]" not in options
     assert 'list="where-paths"' in page
 
     # Narrowed by the workflow facet: the help and the suggestions are Loop's.
