@@ -43,6 +43,7 @@ _HISTORIES: dict[str, _History] = {
         [],
         {
             "orders": [{"lines": [{"sku": "a"}, {"sku": "laser"}]}, {"lines": []}],
+            "boxes": [{"tags": {"x": "eu"}}, {"tags": ["us"]}],
             "items": {"0": {"sku": "laser"}},
         },
     ),
@@ -86,6 +87,9 @@ def conn() -> Iterator[duckdb.DuckDBPyConnection]:
         ("orders[-1].lines[*] exists", set()),
         ("orders[-1].lines exists", {"nested"}),
         ('orders[*].lines contains "laser"', set()),
+        # The element of one item's array, never another item's member.
+        ('boxes[*].tags contains "us"', {"nested"}),
+        ('boxes[*].tags contains "eu"', set()),
         ('messages[-1].role = "assistant"', {"objects"}),
         ('messages[-1].role = "tool"', set()),
         ('messages[-1].role != "user"', {"objects"}),

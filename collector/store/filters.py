@@ -347,9 +347,13 @@ def _rows_at(
 def _rows_under(
     path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
 ) -> str:
-    """`e` has a direct child of `path` (of any path it matches), in scope, satisfying
-    `condition`."""
-    under, under_params = _children_of(path)
+    """`e` has a direct child of `path` (an element, of any path it matches), in scope,
+    satisfying `condition`.
+
+    For a pattern only elements count: `items[*].tags contains "eu"` must not take an
+    object's member "eu" in one item for the element of another item's array.
+    """
+    under, under_params = _children_of(path, _INDEX_REGEX)
     params.extend([*under_params, *values])
     return (
         f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE {under}"
@@ -375,9 +379,9 @@ def at_path(path: Path) -> tuple[str, list[object]]:
     )
 
 
-def _children_of(parent: Path) -> tuple[str, list[object]]:
+def _children_of(parent: Path, child_regex: str = "[^/]*") -> tuple[str, list[object]]:
     """SQL over `v` true exactly where the row's path is a direct child of `parent`
-    (of a path it matches).
+    (of a path it matches, and then whose last token `child_regex` matches).
 
     A node's parent is its pointer up to the last "/" (RFC 6901 writes a "/"
     inside a key as "~1"), so the index stores no parent column: the hashed
@@ -387,7 +391,7 @@ def _children_of(parent: Path) -> tuple[str, list[object]]:
     if parent.is_pattern:
         return (
             "v.parent_shape_key = ? AND regexp_full_match(v.path, ?)",
-            [key64(shape_of(pointer)), _path_regex(parent.tokens) + "/[^/]*"],
+            [key64(shape_of(pointer)), f"{_path_regex(parent.tokens)}/{child_regex}"],
         )
     prefix = pointer + "/"
     return (
