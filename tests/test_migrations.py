@@ -11,7 +11,7 @@ from support import fixture_requests
 
 from collector.encode import span_bytes
 from collector.encode.exports import batch_from_export
-from collector.index.fields import ABSENT, index_rows
+from collector.index.fields import ABSENT, JsonValue, index_rows
 from collector.index.query import parse_query
 from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
@@ -436,7 +436,7 @@ def test_shape_keys_migration_lets_old_rows_answer_any_element_filters(tmp_path:
     connection = duckdb.connect(str(path))
     try:
         # old-a's items as that release indexed them: no second row of the last element.
-        state = {"items": [{"sku": "laser"}, {"sku": "toner"}], "grid": [[1, 2], [3]]}
+        state: JsonValue = {"items": [{"sku": "laser"}, {"sku": "toner"}], "grid": [[1, 2], [3]]}
         for row in index_rows("old-a", ABSENT, state).rows:
             if "~-1" not in row.path:
                 connection.execute(
