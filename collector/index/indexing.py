@@ -10,8 +10,9 @@ nodes of every state the history passed through.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
+from itertools import product
 
 from collector.index.fields import (
     ABSENT,
@@ -31,6 +32,7 @@ from collector.replay.jsondoc import (
     pointer_parts,
     resolve_parts,
     shifting_paths,
+    unescape_token,
 )
 
 
@@ -88,20 +90,21 @@ def _add_written(
     moved elements are read once, from the lowest index any op shifted: a patch
     that fills a list with N `add /list/i` ops would otherwise read N²/2.
 
-    A write at or under an array may change which element is its last, so
-    each array a pointer passes through has its last element added again as
-    LAST_TOKEN (once per step, however many pointers pass through it).
+    The index keeps each array's last element a second time, as LAST_TOKEN
+    (collector/index/fields.py), so `_last_elements` copies each write there too,
+    each pointer once per step however many writes name it.
     """
     shifted: Mapping[str, int] | None = None
     inserts: dict[str, int] | None = None
     moved_from: dict[str, tuple[list[JsonValue], int]] = {}
-    arrays: dict[str, list[JsonValue]] = {}
+    lasts: dict[str, JsonValue] = {}
     for pointer in pointers:
         if not pointer:
             nodes.add(pointer, state)
             continue
         parts = pointer_parts(pointer)
-        _arrays_along(state, pointer, parts, arrays)
+        if not _last_elements(lasts, state, pointer, parts):
+            nodes.overflowed = True  # more spellings than the index could hold: truncated
         parent = resolve_parts(state, parts[:-1])
         if isinstance(parent, list):
             if shifted is None:
@@ -125,23 +128,79 @@ def _add_written(
         nodes.add(pointer, ABSENT if isinstance(value, Missing) else value)
     for parent_pointer, (array, first) in moved_from.items():
         nodes.add_elements(parent_pointer, array, first)
-    for array_pointer, array in arrays.items():
-        if array:
-            nodes.add(f"{array_pointer}/{LAST_TOKEN}", array[-1])
+        # The moved elements under each spelling that names a last element above them.
+        tokens = parent_pointer.split("/")[1:]
+        above = _last_at(state, pointer_parts(parent_pointer))
+        if len(above) >= MAX_LAST_LEVELS:
+            nodes.overflowed = True
+            continue
+        for spelled in _spellings(tokens, above):
+            nodes.add_elements(spelled, array, first)
+    for pointer, value in lasts.items():
+        nodes.add(pointer, value)
 
 
-def _arrays_along(
-    state: JsonValue, pointer: str, parts: tuple[str, ...], arrays: dict[str, list[JsonValue]]
-) -> None:
-    """Note each array among the containers above `pointer` in `state`, by its pointer."""
-    escaped = pointer.split("/")  # "" then each token as the pointer spells it
+# Arrays nested this deep, each at its last element, spell a node more ways (2**n)
+# than an execution's rows may number (fields.MAX_ROWS).
+MAX_LAST_LEVELS = 16
+
+
+def _last_elements(
+    lasts: dict[str, JsonValue], state: JsonValue, pointer: str, parts: tuple[str, ...]
+) -> bool:
+    """Note in `lasts` what a write at `pointer` changed among the index's last-element
+    rows, by the pointer of each; False (and nothing noted) past MAX_LAST_LEVELS.
+
+    When the write is in an array (it may have changed its length or its last
+    element), that array's last element as `<array>/~-1`; and the node written
+    under each spelling of its pointer with one or more of the indices that are
+    their array's last written LAST_TOKEN (`/a/3/b` as `/a/~-1/b` when 3 is the
+    last of `a`). Each under every such spelling of the pointers above it too.
+    """
+    tokens = pointer.split("/")[1:]  # each token as the pointer spells it
+    container = resolve_parts(state, parts[:-1])
+    if not isinstance(container, dict | list):
+        return True  # under a scalar, or removed: the write left nothing there
+    above = _last_at(state, parts[:-1])
+    if len(above) >= MAX_LAST_LEVELS:
+        return False
+    if isinstance(container, list):
+        if tokens[-1] == "-":  # an append: the element is the last
+            tokens[-1] = str(len(container) - 1)
+        if container:
+            last = container[-1]
+            spellings = _spellings([*tokens[:-1], LAST_TOKEN], above, plain=True)
+            lasts.update((spelled, last) for spelled in spellings)
+    value = resolve_parts(container, (unescape_token(tokens[-1]),))
+    if not isinstance(value, Missing):
+        # The node as its own array's last element was noted just above.
+        lasts.update((spelled, value) for spelled in _spellings(tokens, above))
+    return True
+
+
+def _last_at(state: JsonValue, parts: Sequence[str]) -> list[int]:
+    """The depths along `parts` whose token is the last index of the array it is in."""
+    depths: list[int] = []
     node: JsonValue | Missing = state
     for depth, part in enumerate(parts):
-        if isinstance(node, list):
-            arrays.setdefault("/".join(escaped[: depth + 1]), node)
-        elif not isinstance(node, dict):
-            return
+        if isinstance(node, list) and part == str(len(node) - 1):
+            depths.append(depth)
+        if not isinstance(node, dict | list):
+            break
         node = resolve_parts(node, (part,))
+    return depths
+
+
+def _spellings(tokens: list[str], positions: list[int], *, plain: bool = False) -> Iterator[str]:
+    """The pointer of `tokens` with each subset of `positions` written LAST_TOKEN (the
+    empty subset, the pointer as it is, only if `plain`)."""
+    for chosen in product((False, True), repeat=len(positions)):
+        if plain or any(chosen):
+            spelled = list(tokens)
+            for position, last in zip(positions, chosen, strict=True):
+                if last:
+                    spelled[position] = LAST_TOKEN
+            yield "/" + "/".join(spelled)
 
 
 def _inserts_per_array(shifted: Mapping[str, int]) -> dict[str, int]:
