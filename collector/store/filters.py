@@ -86,6 +86,7 @@ from collector.index.query_ast import (
     Wildcard,
     shape_of,
 )
+from collector.replay.jsondoc import escape_token
 from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
 TABLE: Final = "field_values"
@@ -276,9 +277,7 @@ def _compare(compare: Compare, params: list[object]) -> str:
         case "!=":
             condition, values = _equals(value)
             return _rows_at(path, scope, f"NOT ({condition})", values, params)
-        case "<" | "<=" | ">" | ">=" if scope == "ever" and _is_number(value) and not (
-            path.is_pattern
-        ):
+        case "<" | "<=" | ">" | ">=" if _reads_ranges(compare):
             return _ever_in_range(path, compare.op, _as_float(value), params)
         case "<" | "<=" | ">" | ">=":
             column, kind = ("v.str", "string") if isinstance(value, str) else ("v.num", "number")
@@ -289,6 +288,12 @@ def _compare(compare: Compare, params: list[object]) -> str:
             return _contains(path, scope, value, params)
         case _:
             assert_never(compare.op)
+
+
+def _reads_ranges(compare: Compare) -> bool:
+    """Whether an ordering is answered from `field_ranges`, which keys concrete paths only
+    (an `ever` range on a `[*]` path reads the values of the paths it matches)."""
+    return compare.scope == "ever" and _is_number(compare.value) and not compare.path.is_pattern
 
 
 def _ever_in_range(path: Path, op: Ordering, bound: float, params: list[object]) -> str:
@@ -402,13 +407,12 @@ def _children_of(parent: Path, child_regex: str = "[^/]*") -> tuple[str, list[ob
 
 
 _INDEX_REGEX: Final = "(?:0|[1-9][0-9]*)"
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_]")
 
 
 def _regex_char(c: str) -> str:
     # Every character but a plain one as a hex escape: no metacharacter reaches RE2.
     return c if _PLAIN.match(c) else f"\\x{{{ord(c):x}}}"
-
-_PLAIN: Final = re.compile(r"[A-Za-z0-9_]")
 
 
 def _path_regex(tokens: tuple[str | Wildcard, ...]) -> str:
@@ -418,7 +422,7 @@ def _path_regex(tokens: tuple[str | Wildcard, ...]) -> str:
         if token is ANY:
             parts.append(_INDEX_REGEX)
         else:
-            spelled = token.value if isinstance(token, Wildcard) else Path((token,)).pointer[1:]
+            spelled = token.value if isinstance(token, Wildcard) else escape_token(token)
             parts.append("".join(_regex_char(c) for c in spelled))
     return "".join("/" + part for part in parts)
 
