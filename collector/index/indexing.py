@@ -96,16 +96,16 @@ def _add_written(
     """
     shifted: Mapping[str, int] | None = None
     inserts: dict[str, int] | None = None
-    moved_from: dict[str, tuple[list[JsonValue], int]] = {}
+    moved_from: dict[str, tuple[list[JsonValue], int, list[int]]] = {}
     lasts: dict[str, JsonValue] = {}
     for pointer in pointers:
         if not pointer:
             nodes.add(pointer, state)
             continue
         parts = pointer_parts(pointer)
-        if not _last_elements(lasts, state, pointer, parts):
+        parent, above = _resolve_noting_lasts(state, parts[:-1])
+        if not _last_elements(lasts, pointer, parent, above):
             nodes.overflowed = True  # more spellings than the index could hold: truncated
-        parent = resolve_parts(state, parts[:-1])
         if isinstance(parent, list):
             if shifted is None:
                 shifted = shifting()
@@ -120,17 +120,16 @@ def _add_written(
                     first = len(parent) - inserts.get(parent_pointer, 0)
                 else:
                     first = list_index(token) or 0
-                lowest = moved_from.get(parent_pointer, (parent, first))[1]
-                moved_from[parent_pointer] = (parent, max(min(first, lowest), 0))
+                lowest = moved_from.get(parent_pointer, (parent, first, above))[1]
+                moved_from[parent_pointer] = (parent, max(min(first, lowest), 0), above)
                 continue
         # The node itself, found from its parent (already resolved).
         value = parent if isinstance(parent, Missing) else resolve_parts(parent, parts[-1:])
         nodes.add(pointer, ABSENT if isinstance(value, Missing) else value)
-    for parent_pointer, (array, first) in moved_from.items():
+    for parent_pointer, (array, first, above) in moved_from.items():
         nodes.add_elements(parent_pointer, array, first)
         # The moved elements under each spelling that names a last element above them.
         tokens = parent_pointer.split("/")[1:]
-        above = _last_at(state, pointer_parts(parent_pointer))
         if len(above) >= MAX_LAST_LEVELS:
             nodes.overflowed = True
             continue
@@ -146,7 +145,7 @@ MAX_LAST_LEVELS = 16
 
 
 def _last_elements(
-    lasts: dict[str, JsonValue], state: JsonValue, pointer: str, parts: tuple[str, ...]
+    lasts: dict[str, JsonValue], pointer: str, container: JsonValue | Missing, above: list[int]
 ) -> bool:
     """Note in `lasts` what a write at `pointer` changed among the index's last-element
     rows, by the pointer of each; False (and nothing noted) past MAX_LAST_LEVELS.
@@ -156,12 +155,14 @@ def _last_elements(
     under each spelling of its pointer with one or more of the indices that are
     their array's last written LAST_TOKEN (`/a/3/b` as `/a/~-1/b` when 3 is the
     last of `a`). Each under every such spelling of the pointers above it too.
+    `container` is what holds the node written; `above`, the depths of the
+    pointer's tokens that are their array's last index (`_resolve_noting_lasts`).
     """
-    tokens = pointer.split("/")[1:]  # each token as the pointer spells it
-    container = resolve_parts(state, parts[:-1])
+    if not (above or isinstance(container, list)):
+        return True  # no array's last element is on the way: the usual write
     if not isinstance(container, dict | list):
         return True  # under a scalar, or removed: the write left nothing there
-    above = _last_at(state, parts[:-1])
+    tokens = pointer.split("/")[1:]  # each token as the pointer spells it
     if len(above) >= MAX_LAST_LEVELS:
         return False
     if isinstance(container, list):
@@ -178,17 +179,21 @@ def _last_elements(
     return True
 
 
-def _last_at(state: JsonValue, parts: Sequence[str]) -> list[int]:
-    """The depths along `parts` whose token is the last index of the array it is in."""
+def _resolve_noting_lasts(
+    state: JsonValue, parts: Sequence[str]
+) -> tuple[JsonValue | Missing, list[int]]:
+    """The node at `parts` (as `resolve_parts` finds it), and the depths along them
+    whose token is the last index of the array it is in."""
     depths: list[int] = []
-    node: JsonValue | Missing = state
+    node: JsonValue = state
     for depth, part in enumerate(parts):
-        if isinstance(node, list) and part == str(len(node) - 1):
+        if type(node) is list and part == str(len(node) - 1):
             depths.append(depth)
-        if not isinstance(node, dict | list):
-            break
-        node = resolve_parts(node, (part,))
-    return depths
+        found = resolve_parts(node, (part,))
+        if isinstance(found, Missing):
+            return found, depths
+        node = found
+    return node, depths
 
 
 def _spellings(tokens: list[str], positions: list[int], *, plain: bool = False) -> Iterator[str]:
