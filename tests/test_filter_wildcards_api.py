@@ -129,7 +129,8 @@ def test_suggestions_and_values_take_any_element_paths(runs: Runs) -> None:
     reply = httpx.get(runs.server.url + "/api/fields", timeout=30).json()
     paths = {p["path"]: p for p in reply["paths"]}
     assert paths["items[*].sku"] == {
-        "path": "items[*].sku", "pointer": "/items/~*/sku", "kinds": ["string"], "runs": 1
+        "path": "items[*].sku", "pointer": "/items/~*/sku", "kinds": ["string"], "runs": 1,
+        "workflows": ["Linear Workflow"],
     }
     assert paths["items[*]"]["runs"] == 2 and paths["items[*]"]["kinds"] == ["object", "string"]
     assert not [p for p in paths if re.search(r"\[[0-9]", p)]  # no per-index paths

@@ -54,11 +54,12 @@ _SHAPE_SQL: Final = _SHAPE_ONCE.format(_SHAPE_ONCE.format("v.path", any=ANY.valu
 @dataclass(frozen=True, slots=True)
 class PathCount:
     """A path some sampled end state has (index tokens collapsed to `~*`, as `[*]`
-    writes them): its JSON kinds and in how many of those runs."""
+    writes them): its JSON kinds, in how many of those runs, and of which workflows."""
 
     pointer: str
     kinds: tuple[str, ...]
     runs: int
+    workflows: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +110,17 @@ def paths_in(
     if not run_keys:
         return []
     keys = ", ".join("?" for _ in run_keys)
+    # The sampled runs' workflows are joined from their few executions rows.
     rows = cursor.execute(
         f"SELECT {_SHAPE_SQL} AS shape, list(DISTINCT v.kind ORDER BY v.kind),"
-        " count(DISTINCT v.run_key) AS n "
-        f"FROM {TABLE} v WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
+        " count(DISTINCT v.run_key) AS n, list(DISTINCT e.name ORDER BY e.name) "
+        f"FROM {TABLE} v JOIN (SELECT run_key, coalesce(name, '') AS name FROM executions "
+        f"WHERE run_key IN ({keys})) e ON e.run_key = v.run_key "
+        f"WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
         "AND NOT contains(v.path, ?) GROUP BY shape ORDER BY n DESC, shape LIMIT ?",
-        [min(run_keys), max(run_keys), *run_keys, f"/{LAST.value}", limit + 1],
+        [*run_keys, min(run_keys), max(run_keys), *run_keys, f"/{LAST.value}", limit + 1],
     ).fetchall()
-    return [PathCount(row[0], tuple(row[1]), int(row[2])) for row in rows]
+    return [PathCount(row[0], tuple(row[1]), int(row[2]), tuple(row[3])) for row in rows]
 
 
 def values_at(

@@ -42,6 +42,8 @@ CACHED_ANSWERS: Final = 256
 # Paths named in the help text; the datalist has them all.
 HELP_PATHS: Final = 10
 SCALAR_KINDS: Final = ("bool", "string", "number", "null")
+# Workflows named beside a path in the datalist; the rest are counted.
+WORKFLOWS_NAMED: Final = 2
 # Which path makes the best example: a flag reads best, then a word, then a number.
 EXAMPLE_KINDS: Final = ("bool", "string", "number")
 
@@ -52,10 +54,20 @@ class PathSuggestion:
     pointer: str
     kinds: tuple[str, ...]
     runs: int  # of the sampled runs whose end state has it
+    workflows: tuple[str, ...]  # of those runs
 
     @property
     def kind_text(self) -> str:
         return " or ".join(self.kinds)
+
+    def label_in(self, sampled_workflows: int) -> str:
+        """What the datalist says beside the path: its kinds, and its workflows when the
+        sampled runs are of several (`string · Refund Workflow`)."""
+        if sampled_workflows < 2 or not self.workflows:
+            return self.kind_text
+        named = ", ".join(self.workflows[:WORKFLOWS_NAMED])
+        more = len(self.workflows) - WORKFLOWS_NAMED
+        return f"{self.kind_text} · {named}" + (f" +{more}" if more > 0 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,11 @@ class FieldHelp:
     # More paths than MAX_PATHS: the rarest were left out.
     truncated: bool
     example: str | None
+
+    @property
+    def sampled_workflows(self) -> int:
+        """How many workflows the sampled runs (with any path) are of."""
+        return len({name for p in self.paths for name in p.workflows})
 
     @property
     def shown(self) -> tuple[PathSuggestion, ...]:
@@ -95,7 +112,7 @@ def field_help(store: Store, workflow: str | None) -> FieldHelp:
 
 def _suggestion(count: PathCount) -> PathSuggestion:
     label = format_path(pattern_path(count.pointer))
-    return PathSuggestion(label, count.pointer, count.kinds, count.runs)
+    return PathSuggestion(label, count.pointer, count.kinds, count.runs, count.workflows)
 
 
 def _example_path(paths: tuple[PathSuggestion, ...]) -> PathSuggestion | None:
@@ -120,7 +137,10 @@ def paths_json(found: FieldHelp) -> dict[str, Any]:
         "sampled_runs": found.sampled_runs,
         "truncated": found.truncated,
         "paths": [
-            {"path": p.label, "pointer": p.pointer, "kinds": list(p.kinds), "runs": p.runs}
+            {
+                "path": p.label, "pointer": p.pointer, "kinds": list(p.kinds), "runs": p.runs,
+                "workflows": list(p.workflows),
+            }
             for p in found.paths
         ],
         "example": found.example,
