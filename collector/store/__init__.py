@@ -572,7 +572,7 @@ class Store:
         """The end-state paths of the newest runs (of `workflow`): (runs sampled, paths)."""
         def statement(cursor: _Cursor) -> tuple[int, list[field_catalog.PathCount]]:
             keys = field_catalog.sample_run_keys(cursor, workflow)
-            return len(keys), field_catalog.paths_in(cursor, keys)
+            return len(keys), field_catalog.paths_in(cursor, keys, workflow=workflow)
 
         return self._read(statement)
 
