@@ -24,6 +24,8 @@ whether every trickle run is then found by its field exactly once.
 Timed through the API's code path (`studio.params.execution_query` then
 `Store.search`, limit 50, parse and compile included):
   * a `final` equality filter, p50 and p99 over --queries values;
+  * an equality on one array element's path, on `[*]` (any element) and on
+    `[-1]` (the last), p50 over ten values;
   * an `ever` numeric range filter, p50;
   * the filter box's help uncached (studio/render/suggestions.py: the paths of
     the newest 200 runs, all and one workflow's, and one path's values);
@@ -60,6 +62,7 @@ from bench.bench_replay import TRANSITIONS, _execution, _transition
 from bench.bench_replay import build as build_long_history
 from collector.config import Config
 from collector.index.query import parse_query
+from collector.index.query_ast import shape_of
 from collector.jobs.burst_memory import BurstMemory
 from collector.jobs.replayer import REPLAY_BATCH_STORES, replay_stores
 from collector.model import Evidence
@@ -98,6 +101,8 @@ STRING_LEAVES = [
     ("/order/currency", _pick("currency", 5), 5, "cur-"),
     ("/order/items/0", _pick("sku0", 1000), 1000, "sku-"),
     ("/order/items/1", _pick("sku1", 1000), 1000, "sku-"),
+    # The last element's second row, which `[-1]` reads (collector/index/fields.py).
+    ("/order/items/~-1", _pick("sku1", 1000), 1000, "sku-"),
     ("/model", _pick("model", 6), 6, "model-"),
     ("/flags/0", _pick("flag", 10), 10, "flag-"),
 ]
@@ -298,11 +303,11 @@ def _insert_rows(
 ) -> None:
     parent = pointer.rpartition("/")[0]
     conn.execute(
-        "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
-        f" str, bool_val, is_final, path) SELECT r.run_key, ?, ?, ?, {num},"
+        "INSERT INTO field_values (run_key, parent_shape_key, parent_key, path_key, kind, num,"
+        f" str_key, str, bool_val, is_final, path) SELECT r.run_key, ?, ?, ?, ?, {num},"
         f" {str_key},"
         f" {text}, {flag}, {is_final}, ? FROM runs r{tail}",
-        [key64(parent), key64(pointer), kind, pointer],
+        [key64(shape_of(parent)), key64(parent), key64(pointer), kind, pointer],
     )
 
 
@@ -669,6 +674,14 @@ def main() -> None:
             eligible = [
                 time_ms(search(store, "refund.eligible = true", True)) for _ in range(10)
             ]
+            # One element's path, any element's, and the last's, for the same values.
+            elements = {
+                step: [
+                    time_ms(search(store, f'order.items[{step}] = "sku-{n:07d}"', True))
+                    for n in range(0, 1000, 100)
+                ]
+                for step in ("1", "*", "-1")
+            }
             longest = [
                 time_ms(sorted_page(store, {"sort": "-duration"})) for _ in range(10)
             ]
@@ -701,6 +714,9 @@ def main() -> None:
         ("final equality, no hit p50", percentile(misses, 0.5), None),
         ("refund.eligible = true p50", percentile(eligible, 0.5), None),
         ("ever range p50", percentile(ever_range, 0.5), TARGET_EVER_P50_MS),
+        ('order.items[1] = "sku-.." p50', percentile(elements["1"], 0.5), None),
+        ('  same, order.items[*]', percentile(elements["*"], 0.5), None),
+        ('  same, order.items[-1]', percentile(elements["-1"], 0.5), None),
         ("sort=-duration p50", percentile(longest, 0.5), None),
         ("  same, refund.eligible = true", percentile(longest_eligible, 0.5), None),
         ("page values + empty-result hints", percentile(extras, 0.5), None),

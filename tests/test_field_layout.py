@@ -133,11 +133,12 @@ def _ballast(store: Store, rows: int, run_keys: int = 1) -> None:
     """
     with store._cursor() as cursor:
         cursor.execute(
-            "INSERT INTO field_values (run_key, parent_key, path_key, kind, num, str_key,"
-            " str, bool_val, is_final, path)"
+            "INSERT INTO field_values (run_key, parent_shape_key, parent_key, path_key, kind,"
+            " num, str_key, str, bool_val, is_final, path)"
             " SELECT (SELECT run_key FROM executions WHERE run_id = 'run-0')"
             " + (i * ? // ?) * 1000000,"
-            " i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false, '/n'"
+            " i % 1000, i % 1000, (hash(i) >> 1)::BIGINT, 'number', i, NULL, NULL, NULL, false,"
+            " '/n'"
             " FROM range(?) r(i)",
             [run_keys, rows, rows],
         )

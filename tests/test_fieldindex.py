@@ -32,6 +32,8 @@ def test_index_rows_flattens_every_node_of_the_final_state() -> None:
         FieldRow("/tags", "", "array", None, None, None, True),
         FieldRow("/tags/0", "/tags", "string", None, "a", None, True),
         FieldRow("/tags/1", "/tags", "null", None, None, None, True),
+        # The last element again, as `tags[-1]` reads it.
+        FieldRow("/tags/~-1", "/tags", "null", None, None, None, True),
         FieldRow("/n", "", "number", 3.0, None, None, True),
     }
 

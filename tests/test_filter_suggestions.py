@@ -100,12 +100,13 @@ def test_field_paths_are_the_stored_runs_paths_narrowed_to_a_workflow(
     # Linear's fields and Loop's, each with the kinds it held and how many runs had it.
     assert paths["profile.address.city"] == {
         "path": "profile.address.city", "pointer": "/profile/address/city",
-        "kinds": ["string"], "runs": 2,
+        "kinds": ["string"], "runs": 2, "workflows": ["Linear Workflow"],
     }
     assert paths['metadata."extra/key~"']["pointer"] == "/metadata/extra~1key~0"
     assert {"title", "verdict", HOSTILE_LABEL} <= set(paths)
     assert "" not in {p["pointer"] for p in everything["paths"]}  # not the whole state
 
+    assert paths["verdict"]["workflows"] == ["Loop Workflow"]
     loop = suggesting.json("/api/fields", workflow="Loop Workflow")
     assert loop["sampled_runs"] == 1 and loop["workflow"] == "Loop Workflow"
     assert "verdict" in {p["path"] for p in loop["paths"]}
@@ -151,10 +152,14 @@ def test_filter_help_names_real_paths_and_a_working_example(suggesting: Suggesti
     assert "done = true" in help_text  # a flag that runs ended with, as the example
     fields = _text(_between(page, '<p id="where-fields"', "</p>"))
     assert "Fields of the newest 3 runs:" in fields and "profile.address.city" in fields
-    # Named fields before array elements, which would crowd them out.
+    # Array elements as one `[*]` path each, so they do not crowd out named fields.
     assert "items[0]" not in fields
     options = _options(page)
-    assert {"title", "profile.address.city", "items[0]", HOSTILE_LABEL} <= set(options)
+    assert {"title", "profile.address.city", "items[*]", HOSTILE_LABEL} <= set(options)
+    assert "items[0]" not in options
+    # Of two workflows' runs, each path says whose it is.
+    assert '<option value="verdict" label="string · Loop Workflow"' in page
+    assert '<option value="title" label="string · Linear Workflow"' in page
     assert 'list="where-paths"' in page
 
     # Narrowed by the workflow facet: the help and the suggestions are Loop's.

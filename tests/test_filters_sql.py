@@ -199,10 +199,10 @@ def test_a_row_filed_under_a_colliding_parent_key_is_no_child(
     _add_execution(conn, "collided")
     insert_field_rows(conn, [index_rows("collided", ABSENT, {"tags": ["us"]})])
     conn.execute(
-        "INSERT INTO field_values (run_key, parent_key, path_key, kind, str_key, str, is_final,"
-        " path) SELECT run_key, ?, ?, 'string', ?, 'eu', TRUE, '/tags/0/x' FROM executions"
-        " WHERE run_id = 'collided'",
-        [key64("/tags"), key64("/tags/0/x"), key64("eu")],
+        "INSERT INTO field_values (run_key, parent_shape_key, parent_key, path_key, kind,"
+        " str_key, str, is_final, path) SELECT run_key, ?, ?, ?, 'string', ?, 'eu', TRUE,"
+        " '/tags/0/x' FROM executions WHERE run_id = 'collided'",
+        [key64("/tags"), key64("/tags"), key64("/tags/0/x"), key64("eu")],
     )
     _add_execution(conn, "slashed")
     insert_field_rows(conn, [index_rows("slashed", ABSENT, {"tags": {"e/u": "eu"}})])

@@ -222,7 +222,8 @@ def test_field_index_reads_each_moved_element_once_per_patch() -> None:
     counting = _CountingNodes()
     touched.nodes = counting
     touched(ops, changed_paths(ops), {"nums": list(range(size))})
-    assert counting.added == size
+    assert counting.added == size + 1  # and the last element once more, as nums[-1]
+    assert ("/nums/~-1", "/nums", "number", size - 1.0, None, None) in counting.keys
     assert {key[0] for key in counting.keys} >= {f"/nums/{i}" for i in range(size)}
 
 

@@ -11,7 +11,7 @@ from support.servers import fixture_requests
 
 from collector.encode import span_bytes
 from collector.encode.exports import batch_from_export
-from collector.index.fields import ABSENT, index_rows
+from collector.index.fields import ABSENT, JsonValue, index_rows
 from collector.index.query import parse_query
 from collector.store import Store, migrations
 from collector.store.filters import compile_filter, key64
@@ -426,5 +426,56 @@ def test_chunk_pieces_migration_cuts_stored_chunks_and_keeps_their_spans_readabl
         assert connection.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'span_chunks'"
         ).fetchone() == (0,)
+    finally:
+        connection.close()
+
+
+def test_shape_keys_migration_lets_old_rows_answer_any_element_filters(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    _file_before(path, "m020_field_index_shape_keys")
+    connection = duckdb.connect(str(path))
+    try:
+        # old-a's items as that release indexed them: no second row of the last element.
+        state: JsonValue = {"items": [{"sku": "laser"}, {"sku": "toner"}], "grid": [[1, 2], [3]]}
+        for row in index_rows("old-a", ABSENT, state).rows:
+            if "~-1" not in row.path:
+                connection.execute(
+                    "INSERT INTO field_values (run_key, parent_key, path_key, kind, num,"
+                    " str_key, str, is_final, path) SELECT run_key, ?, ?, ?, ?, ?, ?, ?, ?"
+                    " FROM executions WHERE run_id = 'old-a'",
+                    [key64(row.parent), key64(row.path), row.kind, row.num,
+                     None if row.text is None else key64(row.text), row.text, row.is_final,
+                     row.path],
+                )
+        connection.execute("UPDATE execution_replays SET replayed_unix_nano = 5")
+        connection.execute("UPDATE field_index_layout SET sorted_rows = 7, appended_rows = 3")
+    finally:
+        connection.close()
+
+    Store(path).close()
+
+    connection = duckdb.connect(str(path))
+    try:
+        assert connection.execute(
+            "SELECT count(*) FROM field_values WHERE parent_shape_key IS NULL"
+        ).fetchall() == [(0,)]
+        for query, expected in (
+            ('items[*].sku = "laser"', [("old-a",)]),
+            ('items[*].sku != "laser"', [("old-a",)]),
+            ("grid[*][*] = 3", [("old-a",)]),
+            ("grid[1][0] = 3", [("old-a",)]),
+            ("attempts > 2", [("old-b",)]),
+        ):
+            where, params = compile_filter(parse_query(query))
+            found = connection.execute(
+                f"SELECT e.run_id FROM executions e WHERE {where} ORDER BY e.run_id", params
+            ).fetchall()
+            assert found == expected, query
+        # Every run is replayed again (its rows then gain what `[-1]` reads), and the
+        # next rewrite sorts the index by the new key.
+        assert connection.execute(
+            "SELECT replayed_unix_nano FROM execution_replays"
+        ).fetchall() == [(0,)]
+        assert connection.execute("SELECT * FROM field_index_layout").fetchall() == [(0, 10)]
     finally:
         connection.close()

@@ -15,7 +15,9 @@ from collector.index.query import (
     parse_query,
 )
 from collector.index.query_ast import (
+    ANY,
     KEYWORDS,
+    LAST,
     And,
     Compare,
     CompareOp,
@@ -27,6 +29,7 @@ from collector.index.query_ast import (
     Scalar,
     Scope,
     format_query,
+    pattern_path,
 )
 
 
@@ -140,7 +143,9 @@ def test_parse_query_keeps_injection_text_as_a_plain_value() -> None:
         ("a = 1e999", 4, "out of range"),
         ("/a~2 = 1", 2, "~0"),
         ("a. = 1", 3, "field name"),
-        ("a[-1] = 1", 2, "array index"),
+        ("a[-2] = 1", 2, "only [-1]"),
+        ("a[x] = 1", 2, "array index"),
+        ("a.* = 1", 2, "[*]"),
         ('a = "open', 4, "unterminated"),
         ('a = "\\x"', 5, "escape"),
         ('a = "\\ud800"', 4, "surrogate"),
@@ -200,6 +205,8 @@ _NAMES = st.one_of(
     st.sampled_from(["a", "refund", "eligible", "x_1", "user-id", *sorted(KEYWORDS)]),
     st.from_regex(r"[0-9]{1,3}", fullmatch=True),
     st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), max_size=6),
+    st.sampled_from(["*", "-1", "~*", "~-1"]),  # names spelled like wildcards are names
+    st.sampled_from([ANY, LAST]),
 )
 _PATHS = st.builds(Path, st.lists(_NAMES, min_size=1, max_size=4).map(tuple))
 _SCOPES = st.sampled_from(["final", "ever"])
@@ -240,6 +247,54 @@ _EXPRESSIONS: st.SearchStrategy[Expr] = st.recursive(
 @settings(max_examples=300)
 def test_format_query_round_trips_through_parse(expr: Expr) -> None:
     assert parse_query(format_query(expr)) == expr
+
+
+@given(_PATHS)
+def test_a_paths_pointer_round_trips_through_its_parser(path: Path) -> None:
+    assert pattern_path(path.pointer) == path
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens", "printed"),
+    [
+        ('items[*].sku = "laser"', ("items", ANY, "sku"), 'items[*].sku = "laser"'),
+        ('ever messages[-1].role = "tool"', ("messages", LAST, "role"),
+         'ever messages[-1].role = "tool"'),
+        ("a[*][*].b[-1] != 3", ("a", ANY, ANY, "b", LAST), "a[*][*].b[-1] != 3"),
+        ("[*] exists", (ANY,), "[*] exists"),
+        ("/items/~*/sku missing", ("items", ANY, "sku"), "items[*].sku missing"),
+        ("/log/~-1 = 1", ("log", LAST), "log[-1] = 1"),
+        # A member named like a wildcard is a member: quoted, or a pointer token.
+        ('items."*" = 1', ("items", "*"), 'items."*" = 1'),
+        ("/items/*/-1 = 1", ("items", "*", "-1"), 'items."*"."-1" = 1'),
+        ('/k/~0-1 = 1', ("k", "~-1"), 'k."~-1" = 1'),
+    ],
+)
+def test_wildcards_parse_and_print_back(
+    text: str, tokens: tuple[object, ...], printed: str
+) -> None:
+    expr = parse_query(text)
+    assert isinstance(expr, Compare | Presence)
+    assert expr.path.tokens == tokens
+    assert format_query(expr) == printed
+    assert parse_query(printed) == expr
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "fragment"),
+    [
+        ("items[-2].sku = 1", 6, "did you mean [-1] or [*]?"),
+        ("items[**] = 1", 7, "expected ']'"),
+        ("items.*.sku = 1", 6, "written in brackets: [*]"),
+        ("items[*.sku = 1", 7, "expected ']'"),
+        ("/items/~*x = 1", 7, "'~*' is any element"),
+        ("/items/~-2 = 1", 7, "'~-1' the last"),
+    ],
+)
+def test_malformed_wildcards_point_at_the_problem(text: str, position: int, fragment: str) -> None:
+    error = _error(text)
+    assert error.position == position
+    assert fragment in error.message
 
 
 _GRAMMAR_PIECES = st.sampled_from(

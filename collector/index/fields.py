@@ -8,6 +8,8 @@ Invariants:
 - One row per distinct (path, kind, value) in the whole history, `is_final` when it
   is a node of the final state; every node but the root is a row (containers too,
   valueless, so `exists` works on them).
+- The last element of every non-empty array is a row twice: at its index and at
+  LAST_TOKEN (`/messages/~-1/role`), so `messages[-1]` is read like a key.
 - Intermediate states are never flattened whole: the start plus each touched subtree
   sees every (path, value) the history held.
 - Every string encodes as UTF-8 (a lone surrogate becomes its escape, `_clean`).
@@ -20,6 +22,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from itertools import chain
 from typing import Any, Final, Literal, TypeAlias
 
 from collector.replay.jsondoc import escape_token
@@ -29,6 +32,9 @@ Kind: TypeAlias = Literal["null", "bool", "number", "string", "object", "array"]
 
 MAX_ROWS: Final = 50_000
 """Default cap on rows per execution; beyond it the index is marked truncated."""
+
+LAST_TOKEN: Final = "~-1"
+"""The pointer token of an array's last element's second row (query_ast.Wildcard.LAST)."""
 
 
 class Absent(Enum):
@@ -149,7 +155,7 @@ class Nodes:
         if pointer and not self._keep(_key(pointer, pointer.rpartition("/")[0], value)):
             return
         if type(value) is list:
-            self._add_children(enumerate(value), pointer, True)
+            self._add_children(_elements(value), pointer, True)
         elif type(value) is dict:
             self._add_children(iter(value.items()), pointer, False)
 
@@ -204,7 +210,7 @@ class Nodes:
                     # Descend: this container's children come before its next sibling.
                     stack.append((children, parent, in_array))
                     in_array = kind is list
-                    children = enumerate(child) if in_array else iter(child.items())
+                    children = _elements(child) if in_array else iter(child.items())
                     parent = path
                     break
                 else:
@@ -232,6 +238,13 @@ class Nodes:
                 return False
             self.keys[key] = None
         return True
+
+
+def _elements(array: list[Any]) -> Iterator[tuple[Any, Any]]:
+    """An array's (index, element) pairs, then its last element again as LAST_TOKEN."""
+    if not array:
+        return iter(())
+    return chain(enumerate(array), ((LAST_TOKEN, array[-1]),))
 
 
 def _exact(value: JsonValue) -> JsonValue:

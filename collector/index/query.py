@@ -18,14 +18,17 @@ Grammar (lowest precedence first)::
     primary    := "(" or ")" | comparison
     comparison := ["final" | "ever"] path (OP value | "contains" value | "exists" | "missing")
     path       := pointer | head tail*
-    head       := identifier | string | "[" index "]"
-    tail       := "." (identifier | keyword | string) | "[" index "]"
+    head       := identifier | string | "[" step "]"
+    tail       := "." (identifier | keyword | string) | "[" step "]"
+    step       := index | "*" | "-1"
     OP         := "=" | "!=" | "<" | "<=" | ">" | ">="
     value      := JSON literal: true | false | null | number | "string"
 
 `final` (the default) looks at the end state; `ever` at every state the
 execution's history passed through. `a.b[0]`, `a."b.c"` and `/a/b~1c/0` are
-all paths; each becomes a tuple of RFC 6901 reference tokens.
+all paths; each becomes a tuple of RFC 6901 reference tokens. `[*]` (any
+element) and `[-1]` (the last) become `Wildcard` tokens, and so do `~*` and
+`~-1` in a pointer (which RFC 6901 leaves unused).
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from collector.index.query_ast import (
+    ANY,
     IDENTIFIER,
     INDEX,
     KEYWORDS,
+    LAST,
     And,
     Compare,
     CompareOp,
@@ -46,12 +51,13 @@ from collector.index.query_ast import (
     Not,
     Or,
     Path,
+    PathToken,
     Presence,
     Scalar,
     Scope,
     literal,
+    pattern_path,
 )
-from collector.replay.jsondoc import pointer_parts
 
 MAX_QUERY_LENGTH: Final = 4096
 """Longest accepted query text, in characters."""
@@ -64,7 +70,7 @@ MAX_COMPARISONS: Final = 64
 
 
 TokenKind: TypeAlias = Literal[
-    "(", ")", "[", "]", ".", "op", "word", "string", "number", "pointer", "eof"
+    "(", ")", "[", "]", ".", "*", "op", "word", "string", "number", "pointer", "eof"
 ]
 
 
@@ -73,10 +79,12 @@ ORDERING_OPS: Final[frozenset[str]] = frozenset({"<", "<=", ">", ">="})
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _WORD = re.compile(r"[\w-]+")
 _POINTER = re.compile(r"/[^\s()=!<>\"']*")
-_BAD_POINTER_ESCAPE = re.compile(r"~(?![01])")
+_BAD_POINTER_ESCAPE = re.compile(r"~(?![01]|\*(?:/|$)|-1(?:/|$))")
 _WHITESPACE = frozenset(" \t\r\n")
 _STRING_ESCAPES = frozenset('"\\/bfnrtu')
-_PUNCTUATION: Final[dict[str, TokenKind]] = {"(": "(", ")": ")", "[": "[", "]": "]", ".": "."}
+_PUNCTUATION: Final[dict[str, TokenKind]] = {
+    "(": "(", ")": ")", "[": "[", "]": "]", ".": ".", "*": "*"
+}
 
 
 class QueryError(ValueError):
@@ -291,7 +299,9 @@ def _pointer(text: str, i: int) -> Token:
     bad = _BAD_POINTER_ESCAPE.search(match.group())
     if bad is not None:
         raise QueryError(
-            "in a JSON pointer '~' must be written '~0' and '/' as '~1'", i + bad.start()
+            "in a JSON pointer '~' must be written '~0' and '/' as '~1' ('~*' is any "
+            "element, '~-1' the last)",
+            i + bad.start(),
         )
     return Token("pointer", match.group(), i)
 
@@ -412,7 +422,7 @@ class _Parser:
         token = self._advance()
         if token.kind == "pointer":
             # The lexer has checked its escapes, so this cannot fail.
-            return Path(pointer_parts(token.text))
+            return pattern_path(token.text)
         if token.kind == "word" and token.text in KEYWORDS and not allow_keyword:
             raise QueryError(
                 f"expected a field path, found the keyword '{token.text}'; to use it as a "
@@ -421,7 +431,7 @@ class _Parser:
             )
         if token.kind == "eof":
             raise QueryError("expected a field path, e.g. refund.eligible", token.position)
-        tokens = [self._segment(token, after_dot=False)]
+        tokens: list[PathToken] = [self._segment(token, after_dot=False)]
         while self._peek().kind in (".", "["):
             separator = self._advance()
             if separator.kind == "[":
@@ -430,13 +440,17 @@ class _Parser:
                 tokens.append(self._segment(self._advance(), after_dot=True))
         return Path(tuple(tokens))
 
-    def _segment(self, token: Token, *, after_dot: bool) -> str:
+    def _segment(self, token: Token, *, after_dot: bool) -> PathToken:
         if token.kind == "string":
             return token.value
         if token.kind == "[" and not after_dot:
             return self._index_segment()
         if token.kind == "word" and IDENTIFIER.fullmatch(token.text):
             return token.text
+        if token.kind == "*":
+            raise QueryError(
+                "any element is written in brackets: [*], e.g. items[*].sku", token.position
+            )
         where = " after '.'" if after_dot else ""
         raise QueryError(
             f"expected a field name{where}, found {_describe(token)}; quote names that are "
@@ -444,15 +458,34 @@ class _Parser:
             token.position,
         )
 
-    def _index_segment(self) -> str:
-        """An index after its '[' (already read): the digits and the closing ']'."""
+    def _index_segment(self) -> PathToken:
+        """An index after its '[' (already read): digits, `*` or `-1`, and the closing ']'."""
         token = self._advance()
-        if token.kind != "number" or not INDEX.fullmatch(token.text):
-            raise QueryError("expected an array index (0, 1, 2, ...) inside '[ ]'", token.position)
+        step: PathToken
+        if token.kind == "*":
+            step = ANY
+        elif token.text == "-1":
+            step = LAST
+        elif token.kind == "number" and token.text.startswith("-") and INDEX.fullmatch(
+            token.text[1:]
+        ):
+            raise QueryError(
+                f"only [-1] (the last element) counts from the end; did you mean [-1] or "
+                f"[*]? ([{token.text}] is not supported)",
+                token.position,
+            )
+        elif token.kind != "number" or not INDEX.fullmatch(token.text):
+            raise QueryError(
+                "expected an array index inside '[ ]': 0, 1, 2, ..., * (any element) or "
+                "-1 (the last)",
+                token.position,
+            )
+        else:
+            step = token.text
         closing = self._advance()
         if closing.kind != "]":
             raise QueryError("expected ']'", closing.position)
-        return token.text
+        return step
 
     def _value(self, op: Token) -> Scalar:
         token = self._advance()

@@ -13,9 +13,10 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Final, Literal, TypeAlias
 
-from collector.replay.jsondoc import pointer_text
+from collector.replay.jsondoc import escape_token, unescape_token
 
 Scope: TypeAlias = Literal["final", "ever"]
 CompareOp: TypeAlias = Literal["=", "!=", "<", "<=", ">", ">=", "contains"]
@@ -31,20 +32,55 @@ INDEX: Final = re.compile(r"0|[1-9][0-9]*")
 C1_CONTROLS: Final = re.compile("[\x7f-\x9f]")
 
 
+class Wildcard(Enum):
+    """A path step that names no one element: `[*]` any element, `[-1]` the last.
+
+    In a pointer they are written `~*` and `~-1`: RFC 6901 lets `~` stand only
+    before `0` or `1`, so no escaped member name is spelled like them. The
+    field index stores each array's last element a second time under `~-1`
+    (collector/index/fields.py), so `[-1]` names rows as a key does.
+    """
+
+    ANY = "~*"
+    LAST = "~-1"
+
+
+PathToken: TypeAlias = str | Wildcard
+ANY: Final = Wildcard.ANY
+LAST: Final = Wildcard.LAST
+
+
 @dataclass(frozen=True, slots=True)
 class Path:
-    """A location in a JSON document as RFC 6901 reference tokens (unescaped)."""
+    """A location in a JSON document as RFC 6901 reference tokens (unescaped), or a
+    pattern of them when a token is a `Wildcard`."""
 
-    tokens: tuple[str, ...]
+    tokens: tuple[PathToken, ...]
 
     @property
     def pointer(self) -> str:
-        """The RFC 6901 pointer, e.g. `("a/b", "0")` -> `/a~1b/0`."""
-        return pointer_text(self.tokens)
+        """The RFC 6901 pointer, e.g. `("a/b", "0")` -> `/a~1b/0`; wildcards as `~*`, `~-1`."""
+        return "".join(
+            "/" + (token.value if isinstance(token, Wildcard) else escape_token(token))
+            for token in self.tokens
+        )
 
     @property
     def parent(self) -> Path:
         return Path(self.tokens[:-1])
+
+    @property
+    def is_pattern(self) -> bool:
+        """Whether the path has an `[*]`, so it may name many nodes of one state."""
+        return ANY in self.tokens
+
+    @property
+    def concrete_prefix(self) -> Path:
+        """The longest leading part naming one real node: no wildcard of either kind."""
+        for position, token in enumerate(self.tokens):
+            if isinstance(token, Wildcard):
+                return Path(self.tokens[:position])
+        return self
 
     def __str__(self) -> str:
         return format_path(self)
@@ -143,7 +179,9 @@ def format_path(path: Path) -> str:
     """Dotted form: identifiers bare, indices as `[n]`, anything else quoted."""
     parts: list[str] = []
     for position, token in enumerate(path.tokens):
-        if INDEX.fullmatch(token):
+        if isinstance(token, Wildcard):
+            parts.append("[*]" if token is ANY else "[-1]")
+        elif INDEX.fullmatch(token):
             parts.append(f"[{token}]")
         elif IDENTIFIER.fullmatch(token) and (position > 0 or token not in KEYWORDS):
             parts.append(token if position == 0 else f".{token}")
@@ -151,6 +189,39 @@ def format_path(path: Path) -> str:
             quoted = literal(token)
             parts.append(quoted if position == 0 else f".{quoted}")
     return "".join(parts)
+
+
+def pattern_path(pointer: str) -> Path:
+    """The path a pointer names, with `~*` and `~-1` read as wildcards (see `Wildcard`).
+
+    The inverse of `Path.pointer`; ValueError for a malformed pointer.
+    """
+    if pointer == "":
+        return Path(())
+    if not pointer.startswith("/"):
+        raise ValueError(f"JSON pointer {pointer!r} must be empty or start with '/'")
+    tokens: list[PathToken] = []
+    for token in pointer[1:].split("/"):
+        if token in _WILDCARDS:
+            tokens.append(_WILDCARDS[token])
+        elif "~" in token.replace("~0", "").replace("~1", ""):
+            raise ValueError(f"JSON pointer {pointer!r} has an invalid '~' escape")
+        else:
+            tokens.append(unescape_token(token))
+    return Path(tuple(tokens))
+
+
+_WILDCARDS: Final[dict[str, Wildcard]] = {w.value: w for w in Wildcard}
+_INDEX_TOKEN: Final = re.compile(r"(?<=/)(?:0|[1-9][0-9]*)(?=/|$)")
+
+
+def shape_of(pointer: str) -> str:
+    """`pointer` with every index token written `~*`: the pattern of its `[*]` paths.
+
+    A token spelled like an index is one whether its container is an array or
+    an object (the index does not record which), as `x[0]` and `x."0"` match alike.
+    """
+    return _INDEX_TOKEN.sub(ANY.value, pointer)
 
 
 def _format_scalar(value: Scalar) -> str:

@@ -468,6 +468,11 @@ class Store:
     ) -> dict[tuple[str, str], filters.FieldValue]:
         return self._read(lambda cursor: filters.final_values(cursor, run_ids, paths))
 
+    def final_matches(
+        self, run_ids: Sequence[str], pattern: FieldPath, first: int
+    ) -> dict[str, filters.Matches]:
+        return self._read(lambda cursor: filters.final_matches(cursor, run_ids, pattern, first))
+
     def field_kinds(self, path: FieldPath) -> set[str]:
         return self._read(lambda cursor: filters.kinds_at(cursor, path))
 
@@ -480,7 +485,7 @@ class Store:
         """The end-state paths of the newest runs (of `workflow`): (runs sampled, paths)."""
         def statement(cursor: _Cursor) -> tuple[int, list[field_catalog.PathCount]]:
             keys = field_catalog.sample_run_keys(cursor, workflow)
-            return len(keys), field_catalog.paths_in(cursor, keys)
+            return len(keys), field_catalog.paths_in(cursor, keys, workflow=workflow)
 
         return self._read(statement)
 

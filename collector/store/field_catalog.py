@@ -15,8 +15,8 @@ from typing import Final
 
 import duckdb
 
-from collector.index.query_ast import Path
-from collector.store.filters import TABLE, FieldValue, key64
+from collector.index.query_ast import ANY, LAST, Path
+from collector.store.filters import TABLE, FieldValue, at_path
 
 # The newest runs asked.
 SAMPLE_RUNS: Final = 200
@@ -34,13 +34,21 @@ MAX_VALUE_CHARS: Final = 120
 _IN_SAMPLE: Final = "v.run_key BETWEEN ? AND ? AND v.run_key IN ({keys})"
 
 
+# A pointer with each index token written `~*` (query_ast.shape_of), in SQL:
+# two passes, as one leaves every other token of a run like `/0/1/2`.
+_SHAPE_ONCE: Final = "regexp_replace({}, '/(0|[1-9][0-9]*)(/|$)', '/{any}\\2', 'g')"
+_SHAPE_SQL: Final = _SHAPE_ONCE.format(_SHAPE_ONCE.format("v.path", any=ANY.value), any=ANY.value)
+
+
 @dataclass(frozen=True, slots=True)
 class PathCount:
-    """A path some sampled end state has: its JSON kinds and in how many of those runs."""
+    """A path some sampled end state has (index tokens collapsed to `~*`, as `[*]`
+    writes them): its JSON kinds, in how many of those runs, and of which workflows."""
 
     pointer: str
     kinds: tuple[str, ...]
     runs: int
+    workflows: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,28 +87,48 @@ def sample_run_keys(
 
 
 def paths_in(
-    cursor: duckdb.DuckDBPyConnection, run_keys: list[int], limit: int = MAX_PATHS
+    cursor: duckdb.DuckDBPyConnection,
+    run_keys: list[int],
+    limit: int = MAX_PATHS,
+    workflow: str | None = None,
 ) -> list[PathCount]:
-    """The end-state paths of these runs (the root left out), most common first.
+    """The end-state paths of these runs (the root left out), most common first, each
+    array index collapsed to `~*` (`items[0].sku` and `items[1].sku` are `items[*].sku`),
+    and the second rows of last elements (`~-1`) left out.
 
+    Each names the workflows of the runs that have it: `workflow` alone when the
+    runs are that workflow's (the join that finds them doubled this query's time).
     Up to `limit` + 1 are returned, so a caller can tell there were more.
     """
     if not run_keys:
         return []
     keys = ", ".join("?" for _ in run_keys)
+    sample = _IN_SAMPLE.format(keys=keys)
+    bounds: list[object] = [min(run_keys), max(run_keys), *run_keys]
+    named, join = "[?]", ""
+    join_params: list[object] = [workflow or ""]
+    if workflow is None:
+        named = "list(DISTINCT e.name ORDER BY e.name)"
+        join = (
+            "JOIN (SELECT run_key, coalesce(name, '') AS name FROM executions v "
+            f"WHERE {sample}) e ON e.run_key = v.run_key "
+        )
+        join_params = bounds
     rows = cursor.execute(
-        f"SELECT v.path, list(DISTINCT v.kind ORDER BY v.kind), count(DISTINCT v.run_key) AS n "
-        f"FROM {TABLE} v WHERE {_IN_SAMPLE.format(keys=keys)} AND v.is_final AND v.path <> '' "
-        "GROUP BY v.path ORDER BY n DESC, v.path LIMIT ?",
-        [min(run_keys), max(run_keys), *run_keys, limit + 1],
+        f"SELECT {_SHAPE_SQL} AS shape, list(DISTINCT v.kind ORDER BY v.kind),"
+        f" count(DISTINCT v.run_key) AS n, {named} FROM {TABLE} v {join}"
+        f"WHERE {sample} AND v.is_final AND v.path <> '' "
+        "AND NOT contains(v.path, ?) GROUP BY shape ORDER BY n DESC, shape LIMIT ?",
+        [*join_params, *bounds, f"/{LAST.value}", limit + 1],
     ).fetchall()
-    return [PathCount(row[0], tuple(row[1]), int(row[2])) for row in rows]
+    return [PathCount(row[0], tuple(row[1]), int(row[2]), tuple(row[3])) for row in rows]
 
 
 def values_at(
     cursor: duckdb.DuckDBPyConnection, path: Path, run_keys: list[int], limit: int = MAX_VALUES
 ) -> list[ValueCount]:
-    """The commonest scalar end values of `path` in these runs.
+    """The commonest scalar end values of `path` (of the paths it matches) in these runs,
+    each with the number of runs that ended with it there.
 
     Strings longer than MAX_VALUE_CHARS and numbers JSON cannot write (NaN) are left out.
 
@@ -110,15 +138,15 @@ def values_at(
     if not run_keys:
         return []
     keys = ", ".join("?" for _ in run_keys)
+    at, at_params = at_path(path)
     rows = cursor.execute(
-        f"SELECT v.kind, v.num, v.str, v.bool_val, count(*) AS n FROM {TABLE} v "
-        "WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
+        f"SELECT v.kind, v.num, v.str, v.bool_val, count(DISTINCT v.run_key) AS n FROM {TABLE} v "
+        f"WHERE {at} AND v.is_final "
         "AND v.kind IN ('string', 'number', 'bool', 'null') "
         "AND (v.str IS NULL OR length(v.str) <= ?) AND (v.num IS NULL OR isfinite(v.num)) "
         f"AND {_IN_SAMPLE.format(keys=keys)} "
         "GROUP BY ALL ORDER BY n DESC, v.kind, v.num, v.str LIMIT ?",
-        [key64(path.parent.pointer), key64(path.pointer), path.pointer, MAX_VALUE_CHARS,
-         min(run_keys), max(run_keys), *run_keys, limit],
+        [*at_params, MAX_VALUE_CHARS, min(run_keys), max(run_keys), *run_keys, limit],
     ).fetchall()
     found: list[ValueCount] = []
     for kind, num, text, flag, count in rows:

@@ -75,8 +75,8 @@ TWIN_SUFFIX: Final = "_compacting"
 # ties. Coalesced, never NULL (bounds compare with `=`/`>`): within one path and kind
 # num (or str_key) is set on every row or none, so the order is kept.
 ORDER_KEYS: Final = {
-    TABLE: ("parent_key", "path_key", "kind", "coalesce(num, 0)", "coalesce(str_key, 0)",
-            "coalesce(run_key, 0)"),
+    TABLE: ("parent_shape_key", "parent_key", "path_key", "kind", "coalesce(num, 0)",
+            "coalesce(str_key, 0)", "coalesce(run_key, 0)"),
     RANGES: ("parent_key", "path_key", "coalesce(hi, 0)", "coalesce(run_key, 0)"),
 }
 SORT_KEYS: Final = {TABLE: f"{SORT_KEY}, run_key", RANGES: f"{RANGES_SORT_KEY}, run_key"}

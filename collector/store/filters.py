@@ -15,9 +15,13 @@ Invariants:
   surprises.
 
 Layout, chosen for DuckDB's zone maps (per-row-group min/max): rows are
-written sorted by (parent_key, path_key, kind, num, str_key), where the keys
-are 64-bit BLAKE2b hashes computed here, in Python, of the pointer, the
-parent pointer and the string value. Integer min/max are exact, whereas
+written sorted by (parent_shape_key, parent_key, path_key, kind, num,
+str_key), where the keys are 64-bit BLAKE2b hashes computed here, in Python,
+of the parent pointer's shape (`query_ast.shape_of`: its index tokens
+written `~*`), the parent pointer, the pointer and the string value. A path
+with `[*]` names one parent shape, so it reads the slice of every element's
+rows and matches each row's path against a regular expression; a concrete
+path reads its own slice within that one. Integer min/max are exact, whereas
 DuckDB keeps only an 8-byte prefix of string min/max, which cannot tell
 `/refund/amount` from `/refund/eligible`. An equality filter therefore
 touches one row group or two; a numeric range on one path reads only that
@@ -46,12 +50,20 @@ of any state the history passed through):
   element and some state had an array there" (not necessarily the same state).
 - `exists` / `missing`: a row at the path exists / does not (in scope);
   `ever p missing` means the path never appeared in any state.
+- `[*]` in a path: some element satisfies the comparison (every operator is
+  "some row at a path the pattern matches"), so `items[*].sku != "x"` is
+  "some item's sku is not x" and `not items[*].sku = "x"` is "no item's is";
+  `items[*].sku missing` is "no item has a sku". `[-1]` reads the rows the
+  index keeps for each array's last element (collector/index/fields.py), one
+  concrete path like any other.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, assert_never
 
@@ -60,11 +72,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.index.fields import FieldIndex, NodeKey
-from collector.index.query_ast import And, Compare, Expr, Not, Or, Path, Presence, Scalar, Scope
+from collector.index.query_ast import (
+    ANY,
+    And,
+    Compare,
+    Expr,
+    Not,
+    Or,
+    Path,
+    Presence,
+    Scalar,
+    Scope,
+    Wildcard,
+    shape_of,
+)
+from collector.replay.jsondoc import escape_token
 from collector.store.run_keys import StoredRun, insert_with_run_keys, stored_runs
 
 TABLE: Final = "field_values"
-SORT_COLUMNS: Final = ("parent_key", "path_key", "kind", "num", "str_key")
+SORT_COLUMNS: Final = ("parent_shape_key", "parent_key", "path_key", "kind", "num", "str_key")
 SORT_KEY: Final = ", ".join(SORT_COLUMNS)
 RANGES: Final = "field_ranges"
 # `hi` last: most `ever` ranges are lower bounds (`>=`, `>`), which zone maps
@@ -76,6 +102,7 @@ RANGES_SORT_KEY: Final = ", ".join(RANGES_SORT_COLUMNS)
 _BATCH_SCHEMA: Final = pa.schema(
     [
         ("run_id", pa.string()),
+        ("parent_shape_key", pa.int64()),
         ("parent_key", pa.int64()),
         ("path_key", pa.int64()),
         ("kind", pa.string()),
@@ -159,20 +186,23 @@ def _arrow_batch(indexes: Iterable[FieldIndex]) -> pa.Table:
     arrays = dict(zip(_NODE.names, pa.array(nodes, _NODE).flatten(), strict=True))
     arrays["run_id"] = pa.array(run_ids, pa.string())
     arrays["is_final"] = pa.array(finals, pa.bool_())
+    arrays["parent_shape_key"] = _keys(arrays["parent"], shape_of)
     arrays["parent_key"] = _keys(arrays["parent"])
     arrays["path_key"] = _keys(arrays["path"])
     arrays["str_key"] = _keys(arrays["str"])
     return pa.table([arrays[name] for name in _BATCH_SCHEMA.names], schema=_BATCH_SCHEMA)
 
 
-def _keys(texts: pa.Array) -> pa.Array:
-    """`key64` of each text (null for null), hashing each distinct text once.
+def _keys(texts: pa.Array, transform: Callable[[str], str] = str) -> pa.Array:
+    """`key64` of each (transformed) text (null for null), hashing each distinct text once.
 
     A batch's rows repeat a few hundred paths and values: hashing the distinct
     ones and spreading them with Arrow cost a fraction of one call per row.
     """
     encoded = texts.dictionary_encode()
-    distinct = pa.array([key64(text) for text in encoded.dictionary.to_pylist()], pa.int64())
+    distinct = pa.array(
+        [key64(transform(text)) for text in encoded.dictionary.to_pylist()], pa.int64()
+    )
     return pc.take(distinct, encoded.indices)
 
 
@@ -247,7 +277,7 @@ def _compare(compare: Compare, params: list[object]) -> str:
         case "!=":
             condition, values = _equals(value)
             return _rows_at(path, scope, f"NOT ({condition})", values, params)
-        case "<" | "<=" | ">" | ">=" if scope == "ever" and _is_number(value):
+        case "<" | "<=" | ">" | ">=" if _reads_ranges(compare):
             return _ever_in_range(path, compare.op, _as_float(value), params)
         case "<" | "<=" | ">" | ">=":
             column, kind = ("v.str", "string") if isinstance(value, str) else ("v.num", "number")
@@ -258,6 +288,12 @@ def _compare(compare: Compare, params: list[object]) -> str:
             return _contains(path, scope, value, params)
         case _:
             assert_never(compare.op)
+
+
+def _reads_ranges(compare: Compare) -> bool:
+    """Whether an ordering is answered from `field_ranges`, which keys concrete paths only
+    (an `ever` range on a `[*]` path reads the values of the paths it matches)."""
+    return compare.scope == "ever" and _is_number(compare.value) and not compare.path.is_pattern
 
 
 def _ever_in_range(path: Path, op: Ordering, bound: float, params: list[object]) -> str:
@@ -304,20 +340,25 @@ def _equals(value: Scalar) -> tuple[str, list[object]]:
 def _rows_at(
     path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
 ) -> str:
-    """`e` has a row at exactly `path`, in scope, satisfying `condition`."""
-    pointer, parent = path.pointer, path.parent.pointer
-    params.extend([key64(parent), key64(pointer), pointer, *values])
+    """`e` has a row at `path` (any path it matches), in scope, satisfying `condition`."""
+    at, at_params = at_path(path)
+    params.extend([*at_params, *values])
     return (
-        f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE v.parent_key = ? "
-        f"AND v.path_key = ? AND v.path = ?{_scope_sql(scope)} AND ({condition}))"
+        f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE {at}"
+        f"{_scope_sql(scope)} AND ({condition}))"
     )
 
 
 def _rows_under(
     path: Path, scope: Scope, condition: str, values: list[object], params: list[object]
 ) -> str:
-    """`e` has a direct child of `path`, in scope, satisfying `condition`."""
-    under, under_params = _children_of(path.pointer)
+    """`e` has a direct child of `path` (an element, of any path it matches), in scope,
+    satisfying `condition`.
+
+    For a pattern only elements count: `items[*].tags contains "eu"` must not take an
+    object's member "eu" in one item for the element of another item's array.
+    """
+    under, under_params = _children_of(path, _INDEX_REGEX)
     params.extend([*under_params, *values])
     return (
         f"e.run_key IN (SELECT v.run_key FROM {TABLE} v WHERE {under}"
@@ -325,18 +366,65 @@ def _rows_under(
     )
 
 
-def _children_of(pointer: str) -> tuple[str, list[object]]:
-    """SQL over `v` true exactly where the row's path is a direct child of `pointer`.
+def at_path(path: Path) -> tuple[str, list[object]]:
+    """SQL over `v` true exactly where the row is at `path`, or at a path it matches.
+
+    Led by the parent's shape key, the sort key's first column, so zone maps
+    read only that slice; the exact path (or the pattern) makes the answer exact.
+    """
+    pointer, parent = path.pointer, path.parent.pointer
+    if path.is_pattern:
+        return (
+            "v.parent_shape_key = ? AND regexp_full_match(v.path, ?)",
+            [key64(shape_of(parent)), _path_regex(path.tokens)],
+        )
+    return (
+        "v.parent_shape_key = ? AND v.parent_key = ? AND v.path_key = ? AND v.path = ?",
+        [key64(shape_of(parent)), key64(parent), key64(pointer), pointer],
+    )
+
+
+def _children_of(parent: Path, child_regex: str = "[^/]*") -> tuple[str, list[object]]:
+    """SQL over `v` true exactly where the row's path is a direct child of `parent`
+    (of a path it matches, and then whose last token `child_regex` matches).
 
     A node's parent is its pointer up to the last "/" (RFC 6901 writes a "/"
     inside a key as "~1"), so the index stores no parent column: the hashed
-    key finds the rows, and the prefix test makes the answer exact.
+    keys find the rows, and the prefix test (or the pattern) makes the answer exact.
     """
+    pointer = parent.pointer
+    if parent.is_pattern:
+        return (
+            "v.parent_shape_key = ? AND regexp_full_match(v.path, ?)",
+            [key64(shape_of(pointer)), f"{_path_regex(parent.tokens)}/{child_regex}"],
+        )
     prefix = pointer + "/"
     return (
-        "v.parent_key = ? AND starts_with(v.path, ?) AND NOT contains(substr(v.path, ?), '/')",
-        [key64(pointer), prefix, len(prefix) + 1],
+        "v.parent_shape_key = ? AND v.parent_key = ? AND starts_with(v.path, ?) "
+        "AND NOT contains(substr(v.path, ?), '/')",
+        [key64(shape_of(pointer)), key64(pointer), prefix, len(prefix) + 1],
     )
+
+
+_INDEX_REGEX: Final = "(?:0|[1-9][0-9]*)"
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_]")
+
+
+def _regex_char(c: str) -> str:
+    # Every character but a plain one as a hex escape: no metacharacter reaches RE2.
+    return c if _PLAIN.match(c) else f"\\x{{{ord(c):x}}}"
+
+
+def _path_regex(tokens: tuple[str | Wildcard, ...]) -> str:
+    """An RE2 expression matching the pointers a path pattern names, whole."""
+    parts: list[str] = []
+    for token in tokens:
+        if token is ANY:
+            parts.append(_INDEX_REGEX)
+        else:
+            spelled = token.value if isinstance(token, Wildcard) else escape_token(token)
+            parts.append("".join(_regex_char(c) for c in spelled))
+    return "".join("/" + part for part in parts)
 
 
 def _scope_sql(scope: Scope) -> str:
@@ -386,12 +474,12 @@ def final_values(
     in_keys = ", ".join("?" for _ in keys)
     branch = (
         f"SELECT v.run_key, v.path, v.kind, v.num, v.str, v.bool_val FROM {TABLE} v "
-        f"WHERE v.parent_key = ? AND v.path_key = ? AND v.path = ? AND v.is_final "
-        f"AND v.run_key IN ({in_keys})"
+        f"WHERE v.parent_shape_key = ? AND v.parent_key = ? AND v.path_key = ? AND v.path = ? "
+        f"AND v.is_final AND v.run_key IN ({in_keys})"
     )
     params: list[object] = []
     for path in paths:
-        params.extend([key64(path.parent.pointer), key64(path.pointer), path.pointer, *keys])
+        params.extend([*at_path(path)[1], *keys])
     rows = conn.execute(" UNION ALL ".join(branch for _ in paths), params).fetchall()
     found: dict[tuple[str, str], FieldValue] = {}
     for run_key, pointer, kind, num, text, flag in rows:
@@ -401,20 +489,64 @@ def final_values(
 
 
 def kinds_at(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
-    """The JSON kinds `path` held in any indexed state of any run (empty: never seen)."""
-    rows = conn.execute(
-        f"SELECT DISTINCT kind FROM {TABLE} v WHERE v.parent_key = ? AND v.path_key = ? "
-        "AND v.path = ?",
-        [key64(path.parent.pointer), key64(path.pointer), path.pointer],
-    ).fetchall()
+    """The JSON kinds `path` (or a path it matches) held in any indexed state of any run
+    (empty: never seen)."""
+    at, params = at_path(path)
+    rows = conn.execute(f"SELECT DISTINCT kind FROM {TABLE} v WHERE {at}", params).fetchall()
     return {row[0] for row in rows}
 
 
 def child_paths(conn: duckdb.DuckDBPyConnection, parent: Path, limit: int) -> list[str]:
-    """Up to `limit` distinct pointers directly under `parent`, in any run and state."""
-    under, params = _children_of(parent.pointer)
+    """Up to `limit` distinct pointers directly under `parent` (or a path it matches), in
+    any run and state; the index's second rows of last elements (`~-1`) left out."""
+    under, params = _children_of(parent)
     rows = conn.execute(
-        f"SELECT DISTINCT v.path FROM {TABLE} v WHERE {under} ORDER BY v.path LIMIT ?",
-        [*params, limit],
+        f"SELECT DISTINCT v.path FROM {TABLE} v WHERE {under} AND NOT ends_with(v.path, ?) "
+        "ORDER BY v.path LIMIT ?",
+        [*params, f"/{Wildcard.LAST.value}", limit],
     ).fetchall()
     return [row[0] for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Matches:
+    """A run's end values at the paths a pattern matches: the first few, and how many."""
+
+    first: tuple[FieldValue, ...]
+    count: int
+
+
+def final_matches(
+    conn: duckdb.DuckDBPyConnection, run_ids: Sequence[str], pattern: Path, first: int
+) -> dict[str, Matches]:
+    """Per run, the end values at the paths `pattern` matches (the first `first`, in
+    element order, and their number); a run with none has no entry.
+
+    An array's own preview is the pattern of its elements (`items[*]`).
+    """
+    if not run_ids:
+        return {}
+    at, at_params = at_path(pattern)
+    runs = ", ".join("?" for _ in run_ids)
+    # Shorter pointers first, then by text: elements in index order for one `[*]`.
+    rows = conn.execute(
+        f"""
+        SELECT e.run_id, m.kind, m.num, m.str, m.bool_val, m.n FROM (
+            SELECT v.run_key, v.kind, v.num, v.str, v.bool_val, count(*) OVER w AS n,
+                   row_number() OVER (PARTITION BY v.run_key ORDER BY length(v.path), v.path)
+                       AS k
+            FROM {TABLE} v
+            WHERE {at} AND v.is_final
+              AND v.run_key IN (SELECT run_key FROM executions WHERE run_id IN ({runs}))
+            WINDOW w AS (PARTITION BY v.run_key)
+        ) m JOIN executions e ON e.run_key = m.run_key
+        WHERE m.k <= ? ORDER BY e.run_id, m.k
+        """,
+        [*at_params, *run_ids, first],
+    ).fetchall()
+    found: dict[str, Matches] = {}
+    for run_id, kind, num, text, flag, count in rows:
+        scalar = num if kind == "number" else text if kind == "string" else flag
+        previous = found.get(run_id, Matches((), int(count)))
+        found[run_id] = Matches((*previous.first, (kind, scalar)), int(count))
+    return found

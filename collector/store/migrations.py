@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from collector.encode.documents import packed_column
 from collector.encode.rows import chunk_pieces_table
+from collector.index.query_ast import shape_of
+from collector.store.filters import key64
 from collector.store.transactions import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
@@ -504,25 +506,6 @@ def m018_span_chunk_pieces(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("DROP TABLE span_chunks")
 
 
-# Chunk bytes read at once while m018 cuts them.
-_CUT_SLICE_BYTES = 16 * 1024 * 1024
-
-
-def _slices(sizes: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
-    """(first id, last id) ranges of ascending (id, size) pairs, each of at most `most`
-    bytes (or one id, if that alone is more)."""
-    slices: list[tuple[int, int]] = []
-    total = 0
-    for chunk_id, size in sizes:
-        if slices and total + size <= most:
-            slices[-1] = (slices[-1][0], chunk_id)
-            total += size
-        else:
-            slices.append((chunk_id, chunk_id))
-            total = size
-    return slices
-
-
 @migration
 def m019_state_evidence_convention(connection: duckdb.DuckDBPyConnection) -> None:
     # Runs of the state-evidence convention (docs/convention.md,
@@ -581,3 +564,60 @@ def m019_state_evidence_convention(connection: duckdb.DuckDBPyConnection) -> Non
         )
         """
     )
+
+
+@migration
+def m020_field_index_shape_keys(connection: duckdb.DuckDBPyConnection) -> None:
+    # Filters on `[*]` paths (collector/store/filters.py): each field-index row
+    # gets the key of its parent's shape (its index tokens written `~*`), the
+    # new first column of the index's sort key. Computed per distinct parent
+    # (a few thousand at most, whatever the row count) and spread by a join on
+    # the parent's key. Every run is then marked for a replay (its replay
+    # older than any evidence), which rewrites its rows with the second rows
+    # of last elements that `[-1]` reads; until then its `[*]` and every
+    # existing filter answer from the rows it has. The layout is marked
+    # unsorted so the idle server's next rewrite orders it by the new key.
+    # (The column stays nullable: DuckDB refuses a NOT NULL after an UPDATE of
+    # the table in one transaction; every write sets it.)
+    connection.execute("ALTER TABLE field_values ADD COLUMN parent_shape_key BIGINT")
+    parents = connection.execute(
+        "SELECT DISTINCT parent_key, regexp_extract(path, '^(.*)/[^/]*$', 1) FROM field_values"
+    ).fetchall()
+    shapes = pa.table(
+        {
+            "parent_key": pa.array([key for key, _ in parents], pa.int64()),
+            "shape_key": pa.array([key64(shape_of(parent)) for _, parent in parents], pa.int64()),
+        }
+    )
+    connection.register("_parent_shapes", shapes)
+    try:
+        connection.execute(
+            "UPDATE field_values SET parent_shape_key = s.shape_key FROM _parent_shapes s"
+            " WHERE field_values.parent_key = s.parent_key"
+        )
+    finally:
+        connection.unregister("_parent_shapes")
+    connection.execute(
+        "UPDATE field_index_layout SET appended_rows = appended_rows + sorted_rows,"
+        " sorted_rows = 0"
+    )
+    connection.execute("UPDATE execution_replays SET replayed_unix_nano = 0")
+
+
+# Chunk bytes read at once while m018 cuts them.
+_CUT_SLICE_BYTES = 16 * 1024 * 1024
+
+
+def _slices(sizes: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """(first id, last id) ranges of ascending (id, size) pairs, each of at most `most`
+    bytes (or one id, if that alone is more)."""
+    slices: list[tuple[int, int]] = []
+    total = 0
+    for chunk_id, size in sizes:
+        if slices and total + size <= most:
+            slices[-1] = (slices[-1][0], chunk_id)
+            total += size
+        else:
+            slices.append((chunk_id, chunk_id))
+            total = size
+    return slices

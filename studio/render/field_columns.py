@@ -2,7 +2,8 @@
 
 After "which runs" come "with what value" and "who set it": the list shows each run's
 end value of the filtered paths (as Datasette shows the filtered column), linked to
-its provenance. When nothing matches, the usual cause is a misspelled path or a value
+its provenance; an array, or a `[*]` path, shows its first few values and their count.
+When nothing matches, the usual cause is a misspelled path or a value
 of the wrong type, so the field index is asked what the path holds. No SQL here.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from collector.index.query_ast import (
+    ANY,
     Compare,
     Expr,
     Path,
@@ -23,14 +25,18 @@ from collector.index.query_ast import (
     comparisons,
     format_path,
     paths_of,
+    pattern_path,
 )
-from collector.replay.jsondoc import pointer_parts
 from collector.store import Store
-from collector.store.filters import FieldValue
+from collector.store.filters import FieldValue, Matches
 from collector.store.listing import ExecutionRow
+from studio.render.bounded import cut_line
 
 MAX_COLUMNS: Final = 3
 VALUE_CHARS: Final = 60
+# An array's (or a `[*]` path's) values shown in its cell, each cut to ITEM_CHARS.
+PREVIEW_ITEMS: Final = 3
+ITEM_CHARS: Final = 24
 # Sibling names read to suggest a spelling; a wider object gets no suggestion.
 SIBLINGS_READ: Final = 500
 
@@ -38,7 +44,16 @@ SIBLINGS_READ: Final = 500
 @dataclass(frozen=True, slots=True)
 class ValueColumn:
     label: str  # the path as the filter language writes it
-    pointer: str
+    pointer: str  # `~*` and `~-1` for `[*]` and `[-1]` (query_ast.Wildcard)
+
+    @property
+    def path(self) -> Path:
+        return pattern_path(self.pointer)
+
+    @property
+    def provenance_pointer(self) -> str:
+        """The field whose provenance a cell links to: the path up to its first wildcard."""
+        return self.path.concrete_prefix.pointer
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +88,57 @@ def value_cells(
     found = _end_values(store, rows, columns)
     if found is None:
         return {}
+    previews = _previews(store, rows, columns, found)
     return {
-        row.run_id: tuple(value_cell(found.get((row.run_id, c.pointer))) for c in columns)
+        row.run_id: tuple(
+            _cell(found.get((row.run_id, c.pointer)), previews.get((row.run_id, c.pointer)), c)
+            for c in columns
+        )
         for row in rows
     }
+
+
+def _cell(value: FieldValue | None, preview: Matches | None, column: ValueColumn) -> Cell:
+    if column.path.is_pattern:
+        return Cell("—", "absent") if preview is None else preview_cell(preview, "matches")
+    if value is not None and value[0] == "array":
+        return preview_cell(preview or Matches((), 0), "array")
+    return value_cell(value)
+
+
+def _previews(
+    store: Store,
+    rows: Sequence[ExecutionRow],
+    columns: Sequence[ValueColumn],
+    found: dict[tuple[str, str], FieldValue],
+) -> dict[tuple[str, str], Matches]:
+    """The first values of each `[*]` column and of each array, keyed as `found` is."""
+    previews: dict[tuple[str, str], Matches] = {}
+    for column in columns:
+        path = column.path
+        if path.is_pattern:
+            run_ids = [row.run_id for row in rows]
+        else:
+            run_ids = [
+                row.run_id for row in rows
+                if (found.get((row.run_id, column.pointer)) or ("",))[0] == "array"
+            ]
+            path = Path((*path.tokens, ANY))
+        if run_ids:
+            matches = store.final_matches(run_ids, path, PREVIEW_ITEMS)
+            previews.update(((run_id, column.pointer), m) for run_id, m in matches.items())
+    return previews
+
+
+def preview_cell(matches: Matches, kind: str) -> Cell:
+    """An array's (or a `[*]` path's) first values and their number, on one line:
+    `["horse", "laser", …] 12`; each value cut to ITEM_CHARS, the whole to VALUE_CHARS."""
+    items = [cut_line(value_cell(value).text, ITEM_CHARS) for value in matches.first]
+    more = matches.count > len(items)
+    text = "[" + ", ".join([*items, "…"] if more else items) + "]"
+    if more:
+        text += f" {matches.count:,}"
+    return Cell(cut_line(text, VALUE_CHARS), kind)
 
 
 def value_json(
@@ -84,22 +146,39 @@ def value_json(
 ) -> dict[str, list[dict[str, object]]]:
     """The JSON API's twin of `value_cells`: each run's end values, typed, keyed by run id.
 
-    An object or array is named by its kind only (`value` null): the state API has it whole.
+    An object is named by its kind only (`value` null): the state API has it whole.
+    An array, and a `[*]` path (kind `matches`), adds its first values (`first`:
+    scalars, null for a container) and their number (`count`).
     """
     found = _end_values(store, rows, columns)
     if found is None:
         return {}
+    previews = _previews(store, rows, columns, found)
     answer: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         fields: list[dict[str, object]] = []
         for column in columns:
             value = found.get((row.run_id, column.pointer))
+            preview = previews.get((row.run_id, column.pointer))
+            if column.path.is_pattern:
+                value = None if preview is None else ("matches", None)
             kind, scalar = value if value is not None else ("absent", None)
-            if kind == "number" and isinstance(scalar, float) and exact_integer(scalar):
-                scalar = int(scalar)
-            fields.append({"path": column.pointer, "kind": kind, "value": scalar})
+            field: dict[str, object] = {
+                "path": column.pointer, "kind": kind, "value": _json(scalar)
+            }
+            if kind in ("array", "matches"):
+                shown = preview or Matches((), 0)
+                field["first"] = [_json(v) for _, v in shown.first]
+                field["count"] = shown.count
+            fields.append(field)
         answer[row.run_id] = fields
     return answer
+
+
+def _json(scalar: float | str | bool | None) -> float | str | bool | None:
+    if isinstance(scalar, float) and exact_integer(scalar):
+        return int(scalar)
+    return scalar
 
 
 def _end_values(
@@ -108,8 +187,8 @@ def _end_values(
     """The index's end values of these columns in these runs; None when nothing is asked."""
     if not columns or not rows:
         return None
-    paths = [Path(pointer_parts(column.pointer)) for column in columns]
-    return store.final_values([row.run_id for row in rows], paths)
+    paths = [column.path for column in columns if not column.path.is_pattern]
+    return store.final_values([row.run_id for row in rows], paths) if paths else {}
 
 
 def empty_hints(store: Store, expr: Expr | None, where_text: str) -> tuple[Hint, ...]:
@@ -148,8 +227,13 @@ def _unknown_path(store: Store, path: Path, label: str, where_text: str) -> Hint
         siblings = store.field_children(parent, SIBLINGS_READ)
         if siblings:
             depth = len(parent.tokens)
-            names = [pointer_parts(p)[-1] for p in siblings]
-            close = difflib.get_close_matches(path.tokens[depth], names, n=1, cutoff=0.6)
+            wanted = path.tokens[depth]
+            names = [name for p in siblings if isinstance(name := pattern_path(p).tokens[-1], str)]
+            close = (
+                difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
+                if isinstance(wanted, str)
+                else []
+            )
             if close:
                 best = format_path(Path((*parent.tokens, close[0], *path.tokens[depth + 1 :])))
                 # Rewritten only when the path is written once: a blind replace could
@@ -157,7 +241,7 @@ def _unknown_path(store: Store, path: Path, label: str, where_text: str) -> Hint
                 replaced = where_text.replace(label, best) if where_text.count(label) == 1 else None
                 return Hint(message, best, replaced)
             if parent.tokens:
-                shown = [format_path(Path(pointer_parts(p))) for p in siblings[:5]]
+                shown = [format_path(pattern_path(p)) for p in siblings[:5]]
                 more = " …" if len(siblings) > 5 else ""
                 return Hint(f"{message} Fields under {format_path(parent)}: "
                             f"{', '.join(shown)}{more}.")

@@ -17,8 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from collector.index.query_ast import INDEX, Path, format_path, literal
-from collector.replay.jsondoc import pointer_parts
+from collector.index.query_ast import Path, format_path, literal, pattern_path
 from collector.store import Store
 from collector.store.field_catalog import MAX_PATHS, PathCount, ValueCount
 from collector.store.filters import FieldValue
@@ -30,20 +29,32 @@ CACHED_ANSWERS: Final = 256
 # Paths named in the help text; the datalist has them all.
 HELP_PATHS: Final = 10
 SCALAR_KINDS: Final = ("bool", "string", "number", "null")
+# Workflows named beside a path in the datalist; the rest are counted.
+WORKFLOWS_NAMED: Final = 2
 # Which path makes the best example: a flag reads best, then a word, then a number.
 EXAMPLE_KINDS: Final = ("bool", "string", "number")
 
 
 @dataclass(frozen=True, slots=True)
 class PathSuggestion:
-    label: str  # as the filter language writes it: `refund.eligible`, `items[0]`
+    label: str  # as the filter language writes it: `refund.eligible`, `items[*].sku`
     pointer: str
     kinds: tuple[str, ...]
     runs: int  # of the sampled runs whose end state has it
+    workflows: tuple[str, ...]  # of those runs
 
     @property
     def kind_text(self) -> str:
         return " or ".join(self.kinds)
+
+    def label_in(self, sampled_workflows: int) -> str:
+        """What the datalist says beside the path: its kinds, and its workflows when the
+        sampled runs are of several (`string · Refund Workflow`)."""
+        if sampled_workflows < 2 or not self.workflows:
+            return self.kind_text
+        named = ", ".join(self.workflows[:WORKFLOWS_NAMED])
+        more = len(self.workflows) - WORKFLOWS_NAMED
+        return f"{self.kind_text} · {named}" + (f" +{more}" if more > 0 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +69,15 @@ class FieldHelp:
     example: str | None
 
     @property
+    def sampled_workflows(self) -> int:
+        """How many workflows the sampled runs (with any path) are of."""
+        return len({name for p in self.paths for name in p.workflows})
+
+    @property
     def shown(self) -> tuple[PathSuggestion, ...]:
-        """The commonest paths holding a plain value, named fields before array elements
-        (`items[0]`, `items[1]`, ... would crowd them out); the datalist has every path."""
+        """The commonest paths holding a plain value (array elements as one `[*]` path
+        each, so they do not crowd out named fields); the datalist has every path."""
         leaves = [p for p in self.paths if set(p.kinds) & set(SCALAR_KINDS)]
-        leaves.sort(key=lambda p: any(map(INDEX.fullmatch, pointer_parts(p.pointer))))
         return tuple(leaves[:HELP_PATHS])
 
 
@@ -76,15 +91,15 @@ def field_help(store: Store, workflow: str | None) -> FieldHelp:
     example = None
     candidate = _example_path(paths)
     if candidate is not None:
-        _, values = store.field_examples(Path(pointer_parts(candidate.pointer)), workflow)
+        _, values = store.field_examples(pattern_path(candidate.pointer), workflow)
         if values:
             example = f"{candidate.label} = {value_literal(values[0].value)}"
     return FieldHelp(workflow, sampled, paths, len(counts) > MAX_PATHS, example)
 
 
 def _suggestion(count: PathCount) -> PathSuggestion:
-    label = format_path(Path(pointer_parts(count.pointer)))
-    return PathSuggestion(label, count.pointer, count.kinds, count.runs)
+    label = format_path(pattern_path(count.pointer))
+    return PathSuggestion(label, count.pointer, count.kinds, count.runs, count.workflows)
 
 
 def _example_path(paths: tuple[PathSuggestion, ...]) -> PathSuggestion | None:
@@ -109,7 +124,10 @@ def paths_json(found: FieldHelp) -> dict[str, Any]:
         "sampled_runs": found.sampled_runs,
         "truncated": found.truncated,
         "paths": [
-            {"path": p.label, "pointer": p.pointer, "kinds": list(p.kinds), "runs": p.runs}
+            {
+                "path": p.label, "pointer": p.pointer, "kinds": list(p.kinds), "runs": p.runs,
+                "workflows": list(p.workflows),
+            }
             for p in found.paths
         ],
         "example": found.example,

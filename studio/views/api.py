@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from collector.index.query_ast import Path
+from collector.index.query import parse_path
+from collector.index.query_ast import pattern_path
 from collector.model import Execution, Transition
 from collector.producers.convention import PROJECTED_POLICY_PREFIX
 from collector.producers.junjo import APPLICATION_RUN_SUFFIX
@@ -28,8 +29,6 @@ from collector.replay.jsondoc import (
     Missing,
     parse_json,
     parse_patch,
-    pointer_parts,
-    resolve,
 )
 from collector.replay.provenance import Provenance, ProvenanceEntry
 from collector.row_json import execution_json
@@ -486,11 +485,10 @@ def field_values(request: Request) -> Response:
     try:
         if not text:
             raise ValueError("give a field path, e.g. refund.eligible or /refund/eligible")
-        pointer = pointer_param(text)
-        resolve(None, pointer)  # raises ValueError for a malformed pointer
+        # A pointer may hold characters the filter language's tokenizer refuses.
+        path = pattern_path(text) if text.startswith("/") else parse_path(text)
     except ValueError as exc:
         return json_error(400, f"path: {exc}", parameter="path")
     workflow = request.query_params.get("workflow") or None
-    path = Path(pointer_parts(pointer))
     sampled, values = suggestions_of(request).examples(store_of(request), path, workflow)
     return JSONResponse(values_json(path, workflow, sampled, values))
