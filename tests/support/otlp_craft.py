@@ -158,7 +158,8 @@ def _rename_ids(attributes: Iterable[common_pb2.KeyValue], tag: str) -> None:
 
 
 def long_run(tag: str, steps: int) -> ExportRequest:
-    """a_linear renewed under `tag` as one verified run of `steps` transitions.
+    """a_linear renewed under `tag` as one verified run of `steps` transitions, named
+    "Long Workflow".
 
     Its node spans carry `steps` set_state events between them (a counter replaced and an
     item appended at every step, a note every fifth), and the workflow span the start and
@@ -168,6 +169,7 @@ def long_run(tag: str, steps: int) -> ExportRequest:
     spans = list(_spans(request))
     workflow = next(span for span in spans if span.name.endswith("Workflow"))
     nodes = [span for span in spans if span is not workflow]
+    workflow.name = "Long Workflow"
     template = trace_pb2.Span.Event()
     template.CopyFrom(nodes[0].events[0])
     start: dict[str, object] = {"count": 0, "items": [], "note": "", "title": "long run"}
