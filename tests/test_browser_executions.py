@@ -173,11 +173,14 @@ def test_browser_pages_fit_a_phone_screen(studio: Loaded, page: Page) -> None:
         assert width <= page.evaluate("innerWidth"), (path, width, wide)
 
 
-def test_browser_phone_facets_fold_above_the_results(studio: Loaded, page: Page) -> None:
+def test_browser_phone_facets_fold_above_the_results(
+    studio: Loaded, page: Page, screenshot: Callable[[Page, str], Path]
+) -> None:
     # On a phone the facets come first, folded to one line, and open on a tap; a
     # facet applied from there leaves them open for the next.
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(studio.server.url + "/")
+    screenshot(page, "executions-phone.png")
     fold = page.locator("details[data-facets]")
     facets = page.locator("aside.facets").bounding_box()
     results = page.locator("section.listing").bounding_box()
@@ -225,6 +228,13 @@ def test_browser_executions_list_shows_the_key_columns_on_a_phone(
     expect(page.locator("table.executions td.status .error-text").first).to_be_in_viewport()
     # The sortable headers stay, as links above the cards.
     expect(page.locator("table.executions thead a.sort", has_text="Duration")).to_be_visible()
+    # A run in flight is a card too: every cell of it on screen.
+    page.goto(studio.server.url + "/")
+    flight = page.evaluate(
+        "[...document.querySelector('section.in-flight tbody tr').cells].map(td => {"
+        "  const r = td.getBoundingClientRect(); return [r.left, r.right]; })"
+    )
+    assert len(flight) == 7 and all(0 <= left < right <= 390 for left, right in flight), flight
 
 
 def test_browser_facet_applied_by_keyboard_keeps_the_focus(studio: Loaded, page: Page) -> None:
