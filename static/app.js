@@ -334,7 +334,71 @@
     else link.removeAttribute("title");
   }
 
+  // Facets sit above the results on a narrow screen: there they start folded, and stay
+  // as the reader left them across swaps. Open in the HTML, they show without JavaScript.
+  var NARROW = window.matchMedia("(max-width: 900px)");
+  var facetsOpened = false;
+
+  function foldFacets() {
+    var fold = document.querySelector("details[data-facets]");
+    if (fold) fold.open = !NARROW.matches || facetsOpened;
+  }
+
+  document.addEventListener("click", function (event) {
+    var summary = event.target instanceof Element && event.target.closest("details[data-facets] > summary");
+    if (summary && summary.parentElement instanceof HTMLDetailsElement) {
+      facetsOpened = !summary.parentElement.open;
+    }
+  });
+  NARROW.addEventListener("change", foldFacets);
+
+  // Focus survives a swap. The control that had it (a facet, a sort header, a page link)
+  // is found again in the new content by its id or data-focus-key; one that is gone hands
+  // focus to the swapped region's own target (the results), never back to the page's top.
+  var focusBefore = null;
+
+  function focusKey(element) {
+    if (!(element instanceof HTMLElement) || element === document.body) return null;
+    var key = element.getAttribute("data-focus-key");
+    if (key) return { name: "data-focus-key", value: key };
+    return element.id ? { name: "id", value: element.id } : null;
+  }
+
+  function findByKey(key) {
+    return Array.prototype.find.call(document.querySelectorAll("[" + key.name + "]"), function (element) {
+      return element.getAttribute(key.name) === key.value;
+    });
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var active = document.activeElement;
+    var target = event.detail.target;
+    // Only focus the swap takes away: inside what it replaces, or the control that asked.
+    if (!(active instanceof HTMLElement) || active === document.body) { focusBefore = null; return; }
+    if (!(target instanceof Element && target.contains(active)) && active !== event.detail.requestConfig.elt) {
+      focusBefore = null;
+      return;
+    }
+    focusBefore = { key: focusKey(active), target: target };
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    var before = focusBefore;
+    focusBefore = null;
+    if (!before) return;
+    var active = document.activeElement;
+    if (active && active !== document.body && active.isConnected) return;
+    var again = before.key && findByKey(before.key);
+    var region = before.target instanceof HTMLElement && before.target.isConnected ?
+      before.target.querySelector("[tabindex='-1']") || before.target : null;
+    var next = again || region;
+    if (!(next instanceof HTMLElement)) return;
+    if (!again && !next.hasAttribute("tabindex")) next.setAttribute("tabindex", "-1");
+    next.focus({ preventScroll: true });
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
+    foldFacets();
     showTimes(document);
     initCompare(document);
     showCopyButtons(document);
@@ -343,6 +407,7 @@
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.target instanceof Element) {
+      foldFacets();
       initCompare(event.target);
       showCopyButtons(event.target);
     }

@@ -1,7 +1,8 @@
 // The execution page's conveniences. Everything here has a plain-HTML fallback: the
-// prev/next links, the scrubber's Go button, provenance links and the in-flight
-// <noscript> refresh all work with JavaScript off. This file only makes them quicker:
-// ←/→ step through the timeline, provenance opens in place, the selected row stays in view.
+// step links (real ?step=N addresses), the scrubber's Go button, provenance links and
+// the in-flight <noscript> refresh all work with JavaScript off. This file only makes
+// them quicker: ←/→ step through the timeline fetching only the step, provenance opens
+// in place, the selected row stays in view.
 (function () {
   "use strict";
 
@@ -17,11 +18,99 @@
     return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
   }
 
-  // ←/→ follow the prev/next links (htmx swaps them in place; without htmx they navigate).
-  // Presses made while a swap is on its way are queued, not sent against stale links,
-  // so pressing ← twice quickly moves two steps.
+  // Stepping. A step link (data-step), ←/→ and the scrubber fetch only what changes: the
+  // step panel (step, provenance, state) and the stepper, `&partial=step`, while the
+  // timeline rows stay and the selected one is marked here. A step whose row is not on
+  // screen, or a link to another field's provenance, brings the whole explorer
+  // (`&partial=explorer`). The address is replaced, not pushed, so Back leaves the run
+  // instead of walking back through its steps. Presses made while a step is on its way
+  // are queued, so pressing → twice quickly moves two steps.
   var queued = 0;
   var busy = false;
+
+  function partialHref(url, kind) {
+    var asked = new URL(url.href);
+    asked.searchParams.set("partial", kind);
+    return asked.pathname + asked.search;
+  }
+
+  function stepRow(sequence) {
+    if (!/^\d+$/.test(sequence || "")) return null;
+    return document.querySelector('[data-steps] tr[data-sequence="' + sequence + '"]');
+  }
+
+  // Only the panel changes when the rows on screen already show the step and the open
+  // field (whose writes the rows mark) stays the same.
+  function panelOnly(url) {
+    var shown = new URLSearchParams(window.location.search);
+    return url.pathname === window.location.pathname &&
+      url.searchParams.get("path") === shown.get("path") &&
+      stepRow(url.searchParams.get("step")) !== null;
+  }
+
+  function markSelected(sequence) {
+    document.querySelectorAll("[data-steps] tr.is-selected").forEach(function (row) {
+      row.classList.remove("is-selected");
+      row.removeAttribute("aria-current");
+    });
+    var row = stepRow(sequence);
+    if (row) {
+      row.classList.add("is-selected");
+      row.setAttribute("aria-current", "step");
+    }
+  }
+
+  function replaceById(fresh, ids) {
+    ids.forEach(function (id) {
+      var incoming = fresh.getElementById(id);
+      var current = document.getElementById(id);
+      if (incoming && current) {
+        current.replaceWith(incoming);
+        if (htmx) htmx.process(incoming);
+      }
+    });
+  }
+
+  // The control that had focus is found again by its id once its replacement is in; one
+  // that is gone (→ at the last step) hands focus to the scrubber beside it.
+  function keepFocus(id) {
+    if (!id || (document.activeElement && document.activeElement !== document.body)) return;
+    var again = document.getElementById(id) || document.getElementById("scrubber");
+    if (again) again.focus({ preventScroll: true });
+  }
+
+  function goToStep(href) {
+    var url = new URL(href, window.location.href);
+    if (!page() || !document.getElementById("state-explorer")) return false;
+    var kind = panelOnly(url) ? "step" : "explorer";
+    var focused = document.activeElement && document.activeElement.id;
+    busy = true;
+    fetch(partialHref(url, kind), { credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) throw new Error("step: HTTP " + response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        if (kind === "step") {
+          replaceById(fresh, ["stepper", "step-panel"]);
+          var panel = document.getElementById("step-panel");
+          markSelected(panel && panel.getAttribute("data-selected"));
+        } else {
+          replaceById(fresh, ["state-explorer"]);
+        }
+        window.history.replaceState(window.history.state, "", url.pathname + url.search + url.hash);
+        shownSearch = url.search;
+        revealSelected();
+        keepFocus(focused);
+        busy = false;
+        stepQueued();
+      })
+      .catch(function () {
+        window.location.href = url.href;
+      });
+    return true;
+  }
 
   function step(delta) {
     var link = document.querySelector(delta < 0 ? "[data-step-prev]" : "[data-step-next]");
@@ -29,12 +118,10 @@
       queued = 0;
       return;
     }
-    busy = Boolean(htmx);
-    link.click();
+    if (!goToStep(link.href)) window.location.href = link.href;
   }
 
   function stepQueued() {
-    busy = false;
     if (queued === 0) return;
     var delta = queued < 0 ? -1 : 1;
     queued -= delta;
@@ -53,12 +140,25 @@
       step(delta);
     }
   });
-  document.addEventListener("htmx:afterSettle", stepQueued);
-  document.addEventListener("htmx:responseError", function () { busy = false; queued = 0; });
-  document.addEventListener("htmx:sendError", function () { busy = false; queued = 0; });
 
-  // The scrubber shows the step it would go to while dragging; releasing it submits
-  // the form (htmx listens for "change"; without htmx, submit it ourselves).
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a[data-step]");
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    if (new URL(link.href, window.location.href).pathname !== window.location.pathname) return;
+    if (busy) {
+      event.preventDefault();  // a click lands after the step on its way, not against it
+      return;
+    }
+    if (goToStep(link.href)) event.preventDefault();
+  });
+
+  // The scrubber shows the step it would go to while dragging; releasing it goes there
+  // (its Go button submits the same form with JavaScript off).
+  function scrubberHref(form) {
+    var query = new URLSearchParams(new FormData(form));
+    return form.getAttribute("action") + "?" + query.toString();
+  }
+
   document.addEventListener("input", function (event) {
     var target = event.target;
     if (!target.matches || !target.matches("[data-scrubber]")) return;
@@ -67,12 +167,25 @@
   });
   document.addEventListener("change", function (event) {
     var target = event.target;
-    if (htmx || !target.matches || !target.matches("[data-scrubber]")) return;
-    target.form.submit();
+    if (!target.matches || !target.matches("[data-scrubber]") || !target.form) return;
+    if (!goToStep(scrubberHref(target.form))) target.form.submit();
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches || !form.matches("[data-stepper]")) return;
+    if (goToStep(scrubberHref(form))) event.preventDefault();
+  });
+
+  // An in-flight run refreshes itself: ask for the step the address names now, not the
+  // one the page was opened at.
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.elt === page()) {
+      event.detail.path = window.location.pathname + window.location.search;
+    }
   });
 
   // A field name opens its provenance in place: the state explorer (timeline, step,
-  // panel, tree) as the page renders it for ?path=…, so the timeline marks the field's
+  // panel, tree) as the page renders it for ?path=… (`&partial=explorer`), so the timeline marks the field's
   // writes and its step links keep the panel open. Each opening is a history entry of
   // its own, so Back closes the panel again. `shownSearch` is the query the explorer on
   // screen answers: a popstate that does not change it (a #fragment link fires one too)
@@ -82,7 +195,9 @@
   function loadProvenance(search, push, fallback) {
     var root = page();
     if (!root || !document.getElementById("state-explorer")) return false;
-    fetch(root.getAttribute("data-base") + search, { credentials: "same-origin" })
+    var asked = new URLSearchParams(search);
+    asked.set("partial", "explorer");
+    fetch(root.getAttribute("data-base") + "?" + asked.toString(), { credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) throw new Error("provenance: HTTP " + response.status);
         return response.text();

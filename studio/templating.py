@@ -15,7 +15,7 @@ from collector.store.in_flight import IN_FLIGHT_QUIET_NANOS
 from collector.timestamps import rfc3339
 from studio.assets import TEMPLATES_DIR
 from studio.links import Links
-from studio.render.text import key_label, pointer_label
+from studio.render.text import key_label, path_breaks, pointer_label
 
 
 def duration(nanos: int | None) -> str:
@@ -39,6 +39,7 @@ def _environment() -> Environment:
     # Pointers and member names shown so that "" and " a " cannot pass for others.
     environment.filters["pointer_label"] = pointer_label
     environment.filters["key_label"] = key_label
+    environment.filters["path_breaks"] = path_breaks
     # The field index's per-run row cap, which the list names when it cuts a run off.
     environment.globals["max_index_rows"] = MAX_ROWS
     # When the list calls an in-flight run quiet (its owner span probably lost).

@@ -1,6 +1,7 @@
 """The execution page as a person uses it, in headless Chromium.
 
-Stepping through a timeline with the keyboard, opening a field's provenance, a
+Stepping through a timeline with the keyboard (a 250-step run fetches only each step's
+panel, and the address is replaced so Back leaves the run), opening a field's provenance, a
 run whose state holds hostile strings (a <script>, an <img onerror>, a javascript:
 URL) that must show as text and run nothing, and a run nested and sized past every
 bound, whose cuts must be marked where a person sees them. The `page` fixture
@@ -29,6 +30,7 @@ from support.hostile_values import (
     stacked_patches,
     workflow_attribute,
 )
+from support.otlp_craft import long_run
 from support.servers import (
     FIXTURE_API_KEY,
     MakeServer,
@@ -55,6 +57,8 @@ HOSTILE_KEY = "<b onmouseover=alert('key')>bio</b>"
 # The loop fixture's path entries, each replaced by a hostile string in its patch
 # and in the recorded end state, so the run stays verified.
 REPLACED = {"increment:1": HOSTILE_SCRIPT, "increment:2": HOSTILE_IMG, "increment:3": HOSTILE_URL}
+# More steps than the timeline shows rows around the selected one (TIMELINE_WINDOW).
+LONG_RUN_STEPS = 250
 
 
 def hostile_loop_request() -> tuple[bytes, list[tuple[str, str]]]:
@@ -101,6 +105,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         for scenario in ("a_linear", "g_large_state"):
             send_scenario(server.grpc_target, scenario)
         export_raw(server.grpc_target, *hostile_loop_request())
+        export_raw(server.grpc_target, long_run("browser", LONG_RUN_STEPS).SerializeToString())
         server.wait_replayed()
         yield server
     finally:
@@ -138,6 +143,94 @@ def test_browser_execution_keyboard_steps_through_the_timeline(
 
     page.goto(f"{studio.url}/executions/{run_id}?step=9")
     screenshot(page, "execution.png")
+
+
+def _steps_to(page: Page, sequence: int) -> None:
+    expect(page.locator("#step h2")).to_have_text(re.compile(rf"^Step {sequence}\b"))
+    expect(page).to_have_url(re.compile(rf"step={sequence}$"))
+
+
+def test_browser_execution_stepping_fetches_only_the_step_and_replaces_the_address(
+    studio: Server, page: Page
+) -> None:
+    run_id = _run_id(studio, "Long Workflow")
+    page.goto(f"{studio.url}/")
+    page.goto(f"{studio.url}/executions/{run_id}?step=100")
+    whole_page = len(page.content().encode())
+    entries = page.evaluate("history.length")
+    asked: list[str] = []
+    sizes: list[int] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("response", lambda response: sizes.append(len(response.body())))
+    rows_before = page.locator("tr.x-step-row").count()
+
+    for sequence in range(101, 111):
+        page.keyboard.press("ArrowRight")
+        _steps_to(page, sequence)
+    # Each step asked for its panel alone, a fraction of the page, and the rows stayed.
+    assert len(asked) == 10 and all(url.endswith("&partial=step") for url in asked), asked
+    assert max(sizes) * 4 < whole_page, (sizes, whole_page)
+    assert page.locator("tr.x-step-row").count() == rows_before
+    expect(page.locator("tr.is-selected")).to_have_count(1)
+    expect(page.locator("tr.is-selected td").first).to_have_text("110")
+    expect(page.locator("tr[aria-current=step]")).to_have_attribute("data-sequence", "110")
+    expect(page.locator("#scrubber")).to_have_value("110")
+    expect(page.locator("#state .x-tree")).to_contain_text('"item 110"')
+    # Replaced, not pushed: Back returns to the list in one press.
+    assert page.evaluate("history.length") == entries
+    page.go_back()
+    expect(page).to_have_url(f"{studio.url}/")
+
+
+def test_browser_execution_step_outside_the_rows_brings_the_timeline(
+    studio: Server, page: Page
+) -> None:
+    run_id = _run_id(studio, "Long Workflow")
+    page.goto(f"{studio.url}/executions/{run_id}?step=100")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    # The last step has no row in the window around step 100: the explorer comes whole.
+    assert page.locator(f"tr[data-sequence='{LONG_RUN_STEPS}']").count() == 0
+    page.locator("p.x-window a", has_text="end").click()
+    _steps_to(page, LONG_RUN_STEPS)
+    assert [url.rsplit("&", 1)[-1] for url in asked] == ["partial=explorer"]
+    expect(page.locator("tr.is-selected")).to_have_attribute(
+        "data-sequence", str(LONG_RUN_STEPS)
+    )
+    # Three quick presses are queued, not lost, and land three steps back.
+    for _ in range(3):
+        page.keyboard.press("ArrowLeft")
+    _steps_to(page, LONG_RUN_STEPS - 3)
+    # The scrubber goes where it is released.
+    page.locator("#scrubber").fill("7")
+    _steps_to(page, 7)
+    expect(page.locator("tr.is-selected td").first).to_have_text("7")
+
+
+def test_browser_execution_step_link_keeps_focus_and_opens_whole_in_a_new_tab(
+    studio: Server, page: Page, browser: Browser
+) -> None:
+    run_id = _run_id(studio, "Long Workflow")
+    page.goto(f"{studio.url}/executions/{run_id}?step=5")
+    page.locator("#step-next").focus()
+    page.keyboard.press("Enter")
+    _steps_to(page, 6)
+    expect(page.locator("#step-next")).to_be_focused()
+    # A step's link is a real address: opened on its own, it is the whole page at that step.
+    href = page.locator("tr[data-sequence='9'] a").get_attribute("href")
+    assert href is not None and href.endswith("?step=9")
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        alone = context.new_page()
+        alone.goto(studio.url + href)
+        expect(alone.locator("#step h2")).to_have_text(re.compile(r"^Step 9\b"))
+        expect(alone.locator("#graph")).to_be_visible()
+        expect(alone.locator("#spans")).to_be_visible()
+        # Without JavaScript the prev/next links navigate.
+        alone.locator("#step-next").click()
+        expect(alone.locator("#step h2")).to_have_text(re.compile(r"^Step 10\b"))
+    finally:
+        context.close()
 
 
 def test_browser_execution_field_opens_its_provenance_in_place(

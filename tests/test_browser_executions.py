@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from support.accessibility import axe_violations, blocking
 from support.servers import Server, manifest
 from test_studio_pages import EDITED_STEP, Loaded, load
 
@@ -153,56 +154,129 @@ def test_browser_pages_work_without_javascript(
 
 
 def test_browser_pages_fit_a_phone_screen(studio: Loaded, page: Page) -> None:
-    # At 400 px nothing may widen the page: wide tables scroll inside their cards,
-    # and the list's results come before its facets.
-    page.set_viewport_size({"width": 400, "height": 900})
+    # At 390x844 (a phone) nothing widens the page: not the list's runs, a run's
+    # timeline or diff, nor the two runs compared side by side.
+    page.set_viewport_size({"width": 390, "height": 844})
     run_id = manifest("g_large_state")["outcome"].get("run_id") or next(iter(studio.linear))
-    for path in ("/", "/?where=count%20exists", f"/executions/{run_id}?step=1", "/compare"):
+    a, b = sorted(studio.linear)[:2]
+    for path in (
+        "/", "/?where=count%20exists", "/?status=error", f"/executions/{run_id}?step=1",
+        f"/executions/{next(iter(studio.linear))}?step=9", "/compare", f"/compare?a={a}&b={b}",
+    ):
         page.goto(studio.server.url + path)
-        width = page.evaluate("document.documentElement.scrollWidth")
+        width = page.evaluate("document.scrollingElement.scrollWidth")
         wide = page.evaluate(  # named in the failure: what sticks out
             "[...document.querySelectorAll('body *')]"
-            ".filter(e => e.getBoundingClientRect().right > 401).slice(0, 5)"
+            ".filter(e => e.getBoundingClientRect().right > innerWidth + 1).slice(0, 5)"
             ".map(e => `${e.tagName}.${e.className} ${e.getBoundingClientRect().right}`)"
         )
-        assert width <= 400, (path, width, wide)
+        assert width <= page.evaluate("innerWidth"), (path, width, wide)
+
+
+def test_browser_phone_facets_fold_above_the_results(
+    studio: Loaded, page: Page, screenshot: Callable[[Page, str], Path]
+) -> None:
+    # On a phone the facets come first, folded to one line, and open on a tap; a
+    # facet applied from there leaves them open for the next.
+    page.set_viewport_size({"width": 390, "height": 844})
     page.goto(studio.server.url + "/")
-    results = page.locator("section.listing").bounding_box()
+    screenshot(page, "executions-phone.png")
+    fold = page.locator("details[data-facets]")
     facets = page.locator("aside.facets").bounding_box()
-    assert results is not None and facets is not None and results["y"] < facets["y"]
+    results = page.locator("section.listing").bounding_box()
+    assert facets is not None and results is not None and facets["y"] < results["y"]
+    expect(fold).not_to_have_attribute("open", "")
+    expect(page.locator("section.facet a").first).to_be_hidden()
+    fold.locator("summary").click()
+    expect(page.locator("section.facet a").first).to_be_visible()
+    page.locator("section.facet a", has_text="Linear Workflow").click()
+    expect(page).to_have_url(re.compile(r"workflow=Linear\+Workflow"))
+    expect(page.locator("details[data-facets]")).to_have_attribute("open", "")
+    # Wide again, the facets stand open beside the results, with no toggle to show.
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.reload()
+    expect(page.locator("details[data-facets]")).to_have_attribute("open", "")
+    expect(page.locator("details[data-facets] > summary")).to_be_hidden()
 
 
-def test_browser_executions_list_shows_status_and_verdict_on_a_phone(
+def test_browser_executions_list_shows_the_key_columns_on_a_phone(
     studio: Loaded, page: Page
 ) -> None:
-    # At 390 px (a phone) each row's workflow, status and verdict are on screen
-    # without scrolling, with a failed run's error and with a filter's value column;
-    # the other columns scroll into view inside the table's card.
-    page.set_viewport_size({"width": 390, "height": 900})
+    # At 390 px each run is a card: its workflow, status, verdict, id, start and duration
+    # are all on screen without scrolling sideways, with a failed run's error and with a
+    # filter's value column.
+    page.set_viewport_size({"width": 390, "height": 844})
+    cells = ["td.workflow", "td.status", "td.verdict", "td.run-id", "td.started", "td.duration"]
     for path in ("/", "/?status=error", "/?where=count%20exists"):
         page.goto(studio.server.url + path)
         rows = page.locator("table.executions tbody tr")
         expect(rows.first).to_be_visible()
         assert rows.count() > 1
         boxes = page.evaluate(
-            "[...document.querySelectorAll('table.executions tbody tr')].map(tr =>"
-            " ['td.workflow', 'td.status', 'td.verdict'].map(c => {"
+            "cells => [...document.querySelectorAll('table.executions tbody tr')].map(tr =>"
+            " cells.map(c => {"
             "   const r = tr.querySelector(c).getBoundingClientRect(); return [r.left, r.right];"
-            " }))"
+            " }))",
+            cells,
         )
-        for cells in boxes:
-            for left, right in cells:
+        for row in boxes:
+            for left, right in row:
                 assert 0 <= left < right <= 390, (path, boxes)
-        run = page.locator("table.executions td.run-id a").first
-        box = run.bounding_box()
-        assert box is not None and box["x"] + box["width"] > 390, path  # past the edge...
-        run.scroll_into_view_if_needed()  # ...and reachable by scrolling the card
-        box = run.bounding_box()
-        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, path
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
     # The fixtures include failed runs, whose error text sits in the status cell.
     page.goto(studio.server.url + "/?status=error")
     expect(page.locator("table.executions td.status .error-text").first).to_be_in_viewport()
+    # The sortable headers stay, as links above the cards.
+    expect(page.locator("table.executions thead a.sort", has_text="Duration")).to_be_visible()
+    # A run in flight is a card too: every cell of it on screen.
+    page.goto(studio.server.url + "/")
+    flight = page.evaluate(
+        "[...document.querySelector('section.in-flight tbody tr').cells].map(td => {"
+        "  const r = td.getBoundingClientRect(); return [r.left, r.right]; })"
+    )
+    assert len(flight) == 7 and all(0 <= left < right <= 390 for left, right in flight), flight
+
+
+def test_browser_facet_applied_by_keyboard_keeps_the_focus(studio: Loaded, page: Page) -> None:
+    # Enter on a facet swaps the results (the facet's own link included): the focus
+    # stays on that facet, so the next Tab or Enter goes on from there.
+    page.goto(studio.server.url + "/")
+    facet = page.locator("section.facet a", has_text="Linear Workflow")
+    key = facet.get_attribute("data-focus-key")
+    facet.focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"workflow=Linear\+Workflow"))
+    expect(page.locator("section.facet li.selected a")).to_be_focused()
+    assert page.evaluate("document.activeElement.dataset.focusKey") == key
+    # Enter again removes the filter, and the focus still stays.
+    page.keyboard.press("Enter")
+    expect(page).not_to_have_url(re.compile(r"workflow="))
+    expect(page.locator(f"section.facet a[data-focus-key='{key}']")).to_be_focused()
+    # A sort header, replaced by the swap too, keeps it as well.
+    page.locator("thead a.sort", has_text="Duration").focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"sort="))
+    expect(page.locator("thead a.sort", has_text="Duration")).to_be_focused()
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_browser_pages_have_no_serious_accessibility_violations(
+    studio: Loaded, page: Page, width: int
+) -> None:
+    # axe-core on the list (plain, filtered, failed runs), a run (a step, a field's
+    # provenance open), a comparison, on a desktop and a phone.
+    page.set_viewport_size({"width": width, "height": 900})
+    run_id = next(iter(studio.linear))
+    a, b = sorted(studio.linear)[:2]
+    paths = (
+        "/", "/?where=count%20exists", "/?status=error", f"/executions/{run_id}?step=3",
+        f"/executions/{run_id}?step=9&path=/title", f"/compare?a={a}&b={b}", "/compare",
+    )
+    found = {}
+    for path in paths:
+        page.goto(studio.server.url + path)
+        found[path] = blocking(axe_violations(page, studio.server.url))
+    assert not any(found.values()), found
 
 
 def _focus_in(page: Page, selector: str) -> bool:

@@ -80,8 +80,9 @@ def _run_id(server: Server, workflow: str) -> str:
 
 
 def _text(html: str) -> str:
-    """The page's text, roughly as read: tags dropped, whitespace collapsed."""
-    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+    """The page's text, roughly as read: tags dropped, whitespace collapsed; a line-break
+    opportunity (<wbr>) is no space."""
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html.replace("<wbr>", ""))))
 
 
 def test_execution_page_verified_run_shows_header_verdict_graph_and_spans(
@@ -212,7 +213,7 @@ def test_execution_page_timeline_marks_the_open_fields_writes_and_keeps_it_open(
     }
     assert marked == written, (marked, written)
     # Every step link keeps the panel open, so stepping tells the field's story from there.
-    step_links = re.findall(r'<a href="([^"]+)" hx-get="[^"]+"', timeline)
+    step_links = re.findall(r'<a href="([^"]+)" data-step>', timeline)
     assert step_links and all(
         unescape(link).endswith("&path=/title") for link in step_links
     ), step_links
@@ -429,6 +430,39 @@ def test_execution_page_unknown_run_is_404_and_bad_step_is_400(loaded: Server) -
     assert bad.status_code == 400 and "step" in bad.text
     bad_path = _get(loaded, f"/executions/{run_id}", path="/a~2b")
     assert bad_path.status_code == 400
+    bad_partial = _get(loaded, f"/executions/{run_id}", step=2, partial="header")
+    assert bad_partial.status_code == 400 and "explorer, step" in bad_partial.text
+    assert _get(loaded, "/executions/no-such-run", partial="step").status_code == 404
+
+
+def test_execution_page_partials_hold_the_step_or_the_explorer_alone(loaded: Server) -> None:
+    # What static/execution.js swaps in while stepping: the step panel and the stepper
+    # (`partial=step`), or the whole explorer (`partial=explorer`), told as the page tells
+    # them, without the header, graph and spans around them.
+    run_id = manifest("a_linear")["outcome"]["run_id"]
+    whole = _get(loaded, f"/executions/{run_id}", step=5, path="/title").text
+    step = _get(loaded, f"/executions/{run_id}", step=5, path="/title", partial="step").text
+    explorer = _get(
+        loaded, f"/executions/{run_id}", step=5, path="/title", partial="explorer"
+    ).text
+
+    def section(html: str, start: str, end: str) -> str:
+        begin = html.index(start)
+        return html[begin : html.index(end, begin)]
+
+    panel = section(whole, 'id="step-panel"', 'id="graph"')
+    assert 'data-selected="5"' in step and 'id="stepper"' in step
+    assert section(step, 'id="step-panel"', "</section>\n</div>") in panel
+    assert "Provenance of /title" in _text(step)
+    assert section(whole, 'id="stepper"', "</form>") == section(step, 'id="stepper"', "</form>")
+    assert 'id="timeline"' not in step and "<html" not in step
+    assert section(whole, 'id="state-explorer"', 'id="graph"').startswith(
+        section(explorer, 'id="state-explorer"', "</section>\n</div>")
+    )
+    for part in (step, explorer):
+        assert 'id="graph"' not in part and 'id="spans"' not in part
+        assert 'id="verdict"' not in part
+    assert len(step) * 3 < len(whole)
 
 
 @pytest.mark.slow

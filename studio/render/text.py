@@ -94,6 +94,16 @@ def _escaped(char: str) -> str:
     return char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
 
 
+def path_breaks(label: str) -> list[str]:
+    """A pointer label in pieces that each end after a `/`: a template puts a line-break
+    opportunity (`<wbr>`) between them, so a long path wraps at its separators, not inside
+    a member name. Plain strings: autoescape still escapes every piece."""
+    pieces = label.split("/")
+    if label.startswith("/") and len(pieces) > 1:
+        pieces[:2] = ["/" + pieces[1]]  # "/count" stays whole: no line of a lone "/"
+    return [piece + "/" for piece in pieces[:-1]] + [pieces[-1]]
+
+
 def pointer_label(pointer: str) -> str:
     """An RFC 6901 pointer as shown: WHOLE_STATE for "", else each token through key_label
     (escapes kept; text that is no pointer shown as it came; cut past LABEL_CHARS)."""

@@ -4,7 +4,9 @@ Thin handlers: parse the request into a `Selection`, assemble the pure view mode
 studio/render/ with what reads the store (relatives, spans, other traces' writers),
 render. The HTML twin of /api/executions/{id}: every view is a URL (`?step=N`,
 `&path=/a/b`, `&state=recorded`), so it works with JavaScript off and can be shared;
-static/execution.js only adds keyboard stepping and swaps. Blocking work runs in a
+static/execution.js only adds keyboard stepping and swaps, asking for a part of the
+page with `&partial=step` (the selected step's panel) or `&partial=explorer` (the
+timeline with it), which read no graph, header or findings. Blocking work runs in a
 worker thread, so one slow page never stalls the event loop (and the OTLP/HTTP
 receiver on it).
 """
@@ -155,12 +157,33 @@ class ExecutionView:
 
 
 @dataclass(frozen=True, slots=True)
+class ExplorerView:
+    """The state explorer alone, under the names ExecutionView gives it, so the page
+    and a partial render it with the same templates."""
+
+    in_flight: bool
+    timeline: Timeline
+    step: StepDetail | None
+    state: StateView
+    provenance: ProvenanceView | None
+    base_href: str
+
+
+# What `?partial=` may ask for, and the template that renders it alone.
+PARTIAL_TEMPLATES: Final = {
+    "step": "_execution_step_partial.html",
+    "explorer": "_execution_explorer.html",
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Selection:
     """What the query string asked for, already validated."""
 
     step: int | None
     pointer: str | None
     state: str  # "recorded", "replayed", or "" for the default
+    partial: str = ""  # a key of PARTIAL_TEMPLATES, or "" for the whole page
 
     def shows_recorded(self, history: History) -> bool:
         """The recorded end state when asked, and by default for a run that is not verified.
@@ -184,6 +207,12 @@ async def execution_page(request: Request) -> Response:
         selection = _selection(request.query_params)
     except BadParameter as exc:
         return _error_page(request, 400, str(exc), run_id)
+    if selection.partial:
+        explorer = await run_in_threadpool(_build_explorer, request, run_id, selection)
+        if explorer is None:
+            return _missing(request, run_id)
+        template = PARTIAL_TEMPLATES[selection.partial]
+        return templates.TemplateResponse(request, template, {"view": explorer})
     view = await run_in_threadpool(_build, request, run_id, selection)
     if view is None:
         return _missing(request, run_id)
@@ -251,7 +280,6 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     history = inspection.history
     owner_span = inspection.execution.span_id if inspection.execution else None
     waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
-    selected = selected_sequence(history, selection.step)
     execution = inspection.execution
     # Read once: the header lists the children and the graph links its subflows to them.
     parent, children = (
@@ -261,24 +289,16 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
     )
     graph, graph_note = _graph(inspection, children, waterfall, links)
     writers = _writers(store, history, inspection.trace_id, waterfall)
+    explorer = _explorer(request, inspection, selection, links, writers)
     quiet = _quiet(inspection)
     flight = inspection.in_flight if execution is None else None
     return ExecutionView(
         header=_header(store, inspection, waterfall, links, quiet, parent, children),
-        in_flight=inspection.execution is None,
-        timeline=build_timeline(
-            history, links, base, selected, selection.step, writers, selection.pointer
-        ),
-        step=step_detail(history, selected, links, writers, run_id),
-        state=state_view(
-            inspection, links, base, selected, selection.pointer,
-            recorded=selection.shows_recorded(history),
-        ),
-        provenance=(
-            _provenance(request, inspection, links, selected, selection.pointer, writers)
-            if selection.pointer is not None
-            else None
-        ),
+        in_flight=explorer.in_flight,
+        timeline=explorer.timeline,
+        step=explorer.step,
+        state=explorer.state,
+        provenance=explorer.provenance,
         findings=tuple(
             _finding(d, links, base, waterfall, writers, inspection.trace_id)
             for d in history.diagnostics
@@ -292,6 +312,50 @@ def _build(request: Request, run_id: str, selection: Selection) -> ExecutionView
         back=list_return(request),
         last_activity=flight.latest_activity_unix_nano if flight is not None else None,
         quiet_since=flight.latest_activity_unix_nano if flight is not None and quiet else None,
+    )
+
+
+def _build_explorer(
+    request: Request, run_id: str, selection: Selection
+) -> ExplorerView | None:
+    """The explorer alone: the spans are read (they name each step's writer), the graph,
+    the header's relatives and the findings are not."""
+    inspection = inspector_of(request).inspect(run_id)
+    if inspection is None:
+        return None
+    store = store_of(request)
+    owner_span = inspection.execution.span_id if inspection.execution else None
+    waterfall = build_waterfall(store.spans_of_trace(inspection.trace_id), owner_span)
+    writers = _writers(store, inspection.history, inspection.trace_id, waterfall)
+    return _explorer(request, inspection, selection, Links.of(request), writers)
+
+
+def _explorer(
+    request: Request,
+    inspection: Inspection,
+    selection: Selection,
+    links: Links,
+    writers: Writers,
+) -> ExplorerView:
+    history = inspection.history
+    base = links.execution(inspection.run_id)
+    selected = selected_sequence(history, selection.step)
+    return ExplorerView(
+        in_flight=inspection.execution is None,
+        timeline=build_timeline(
+            history, links, base, selected, selection.step, writers, selection.pointer
+        ),
+        step=step_detail(history, selected, links, writers, inspection.run_id),
+        state=state_view(
+            inspection, links, base, selected, selection.pointer,
+            recorded=selection.shows_recorded(history),
+        ),
+        provenance=(
+            _provenance(request, inspection, links, selected, selection.pointer, writers)
+            if selection.pointer is not None
+            else None
+        ),
+        base_href=base,
     )
 
 
@@ -372,7 +436,10 @@ def _selection(params: Mapping[str, str]) -> Selection:
     state = params.get("state", "")
     if state not in ("", "recorded", "replayed"):
         raise BadParameter("state", "must be 'recorded' or 'replayed'")
-    return Selection(step, pointer, state)
+    partial = params.get("partial", "")
+    if partial and partial not in PARTIAL_TEMPLATES:
+        raise BadParameter("partial", f"must be one of {', '.join(sorted(PARTIAL_TEMPLATES))}")
+    return Selection(step, pointer, state, partial)
 
 
 # --- header and findings --------------------------------------------------------------

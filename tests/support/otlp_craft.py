@@ -10,6 +10,7 @@ at any age.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -154,3 +155,73 @@ def _rename_ids(attributes: Iterable[common_pb2.KeyValue], tag: str) -> None:
     for attribute in attributes:
         if attribute.key in _ID_KEYS and attribute.value.HasField("string_value"):
             attribute.value.string_value = f"{attribute.value.string_value}-{tag}"
+
+
+def long_run(tag: str, steps: int) -> ExportRequest:
+    """a_linear renewed under `tag` as one verified run of `steps` transitions, named
+    "Long Workflow".
+
+    Its node spans carry `steps` set_state events between them (a counter replaced and an
+    item appended at every step, a note every fifth), and the workflow span the start and
+    end states and counts that agree, so the replay verifies every step.
+    """
+    (request,) = variant(tag)
+    spans = list(_spans(request))
+    workflow = next(span for span in spans if span.name.endswith("Workflow"))
+    nodes = [span for span in spans if span is not workflow]
+    workflow.name = "Long Workflow"
+    template = trace_pb2.Span.Event()
+    template.CopyFrom(nodes[0].events[0])
+    start: dict[str, object] = {"count": 0, "items": [], "note": "", "title": "long run"}
+    end_state: dict[str, object] = {**start, "items": [f"item {n}" for n in range(1, steps + 1)]}
+    patches = []
+    for sequence in range(1, steps + 1):
+        patch: list[dict[str, object]] = [
+            {"op": "replace", "path": "/count", "value": sequence},
+            {"op": "add", "path": f"/items/{sequence - 1}", "value": f"item {sequence}"},
+        ]
+        if sequence % 5 == 0:
+            patch.append({"op": "replace", "path": "/note", "value": f"note at {sequence}"})
+            end_state["note"] = f"note at {sequence}"
+        patches.append(patch)
+    end_state["count"] = steps
+    share = -(-steps // len(nodes))
+    for index, node in enumerate(nodes):
+        del node.events[:]
+        mine = range(index * share + 1, min((index + 1) * share, steps) + 1)
+        span_nanos = node.end_time_unix_nano - node.start_time_unix_nano
+        for offset, sequence in enumerate(mine):
+            event = node.events.add()
+            event.CopyFrom(template)
+            event.time_unix_nano = node.start_time_unix_nano + span_nanos * (offset + 1) // (
+                len(mine) + 1
+            )
+            _set(event.attributes, junjo.EVENT_ID, string_value=f"{tag}-event-{sequence}")
+            _set(event.attributes, junjo.STORE_ACTION, string_value=f"step_{sequence % 7}")
+            _set(event.attributes, junjo.SEQUENCE, int_value=sequence)
+            _set(event.attributes, junjo.REVISION_BEFORE, int_value=sequence - 1)
+            _set(event.attributes, junjo.REVISION_AFTER, int_value=sequence)
+            _set(event.attributes, junjo.PATCH,
+                 string_value=json.dumps(patches[sequence - 1]))  # fmt: skip
+    for key, value in ((junjo.WORKFLOW_STATE_START, start), (junjo.WORKFLOW_STATE_END, end_state)):
+        _set(workflow.attributes, key, string_value=json.dumps(value, sort_keys=True))
+    for key in (junjo.TRANSITION_END, junjo.TRANSITION_COUNT, junjo.REVISION_END):
+        _set(workflow.attributes, key, int_value=steps)
+    return request
+
+
+def _set(
+    attributes: Iterable[common_pb2.KeyValue],
+    key: str,
+    *,
+    string_value: str | None = None,
+    int_value: int | None = None,
+) -> None:
+    for attribute in attributes:
+        if attribute.key == key:
+            if string_value is not None:
+                attribute.value.string_value = string_value
+            else:
+                attribute.value.int_value = int_value or 0
+            return
+    raise KeyError(key)
