@@ -132,6 +132,8 @@ def test_llm_view_reads_openinference_messages_and_tool_calls() -> None:
         f"{prefix}.1.message.role": "user",
         f"{prefix}.1.message.contents.0.message_content.type": "text",
         f"{prefix}.1.message.contents.0.message_content.text": "Where is order T-1007?",
+        f"{prefix}.1.message.contents.1.message_content.type": "image",
+        f"{prefix}.1.message.contents.1.message_content.image.image.url": "data:image/png;base64,",
         # Index 10 sorts after 2 (numerically, not as text).
         f"{prefix}.10.message.role": "tool",
         f"{prefix}.10.message.content": '{"status": "shipped"}',
@@ -147,7 +149,7 @@ def test_llm_view_reads_openinference_messages_and_tool_calls() -> None:
     assert (view.convention, view.model, view.system) == (OPENINFERENCE, "gpt-4o", "openai")
     assert (view.input_tokens, view.output_tokens, view.total_tokens) == (31, 9, 40)
     assert _roles(view.input.head) == ["system", "user", "assistant", "tool"]
-    assert view.input.head[1].content == "Where is order T-1007?"
+    assert view.input.head[1].content == "Where is order T-1007?\n[image]"
     (call,) = view.input.head[2].tool_calls
     assert (call.name, call.call_id, json.loads(call.arguments)) == (
         "track", "call_9", {"order": "T-1007"})
@@ -164,6 +166,8 @@ def test_llm_view_reads_openinference_values_and_tool_spans() -> None:
     })
     assert [(m.role, m.content) for m in chain.input.head] == [("user", "hi")]
     assert [(m.role, m.content) for m in chain.output.head] == [("assistant", "hello")]
+    retriever = _view({"openinference.span.kind": "RETRIEVER", "input.value": "laser"})
+    assert [(m.role, m.content) for m in retriever.input.head] == [("input", "laser")]
     tool = _view({
         "openinference.span.kind": "TOOL", "tool.name": "search",
         "input.value": '{"q": "laser"}', "output.value": "3 results",
@@ -313,6 +317,8 @@ def test_llm_summary_names_the_model_and_tokens_without_reading_messages() -> No
     genai = llm_summary({"gen_ai.request.model": "m", "gen_ai.usage.prompt_tokens": 2,
                          "gen_ai.usage.completion_tokens": 3, "blob": b"\x00"})
     assert genai is not None and (genai.label, genai.total_tokens) == ("m", 5)
+    chain = llm_summary({"openinference.span.kind": "CHAIN", "input.value": "x"})
+    assert chain is not None and chain.label == "chain"
     # Recognised exactly where llm_view recognises a span.
     for attributes in ({}, {"input.value": "x"}, {"junjo.span_type": "node"}):
         assert llm_summary(attributes) is None and llm_view(attributes) is None

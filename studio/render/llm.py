@@ -122,7 +122,8 @@ def llm_summary(attributes: Mapping[str, object]) -> LlmSummary | None:
     if operation == "tool":
         return LlmSummary(JUNJO, _text(attributes.get(_J + "tool.name")), None)
     if attributes.get("junjo.span_type") == "agent":
-        return LlmSummary(JUNJO, _text(attributes.get(_J + "name")), None)
+        # The span's own name is the agent's; its model is only in the definition snapshot.
+        return LlmSummary(JUNJO, "conversation", None)
     view = _openinference_summary(attributes)
     return view if view is not None else _genai_summary(attributes)
 
@@ -141,7 +142,7 @@ def _openinference_summary(attributes: Mapping[str, object]) -> LlmSummary | Non
             _count(attributes.get("llm.token_count.prompt")),
             _count(attributes.get("llm.token_count.completion")),
         )
-    return LlmSummary(OPENINFERENCE, model, total)
+    return LlmSummary(OPENINFERENCE, model or kind.lower(), total)
 
 
 def _genai_summary(attributes: Mapping[str, object]) -> LlmSummary | None:
@@ -317,10 +318,14 @@ def _openinference(attributes: Attributes) -> LlmView | None:
         )  # fmt: skip
     if not (kind or input_messages or output_messages or model):
         return None
+    # A chain's or retriever's input is not a person's turn: named as what it is.
+    chat = kind in ("LLM", "")
     if not input_messages:
-        input_messages = _value_messages(attributes, "input", "user")
+        input_messages = _value_messages(attributes, "input", "user" if chat else "input")
     if not output_messages:
-        output_messages = _value_messages(attributes, "output", "assistant")
+        output_messages = _value_messages(
+            attributes, "output", "assistant" if chat else "output"
+        )
     input_tokens = _count(attributes.get("llm.token_count.prompt"))
     output_tokens = _count(attributes.get("llm.token_count.completion"))
     total = _count(attributes.get("llm.token_count.total"))
@@ -342,7 +347,7 @@ def _oi_messages(indexed: list[dict[str, JsonValue]]) -> list[Message]:
         content = fields.get("message.content")
         if content is None:
             parts = _indexed(fields, "message.contents.")
-            content = [p.get("message_content.text") for p in parts]
+            content = [_oi_part(part) for part in parts]
         calls = _indexed(fields, "message.tool_calls.")
         messages.append(
             Message(
@@ -362,6 +367,14 @@ def _oi_messages(indexed: list[dict[str, JsonValue]]) -> list[Message]:
             )
         )
     return messages
+
+
+def _oi_part(part: dict[str, JsonValue]) -> str:
+    # An image or audio part has no text: named by its type, its data left in the raw JSON.
+    text = part.get("message_content.text")
+    if isinstance(text, str):
+        return text
+    return f"[{_text(part.get('message_content.type')) or 'part'}]"
 
 
 def _value_messages(attributes: Attributes, side: str, role: str) -> list[Message]:
