@@ -656,6 +656,15 @@ def test_live_agent_in_node_is_a_child_run_and_its_tool_writes_the_workflow(
         "tool record_note", "note", "carrier confirmed damage",
     )
     assert write["verified"]
+    # The agent's second model request, as the real Agent sent it, read as a conversation.
+    rows = re.findall(r'id="span-([0-9a-f]{16})">(.*?)</summary>', page, re.S)
+    (span_id,) = [span for span, summary in rows if 'title="model request 2"' in summary]
+    span_page = unescape(httpx.get(f"{server.url}/executions/{agent['id']}/spans/{span_id}").text)
+    roles = re.findall(r'class="x-llm-role">(.*?)<', span_page)
+    assert roles == ["system", "input", "assistant", "tool", "assistant"]
+    assert '<code class="x-llm-call-name">record_note</code>' in span_page
+    assert '"reason": "damaged in transit"' in span_page
+    assert "<dt>Total tokens</dt><dd>184</dd>" in span_page
 
 
 def _application_run(server: Server, agent_id: str) -> tuple[dict[str, Any], str]:

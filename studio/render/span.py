@@ -23,6 +23,7 @@ from collector.decode.otlp import (
 from collector.replay.jsondoc import parse_json
 from collector.store.spans import ResourceRow, SpanRow
 from studio.render.bounded import cut_text
+from studio.render.llm import LlmView, llm_view
 from studio.render.waterfall import SPAN_KINDS, attribute_text
 
 # OTLP's Status.StatusCode, as the span page names it (a code OTLP does not define is
@@ -89,6 +90,8 @@ class SpanView:
     status: str = ""
     name: str = ""
     status_message: str = ""
+    # The span read as a chat (studio/render/llm.py), when a known convention describes it.
+    llm: LlmView | None = None
 
 
 def span_view(span: SpanRow, resource: ResourceRow | None) -> SpanView:
@@ -111,6 +114,7 @@ def span_view(span: SpanRow, resource: ResourceRow | None) -> SpanView:
         dropped_events_count=details["dropped_events_count"],
         dropped_links_count=details["dropped_links_count"],
         sent_under=None if resource is None else sent_under(resource),
+        llm=llm_view(details["attributes"]),
     )
 
 

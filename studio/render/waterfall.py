@@ -28,6 +28,7 @@ from collector.producers.junjo import (
 )
 from collector.store.spans import SpanRow
 from studio.render.bounded import cut_line, cut_text
+from studio.render.llm import LlmSummary, llm_summary
 
 SCALE: Final = 1000
 TICKS: Final = 4
@@ -100,6 +101,8 @@ class WaterfallRow:
     is_owner: bool
     # The run an owner span (workflow, subflow, agent) stands for, to link to.
     run_id: str | None = None
+    # An LLM, tool or agent span: its conversation is drawn on the span page.
+    llm: LlmSummary | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +299,7 @@ def _row(
         in_execution=in_execution,
         is_owner=is_owner,
         run_id=span.runtime_id if span.span_type in OWNER_SPAN_TYPES and span.runtime_id else None,
+        llm=llm_summary(attributes),
     )
 
 
