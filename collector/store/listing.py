@@ -15,7 +15,9 @@ from typing import Final, Literal
 import duckdb
 
 from collector.index.query_ast import Expr
+from collector.index.search import Search
 from collector.store.filters import compile_filter
+from collector.store.text_search import compile_search, reads_verdict
 from collector.store.transactions import read_snapshot
 
 FacetName = Literal["workflow", "service", "status", "verdict", "kind"]
@@ -41,6 +43,8 @@ class ExecutionQuery:
     """What a user asked for; every field optional, all of them combined with AND."""
 
     where: Expr | None = None
+    # Free-text terms (collector/index/search.py), ANDed with everything else.
+    text: Search | None = None
     workflow: str | None = None
     service: str | None = None
     status: str | None = None
@@ -107,12 +111,17 @@ _ROW_SELECT: Final = """
 def _conditions(
     query: ExecutionQuery, *, field_filter: bool = True
 ) -> tuple[list[str], list[object]]:
-    """Conditions over `e` (and `r` for a verdict); `field_filter=False` leaves `where` out."""
+    """Conditions over `e` (and `r` for a verdict); `field_filter=False` leaves `where`
+    and `text` out."""
     conditions: list[str] = []
     params: list[object] = []
     if query.where is not None and field_filter:
         sql, values = compile_filter(query.where)
         conditions.append(sql)
+        params.extend(values)
+    if query.text is not None and field_filter:
+        sql, values = compile_search(query.text)
+        conditions.append(f"({sql})")
         params.extend(values)
     for column, value in (
         ("e.name", query.workflow),
@@ -169,8 +178,8 @@ def search(
     every row group the page spans). A field filter tries the recent runs first
     (`_recent_page_ids`), and every run only when they hold less than a page.
     """
-    filtered = query.where is not None
-    replays = _REPLAYS_JOIN if query.verdict is not None else ""
+    filtered = query.where is not None or query.text is not None
+    replays = _REPLAYS_JOIN if _reads_verdict(query) else ""
     newest_first = query.sort == "started" and query.descending
     with read_snapshot(cursor):
         run_ids: list[str] = []
@@ -185,6 +194,10 @@ def search(
             run_ids = _ids(cursor, sql.format(where=_where(conditions), replays=replays),
                            [*params, *limits])  # fmt: skip
         return _rows(cursor, run_ids) if run_ids else []
+
+
+def _reads_verdict(query: ExecutionQuery) -> bool:
+    return query.verdict is not None or (query.text is not None and reads_verdict(query.text))
 
 
 def _sorted_page_ids(
