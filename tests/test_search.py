@@ -47,6 +47,7 @@ def test_parse_search_takes_a_colon_that_follows_no_name_as_text() -> None:
         ("status:", "needs a value", 7),
         ('a "" b', "empty phrase", 2),
         ('ab"cd"', "quote inside a word", 2),
+        ('title == "x"', "is a comparison", 6),
     ],
 )
 def test_parse_search_says_why_text_is_not_a_search(

@@ -5,7 +5,8 @@ whitespace, `"quoted phrases"` kept whole, and `key:value` terms. A key is one o
 SEARCH_KEYS (`status:failed`, `node:check_eligibility`, `error:"timed out"`) or else a
 dotted state path (`customer.name:ada`: a string at that path of the end state contains
 the value, or a number or boolean equals it). A bare term matches anything a run is
-known by (collector/store/text_search.py says what). Every term must match.
+known by (collector/store/text_search.py says what). Every term must match. Text
+with `=`, `<` or `>` outside quotes is a filter to fix, never a search.
 This module only parses: it reads no store.
 """
 
@@ -50,6 +51,7 @@ class Search:
 
 def parse_search(text: str) -> Search:
     """Parse search text, or raise QueryError saying why it is not a search."""
+    _reject_comparisons(text)
     terms: list[SearchTerm] = []
     i = 0
     while i < len(text):
@@ -63,6 +65,21 @@ def parse_search(text: str) -> Search:
     if len(terms) > MAX_TERMS:
         raise QueryError(f"at most {MAX_TERMS} terms", 0)
     return Search(tuple(terms))
+
+
+def _reject_comparisons(text: str) -> None:
+    """A comparison outside quotes means a filter was meant: its error is the one to fix.
+
+    (`title == "x"` searched for would find nothing and hide the filter's "did you mean".)
+    """
+    quoted = False
+    for i, char in enumerate(text):
+        if char == '"':
+            quoted = not quoted
+        elif char in "=<>" and not quoted:
+            raise QueryError(
+                f"{char!r} outside quotes is a comparison; quote it to search for it", i
+            )
 
 
 def _term(text: str, start: int) -> tuple[SearchTerm, int]:
