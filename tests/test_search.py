@@ -16,6 +16,7 @@ from collector.index.search import SearchTerm, parse_search
 from collector.store import listing
 from collector.store.filters import insert_field_rows
 from collector.store.migrations import apply_migrations
+from collector.store.text_search import compile_search, search_window
 from studio.params import BadParameter, execution_query
 
 # --- the parser ------------------------------------------------------------------
@@ -127,9 +128,9 @@ def conn(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
                 " service_name, scope_name, span_type, junjo_runtime_id,"
                 " junjo_parent_runtime_id, dropped_attributes_count, dropped_events_count,"
                 " dropped_links_count, event_count, received_unix_nano, raw) VALUES"
-                " (?, ?, 's', ?, 1, 0, 1, 0, '', 'r', 'shop', 'junjo', 'node', ?, ?,"
+                " (?, ?, 's', ?, 1, ?, ?, 0, '', 'r', 'shop', 'junjo', 'node', ?, ?,"
                 " 0, 0, 0, 0, 0, ''::BLOB)",
-                [trace, f"{run_id}-{node}", node, f"{run_id}-{node}", run_id],
+                [trace, f"{run_id}-{node}", node, index, index + 1, f"{run_id}-{node}", run_id],
             )
     insert_field_rows(
         connection,
@@ -187,3 +188,26 @@ def test_search_counts_its_matches_in_the_facets(conn: duckdb.DuckDBPyConnection
 def test_search_reads_only_end_states(conn: duckdb.DuckDBPyConnection) -> None:
     insert_field_rows(conn, [index_rows("Triage0003pqr", {"was": "T-9999"}, {}, [])])
     assert _found(conn, "T-9999") == set()
+
+
+def test_older_runs_match_end_state_strings_and_nodes_whole(
+    conn: duckdb.DuckDBPyConnection,
+) -> None:
+    # A window of the one latest run (Triage0003pqr): substrings there, whole values before.
+    window = search_window(conn, runs=1)
+
+    def matching(text: str) -> set[str]:
+        sql, params = compile_search(parse_search(text), window)
+        rows = conn.execute(f"SELECT e.run_id FROM executions e WHERE {sql}", params)
+        return {run_id for (run_id,) in rows.fetchall()}
+
+    assert matching("ada") == {"Triage0003pqr"}
+    assert matching("ada lovelace") == set()  # two terms, neither a whole value
+    assert matching('"ada lovelace"') == {"Refund0001abc"}  # whole, in any case
+    assert matching("t-2001") == {"Refund0002xyz"}
+    assert matching("eligib") == set()
+    assert matching("check_eligibility") == {"Refund0001abc", "Refund0002xyz"}
+    assert matching("route") == {"Triage0003pqr"}
+    # The other sources are read whole at every age.
+    assert matching('"timed out"') == {"Refund0002xyz"}
+    assert matching("customer.name:grace") == {"Refund0002xyz"}

@@ -37,12 +37,6 @@ class SearchTerm:
     # For a state path key: its JSON pointer (`customer.name` is `/customer/name`).
     pointer: str | None = None
 
-    @property
-    def text(self) -> str:
-        """The term as it would be typed."""
-        value = f'"{self.value}"' if " " in self.value or not self.value else self.value
-        return f"{self.key}:{value}" if self.key else value
-
 
 @dataclass(frozen=True, slots=True)
 class Search:

@@ -7,27 +7,63 @@ its workflow name, service, correlation id, error message or type, a node's name
 field index's `is_final` rows), or the start of its run id or trace id. A `key:value`
 term looks in one of those only; a state path key in that path's end value. Terms
 are ANDed. Each subquery yields keys, never NULL, as in collector/store/filters.py.
+
+End-state strings and span names are the two sources too large to read whole for a
+substring: a bare term is looked for inside them only among the SUBSTRING_RUNS
+latest-arrived runs (`SearchWindow`, bound as constants, so zone maps skip the rest);
+in older runs it must equal a whole string (as typed, or in lower, upper, title or
+sentence case), which the
+index's hashed `str_key` answers without reading the strings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
+
+import duckdb
 
 from collector.index.query import parse_path
 from collector.index.search import Search, SearchTerm
-from collector.store.filters import TABLE, at_path
+from collector.store.filters import TABLE, at_path, key64
 
 Sql = tuple[str, list[object]]
+SUBSTRING_RUNS: Final = 20_000
+"""How many latest-arrived runs a bare term is looked for inside end-state strings of."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchWindow:
+    """The latest-arrived runs: the first run key among them, and their earliest start
+    (a node's span starts after its run does)."""
+
+    first_run_key: int
+    first_start_unix_nano: int
+
+
+EVERYWHERE: Final = SearchWindow(-(2**63), -(2**63))
+
+
+def search_window(cursor: duckdb.DuckDBPyConnection, runs: int = SUBSTRING_RUNS) -> SearchWindow:
+    """The window of the `runs` latest-arrived runs, as stored now."""
+    found = cursor.execute("SELECT max(run_key) FROM executions").fetchone()
+    newest = found[0] if found and found[0] is not None else 0
+    first_key = newest - runs + 1
+    found = cursor.execute(
+        "SELECT min(start_unix_nano) FROM executions WHERE run_key >= ?", [first_key]
+    ).fetchone()
+    first_start = found[0] if found and found[0] is not None else EVERYWHERE.first_start_unix_nano
+    return SearchWindow(first_key, first_start)
 # Words users say for a status, as the executions table spells it.
 STATUS_WORDS: Final = {"failed": "error", "failure": "error", "fail": "error", "ok": "ok",
                        "success": "ok", "succeeded": "ok", "error": "error",
                        "cancelled": "cancelled", "canceled": "cancelled"}  # fmt: skip
 
 
-def compile_search(search: Search) -> Sql:
+def compile_search(search: Search, window: SearchWindow = EVERYWHERE) -> Sql:
     """All terms ANDed, as SQL over `e`."""
-    parts = [compile_term(term) for term in search.terms]
+    parts = [compile_term(term, window) for term in search.terms]
     sql = " AND ".join(f"({part})" for part, _ in parts)
     return sql, [value for _, values in parts for value in values]
 
@@ -37,12 +73,12 @@ def reads_verdict(search: Search) -> bool:
     return any(term.key == "verdict" for term in search.terms)
 
 
-def compile_term(term: SearchTerm) -> Sql:
+def compile_term(term: SearchTerm, window: SearchWindow = EVERYWHERE) -> Sql:
     if term.pointer is not None:
         return _state_path(term.key or "", term.value)
     if term.key is None:
-        return _any_of(term.value, _ANYWHERE)
-    return _any_of(term.value, _KEYED[term.key])
+        return _any_of(term.value, window, _ANYWHERE)
+    return _any_of(term.value, window, _KEYED[term.key])
 
 
 def like_pattern(value: str) -> str:
@@ -51,42 +87,48 @@ def like_pattern(value: str) -> str:
     return f"%{escaped}%"
 
 
-def _any_of(value: str, matchers: tuple[Callable[[str], Sql], ...]) -> Sql:
-    parts = [matcher(value) for matcher in matchers]
+Matcher = Callable[[str, SearchWindow], Sql]
+
+
+def _any_of(value: str, window: SearchWindow, matchers: tuple[Matcher, ...]) -> Sql:
+    parts = [matcher(value, window) for matcher in matchers]
     return " OR ".join(sql for sql, _ in parts), [v for _, values in parts for v in values]
 
 
-def _column_contains(column: str) -> Callable[[str], Sql]:
-    return lambda value: (f"{column} ILIKE ? ESCAPE '\\'", [like_pattern(value)])
+def _column_contains(column: str) -> Matcher:
+    return lambda value, _: (f"{column} ILIKE ? ESCAPE '\\'", [like_pattern(value)])
 
 
-def _run_id_prefix(value: str) -> Sql:
+def _run_id_prefix(value: str, _: SearchWindow) -> Sql:
     return "starts_with(e.run_id, ?)", [value]
 
 
-def _trace_id_prefix(value: str) -> Sql:
+def _trace_id_prefix(value: str, _: SearchWindow) -> Sql:
     # Trace ids are stored as lowercase hex.
     return "starts_with(e.trace_id, ?)", [value.lower()]
 
 
-def _equals_ignoring_case(column: str) -> Callable[[str], Sql]:
-    return lambda value: (f"lower({column}) = ?", [value.lower()])
+def _equals_ignoring_case(column: str) -> Matcher:
+    return lambda value, _: (f"lower({column}) = ?", [value.lower()])
 
 
-def _status(value: str) -> Sql:
+def _status(value: str, _: SearchWindow) -> Sql:
     return "e.status = ?", [STATUS_WORDS.get(value.lower(), value.lower())]
 
 
-def _node(value: str) -> Sql:
+def _node(value: str, window: SearchWindow) -> Sql:
+    """A span of the run named so: containing the value in the window, else equal to it."""
+    pattern = like_pattern(value)
     return (
         "e.run_id IN (SELECT s.junjo_parent_runtime_id FROM spans s"
-        " WHERE s.junjo_parent_runtime_id IS NOT NULL AND s.name ILIKE ? ESCAPE '\\')"
+        " WHERE s.junjo_parent_runtime_id IS NOT NULL AND (s.start_unix_nano >= ?"
+        " AND s.name ILIKE ? ESCAPE '\\' OR s.name = ?))"
         " OR coalesce(e.error_action ILIKE ? ESCAPE '\\', false)",
-        [like_pattern(value)] * 2,
+        [window.first_start_unix_nano, pattern, value, pattern],
     )
 
 
-def _error(value: str) -> Sql:
+def _error(value: str, _: SearchWindow) -> Sql:
     pattern = like_pattern(value)
     return (
         "e.status_message ILIKE ? ESCAPE '\\' OR coalesce(e.error_type ILIKE ? ESCAPE '\\', false)",
@@ -94,11 +136,17 @@ def _error(value: str) -> Sql:
     )
 
 
-def _end_state_string(value: str) -> Sql:
+def _end_state_string(value: str, window: SearchWindow) -> Sql:
+    """A string of the end state: containing the value in the window, else equal to it."""
+    whole = sorted({value, value.lower(), value.upper(), value.title(), value.capitalize()})
+    # Two scans, not one with OR, which DuckDB filters row by row with both sides; the
+    # hashes as a list, so only their rows' strings are read.
+    strings = f"SELECT v.run_key FROM {TABLE} v WHERE v.is_final AND v.kind = 'string'"
     return (
-        f"e.run_key IN (SELECT v.run_key FROM {TABLE} v"
-        " WHERE v.is_final AND v.kind = 'string' AND v.str ILIKE ? ESCAPE '\\')",
-        [like_pattern(value)],
+        f"e.run_key IN ({strings} AND v.run_key >= ? AND v.str ILIKE ? ESCAPE '\\'"
+        f" UNION ALL {strings} AND list_contains(?::BIGINT[], v.str_key)"
+        " AND list_contains(?::VARCHAR[], v.str))",
+        [window.first_run_key, like_pattern(value), [key64(w) for w in whole], whole],
     )
 
 
@@ -131,7 +179,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-_ANYWHERE: Final = (
+_ANYWHERE: Final[tuple[Matcher, ...]] = (
     _run_id_prefix,
     _trace_id_prefix,
     _column_contains("e.name"),
@@ -141,7 +189,7 @@ _ANYWHERE: Final = (
     _node,
     _end_state_string,
 )
-_KEYED: Final[dict[str, tuple[Callable[[str], Sql], ...]]] = {
+_KEYED: Final[dict[str, tuple[Matcher, ...]]] = {
     "id": (_run_id_prefix, _trace_id_prefix),
     "trace": (_trace_id_prefix,),
     "workflow": (_column_contains("e.name"),),
