@@ -109,6 +109,11 @@ def test_the_list_page_searches_what_its_box_holds(server: Server) -> None:
     assert "/api/executions?q=london" in page
     status, body = _get(server, "/", where='"timed out')
     assert status == 400 and "not a search: this quote is never closed" in body.decode()
+    # `q`, as the JSON link writes it, means the same on the page.
+    status, body = _get(server, "/", q="london")
+    assert status == 200 and f"/executions/{LINEAR}" in body.decode()
+    status, body = _get(server, "/", q='"timed out')
+    assert status == 400 and 'class="caret"' in body.decode()
 
 
 @pytest.mark.browser

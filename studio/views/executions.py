@@ -237,8 +237,8 @@ def facet(
 
 def filter_error(exc: BadParameter, filters: Mapping[str, str]) -> FilterError:
     caret = None
-    if exc.name == "where" and exc.position is not None:
-        text = filters.get("where", "").strip()
+    if exc.name in ("where", "q") and exc.position is not None:
+        text = filters.get(exc.name, "").strip()
         # render() ends with the message, which the page shows on its own line.
         caret = QueryError(exc.message, exc.position).render(text).rsplit("\n", 1)[0]
     return FilterError(exc.name, exc.message, caret)
