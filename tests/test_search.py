@@ -166,6 +166,7 @@ def _found(conn: duckdb.DuckDBPyConnection, text: str) -> set[str]:
         ("amount:12.5", {"Refund0001abc"}),
         ("eligible:true", {"Refund0002xyz"}),
         ("id:Triage", {"Triage0003pqr"}),
+        ("verdict:PENDING workflow:triage", {"Triage0003pqr"}),  # none replayed here
         ("100%", {"Triage0003pqr"}),  # wildcards are text, not patterns
         ("done_well", {"Triage0003pqr"}),
         ("i_g", set()),  # as a pattern, it would match "Triage"
