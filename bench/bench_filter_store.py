@@ -27,6 +27,9 @@ Timed through the API's code path (`studio.params.execution_query` then
   * an equality on one array element's path, on `[*]` (any element) and on
     `[-1]` (the last), p50 over ten values;
   * an `ever` numeric range filter, p50;
+  * searches (`q=` text that is no filter): a customer id as free text and as
+    `customer.id:...`, an error text as a phrase and as `error:"..."`, and a word
+    no run has;
   * the filter box's help uncached (studio/render/suggestions.py: the paths of
     the newest 200 runs, all and one workflow's, and one path's values);
   * one cold `Inspector.inspect` + timeline + `state_at` of a middle step for a
@@ -192,7 +195,9 @@ def _executions(conn: duckdb.DuckDBPyConnection) -> None:
             contract_version, received_unix_nano)
         SELECT r.run_id, 'workflow', [{names}][1 + {_pick('workflow', len(WORKFLOWS))}::BIGINT],
             'bench-service', md5('trace' || r.i), md5('span' || r.i)[:16], '',
-            CASE WHEN r.i % 20 = 0 THEN 'error' ELSE 'ok' END, '',
+            CASE WHEN r.i % 20 = 0 THEN 'error' ELSE 'ok' END,
+            CASE WHEN r.i % 20 = 0 THEN 'upstream call timed out after ' || (r.i % 7) || ' s'
+                 ELSE '' END,
             {START_NANO} + r.i * 1000000000, {START_NANO} + r.i * 1000000000 + 5000000,
             md5('store' || r.i)[:21], 0, r.transitions, 0, r.transitions, r.transitions, TRUE,
             3, {START_NANO}
@@ -380,6 +385,19 @@ def search(store: Store, where: str, expect_hits: bool) -> Callable[[], object]:
     def run() -> object:
         rows = store.search(execution_query({"where": where}))
         assert bool(rows) == expect_hits, where
+        return rows
+
+    return run
+
+
+def text_search(store: Store, q: str, expect_hits: bool) -> Callable[[], object]:
+    """GET /api/executions?q=... with text that is no filter: a search."""
+
+    def run() -> object:
+        query = execution_query({"q": q})
+        assert query.text is not None, q
+        rows = store.search(query)
+        assert bool(rows) == expect_hits, q
         return rows
 
     return run
@@ -682,6 +700,19 @@ def main() -> None:
                 ]
                 for step in ("1", "*", "-1")
             }
+            # Search: a ticket-id-like end value (one run in ~5), as free text and keyed,
+            # an error text (one run in 140), and a word nothing has (every source read).
+            tickets = sample_customers(path, 10, settings)
+            searched = {
+                name: [time_ms(text_search(store, q.format(t), hits)) for t in tickets]
+                for name, q, hits in (
+                    ("free", "{}", True),
+                    ("keyed", "customer.id:{}", True),
+                    ("error", '"timed out after 3 s"', True),
+                    ("error keyed", 'error:"timed out after 3 s"', True),
+                    ("miss", "nobody-has-this", False),
+                )
+            }
             longest = [
                 time_ms(sorted_page(store, {"sort": "-duration"})) for _ in range(10)
             ]
@@ -717,6 +748,11 @@ def main() -> None:
         ('order.items[1] = "sku-.." p50', percentile(elements["1"], 0.5), None),
         ('  same, order.items[*]', percentile(elements["*"], 0.5), None),
         ('  same, order.items[-1]', percentile(elements["-1"], 0.5), None),
+        ('search "cust-.." (free text) p50', percentile(searched["free"], 0.5), None),
+        ("  same, customer.id:cust-..", percentile(searched["keyed"], 0.5), None),
+        ('search "timed out after 3 s" p50', percentile(searched["error"], 0.5), None),
+        ('  same, error:"..."', percentile(searched["error keyed"], 0.5), None),
+        ("search, no hit p50", percentile(searched["miss"], 0.5), None),
         ("sort=-duration p50", percentile(longest, 0.5), None),
         ("  same, refund.eligible = true", percentile(longest_eligible, 0.5), None),
         ("page values + empty-result hints", percentile(extras, 0.5), None),

@@ -15,6 +15,8 @@ from typing import Final
 
 from collector.durations import DurationError, parse_duration
 from collector.index.query import QueryError, parse_path, parse_query
+from collector.index.query_ast import And, Expr
+from collector.index.search import Search, parse_search
 from collector.store.listing import (
     SORT_COLUMNS,
     ExecutionQuery,
@@ -39,20 +41,35 @@ class BadParameter(ValueError):
 
 
 def execution_query(
-    params: Mapping[str, str], *, now_unix_nano: int | None = None
+    params: Mapping[str, str], *, now_unix_nano: int | None = None, search_where: bool = False
 ) -> ExecutionQuery:
-    """Parse `where`, facets, time range, `limit` and `cursor`; raise BadParameter."""
+    """Parse `where`, `q`, facets, time range, `limit` and `cursor`; raise BadParameter.
+
+    `where` is the filter language only; `q` is a filter if it parses as one, else a
+    search (`filter_or_search`). The studio's box sends `where`, and its page reads it
+    as `q` (`search_where`), so what a user types is never refused for not being a filter.
+    """
     now = time.time_ns() if now_unix_nano is None else now_unix_nano
     sort, descending = parse_sort(params.get("sort", ""))
+    where: Expr | None = None
+    text: Search | None = None
     where_text = params.get("where", "").strip()
-    where = None
-    if where_text:
+    if where_text and search_where:
+        where, text = filter_or_search("where", where_text)
+    elif where_text:
         try:
             where = parse_query(where_text)
         except QueryError as exc:
             raise BadParameter("where", exc.message, exc.position) from exc
+    q_text = params.get("q", "").strip()
+    if q_text:
+        q_where, q_search = filter_or_search("q", q_text)
+        where = q_where if where is None or q_where is None else And((where, q_where))
+        if q_search is not None:
+            text = Search((*text.terms, *q_search.terms)) if text else q_search
     return ExecutionQuery(
         where=where,
+        text=text,
         workflow=params.get("workflow") or None,
         service=params.get("service") or None,
         status=params.get("status") or None,
@@ -70,6 +87,30 @@ def execution_query(
         sort=sort,
         descending=descending,
     )
+
+
+def filter_or_search(name: str, text: str) -> tuple[Expr | None, Search | None]:
+    """`text` as a filter if it parses as one, else as a search; raise BadParameter
+    saying what both tried (at the filter's error position)."""
+    try:
+        return parse_query(text), None
+    except QueryError as not_filter:
+        try:
+            return None, parse_search(text)
+        except QueryError as not_search:
+            message = (
+                f"not a filter: {not_filter}; not a search: {not_search}"
+            )
+            raise BadParameter(name, message, not_filter.position) from not_search
+
+
+def is_filter(text: str) -> bool:
+    """Whether `text` parses in the filter language."""
+    try:
+        parse_query(text)
+    except QueryError:
+        return False
+    return True
 
 
 DEFAULT_SORT: Final = "-started"

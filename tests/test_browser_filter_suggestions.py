@@ -53,7 +53,7 @@ def test_browser_build_a_filter_from_suggested_paths_and_values(
     site: Suggesting, page: Page
 ) -> None:
     page.goto(site.server.url + "/")
-    box = page.get_by_role("combobox", name="Filter by state")  # <input list>: a combobox
+    box = page.get_by_role("combobox", name="Filter or search")  # <input list>: a combobox
     expect(box).to_have_attribute("list", "where-paths")
     expect(page.locator("#where-help")).to_contain_text("done = true")
     box.focus()

@@ -31,7 +31,7 @@ def test_browser_type_an_any_element_filter_and_see_the_matches_previewed(
     assert {"items[*]", "items[*].sku", "messages[*].role"} <= set(options(page))
     assert not [option for option in options(page) if re.search(r"\[[0-9]", option)]
     expect(page.locator("#where-help")).not_to_contain_text("[0]")
-    box = page.get_by_role("combobox", name="Filter by state")
+    box = page.get_by_role("combobox", name="Filter or search")
     box.focus()
     page.keyboard.type("items[*].s")
     expect_options(page, ["items[*].sku"])
@@ -59,7 +59,7 @@ def test_browser_type_an_any_element_filter_and_see_the_matches_previewed(
 
 def test_browser_a_last_element_filter_in_ever_finds_the_run(site: Runs, page: Page) -> None:
     page.goto(site.server.url + "/")
-    box = page.get_by_role("combobox", name="Filter by state")
+    box = page.get_by_role("combobox", name="Filter or search")
     box.fill('ever messages[-1].role = "tool"')
     page.keyboard.press("Enter")
     expect(page.locator("table.executions tbody tr")).to_have_count(1)

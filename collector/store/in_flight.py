@@ -108,8 +108,10 @@ _IN_FLIGHT_SQL: Final = """
 
 def could_match(query: ExecutionQuery) -> bool:
     """Whether a run in flight can be one of the runs `query` asks for: none can match a
-    workflow name, status, kind, correlation, field or verdict, which it has not yet."""
-    unknowable = (query.where, query.workflow, query.status, query.kind, query.correlation)
+    workflow name, status, kind, correlation, field, search or verdict, which it has not yet."""
+    unknowable = (
+        query.where, query.text, query.workflow, query.status, query.kind, query.correlation
+    )
     return all(value is None for value in unknowable) and query.verdict in (None, "in_flight")
 
 

@@ -15,7 +15,15 @@ from typing import Final, Literal
 import duckdb
 
 from collector.index.query_ast import Expr
+from collector.index.search import Search
 from collector.store.filters import compile_filter
+from collector.store.text_search import (
+    EVERYWHERE,
+    SearchWindow,
+    compile_search,
+    reads_verdict,
+    search_window,
+)
 from collector.store.transactions import read_snapshot
 
 FacetName = Literal["workflow", "service", "status", "verdict", "kind"]
@@ -41,6 +49,8 @@ class ExecutionQuery:
     """What a user asked for; every field optional, all of them combined with AND."""
 
     where: Expr | None = None
+    # Free-text terms (collector/index/search.py), ANDed with everything else.
+    text: Search | None = None
     workflow: str | None = None
     service: str | None = None
     status: str | None = None
@@ -105,14 +115,19 @@ _ROW_SELECT: Final = """
 
 
 def _conditions(
-    query: ExecutionQuery, *, field_filter: bool = True
+    query: ExecutionQuery, *, field_filter: bool = True, window: SearchWindow = EVERYWHERE
 ) -> tuple[list[str], list[object]]:
-    """Conditions over `e` (and `r` for a verdict); `field_filter=False` leaves `where` out."""
+    """Conditions over `e` (and `r` for a verdict); `field_filter=False` leaves `where`
+    and `text` out. `window`: where a search looks for substrings (text_search.py)."""
     conditions: list[str] = []
     params: list[object] = []
     if query.where is not None and field_filter:
         sql, values = compile_filter(query.where)
         conditions.append(sql)
+        params.extend(values)
+    if query.text is not None and field_filter:
+        sql, values = compile_search(query.text, window)
+        conditions.append(f"({sql})")
         params.extend(values)
     for column, value in (
         ("e.name", query.workflow),
@@ -137,14 +152,14 @@ def _conditions(
 
 
 def _page_conditions(
-    query: ExecutionQuery, *, field_filter: bool = True
+    query: ExecutionQuery, *, field_filter: bool = True, window: SearchWindow = EVERYWHERE
 ) -> tuple[list[str], list[object]]:
     """`_conditions` plus the cursor: only runs after the previous page's last.
 
     For the newest-first pages only, so the cursor's sort value is a start time
     (studio/params.py refuses a cursor made for another order).
     """
-    conditions, params = _conditions(query, field_filter=field_filter)
+    conditions, params = _conditions(query, field_filter=field_filter, window=window)
     if query.after is not None:
         start, run_id = query.after
         conditions.append("(e.start_unix_nano < ? OR (e.start_unix_nano = ? AND e.run_id > ?))")
@@ -169,17 +184,20 @@ def search(
     every row group the page spans). A field filter tries the recent runs first
     (`_recent_page_ids`), and every run only when they hold less than a page.
     """
-    filtered = query.where is not None
-    replays = _REPLAYS_JOIN if query.verdict is not None else ""
+    filtered = query.where is not None or query.text is not None
+    replays = _REPLAYS_JOIN if _reads_verdict(query) else ""
     newest_first = query.sort == "started" and query.descending
     with read_snapshot(cursor):
+        window = search_window(cursor) if query.text is not None else EVERYWHERE
         run_ids: list[str] = []
         if not newest_first:
-            run_ids = _sorted_page_ids(cursor, query, replays)
-        elif filtered:
+            run_ids = _sorted_page_ids(cursor, query, replays, window)
+        elif filtered and query.text is None:
+            # A search's scans are of every run whatever the window, so it is not tried
+            # twice.
             run_ids = _recent_page_ids(cursor, query, replays, recent_runs)
         if newest_first and len(run_ids) <= query.limit:
-            conditions, params = _page_conditions(query)
+            conditions, params = _page_conditions(query, window=window)
             sql = _FILTERED_PAGE_IDS_SQL if filtered else _PAGE_IDS_SQL
             limits = [query.limit + 1] * (2 if filtered else 1)  # the filtered SQL limits twice
             run_ids = _ids(cursor, sql.format(where=_where(conditions), replays=replays),
@@ -187,8 +205,12 @@ def search(
         return _rows(cursor, run_ids) if run_ids else []
 
 
+def _reads_verdict(query: ExecutionQuery) -> bool:
+    return query.verdict is not None or (query.text is not None and reads_verdict(query.text))
+
+
 def _sorted_page_ids(
-    cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery, replays: str
+    cursor: duckdb.DuckDBPyConnection, query: ExecutionQuery, replays: str, window: SearchWindow
 ) -> list[str]:
     """A page in another order than newest first (the list's sortable columns).
 
@@ -196,7 +218,7 @@ def _sorted_page_ids(
     default order, which every first visit uses.
     """
     key = SORT_COLUMNS[query.sort]
-    conditions, params = _conditions(query)
+    conditions, params = _conditions(query, window=window)
     if query.after is not None:
         value, run_id = query.after
         beyond = "<" if query.descending else ">"
@@ -239,8 +261,8 @@ def _recent_page_ids(
         since_where=since_where, where=_where(conditions), replays=replays
     )
     limits = [query.limit + 1] * 2
-    window = [*plain_params, *plain_params, 2 * recent_runs, recent_runs]
-    return _ids(cursor, sql, [*window, *params, *limits])
+    recent = [*plain_params, *plain_params, 2 * recent_runs, recent_runs]
+    return _ids(cursor, sql, [*recent, *params, *limits])
 
 
 def _ids(cursor: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> list[str]:
@@ -324,7 +346,8 @@ def facets(
     One scan for all facets (GROUPING SETS), not one per facet: the executions
     page asks for five on every load.
     """
-    conditions, params = _conditions(query)
+    window = search_window(cursor) if query.text is not None else EVERYWHERE
+    conditions, params = _conditions(query, window=window)
     columns = [FACET_COLUMNS[name] for name in names]
     sets = ", ".join(f"({column})" for column in columns)
     # GROUPING(column) = 0 marks the rows grouped by that column.

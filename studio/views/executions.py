@@ -32,7 +32,13 @@ from collector.store.listing import (
     SortKey,
 )
 from studio.links import Links
-from studio.params import DEFAULT_SORT, BadParameter, execution_query, next_cursor
+from studio.params import (
+    DEFAULT_SORT,
+    BadParameter,
+    execution_query,
+    is_filter,
+    next_cursor,
+)
 from studio.render.field_columns import (
     Cell,
     Hint,
@@ -51,9 +57,9 @@ TIME_PRESETS: Final = ("15m", "1h", "24h", "7d")
 # Exact-match filters that come from links (a run's correlation id, trace or store).
 LINK_FILTERS: Final = ("correlation", "trace", "store")
 # Order of the parameters in the links we build, so equal views get equal URLs.
-FILTER_KEYS: Final = ("where", *FACETS, *LINK_FILTERS, "since", "until", "limit", "sort")
+FILTER_KEYS: Final = ("where", "q", *FACETS, *LINK_FILTERS, "since", "until", "limit", "sort")
 # The filters the form carries as hidden fields (it has inputs for the others).
-HIDDEN_FILTER_KEYS: Final = (*FACETS, *LINK_FILTERS, "limit", "sort")
+HIDDEN_FILTER_KEYS: Final = ("q", *FACETS, *LINK_FILTERS, "limit", "sort")
 RESULTS_TARGET: Final = "results"
 IN_FLIGHT_SHOWN: Final = 20
 # A trace id as OTLP tools print it; run ids are looked up as typed.
@@ -156,7 +162,7 @@ class ExecutionsView:
         base, filters = self.base_href, self.filters
         return tuple(
             Link(f"{key}: {filters[key]}", link(base, filters, **{key: ""}), True)
-            for key in ("where", *FACETS, *LINK_FILTERS, "since", "until")
+            for key in ("where", "q", *FACETS, *LINK_FILTERS, "since", "until")
             if filters.get(key)
         )
 
@@ -179,14 +185,16 @@ def executions_page(request: Request) -> Response:
     filters = current_filters(request.query_params)
     links = Links.of(request)
     store = store_of(request)
-    try:
-        query = execution_query(request.query_params)
-    except BadParameter as exc:
-        # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up).
-        text = filters["where"].strip()
-        destination = _id_lookup(store, links, text) if exc.name == "where" else None
+    text = filters["where"].strip()
+    if text and not is_filter(text):
+        # Not a filter, but maybe an id pasted into the box (Jaeger's trace look-up);
+        # else a search.
+        destination = _id_lookup(store, links, text)
         if destination is not None:
             return _go_to(request, destination)
+    try:
+        query = execution_query(request.query_params, search_where=True)
+    except BadParameter as exc:
         view = _empty_view(
             request, links, filters, error=filter_error(exc, filters),
             field_help=suggestions_of(request).help(store, filters["workflow"] or None),
@@ -229,8 +237,8 @@ def facet(
 
 def filter_error(exc: BadParameter, filters: Mapping[str, str]) -> FilterError:
     caret = None
-    if exc.name == "where" and exc.position is not None:
-        text = filters.get("where", "").strip()
+    if exc.name in ("where", "q") and exc.position is not None:
+        text = filters.get(exc.name, "").strip()
         # render() ends with the message, which the page shows on its own line.
         caret = QueryError(exc.message, exc.position).render(text).rsplit("\n", 1)[0]
     return FilterError(exc.name, exc.message, caret)
@@ -300,8 +308,15 @@ def _empty_view(
 
 
 def _api_href(request: Request, filters: Mapping[str, str]) -> str:
-    """This page's JSON twin: the same filters and cursor."""
+    """This page's JSON twin: the same filters and cursor.
+
+    The API's `where` is the filter language only, so a search typed in the box goes as `q`.
+    """
     api = request.url_for("api_executions").path
+    where = filters.get("where", "").strip()
+    if where and not is_filter(where):
+        typed = " ".join(filter(None, (filters.get("q", ""), where)))
+        filters = {**filters, "where": "", "q": typed}
     return link(api, filters, cursor=request.query_params.get("cursor", ""))
 
 
