@@ -44,7 +44,7 @@ from studio.inspect import footprint
 
 LIMITS = DocumentLimits(max_bytes=4096, max_nodes=200, max_depth=12)
 KEY = [("x-junjo-api-key", FIXTURE_API_KEY)]
-# Generous: the server idles at ~190 MB; the 25-copy export took it to 23 GB before.
+# Generous: well above the server at rest, far below what an unbounded replay reaches.
 SERVER_HWM_BOUND_KB = 600 * 1024
 
 
